@@ -1,0 +1,33 @@
+"""Pure-Python fabric models: wiring, addresses, routing and cost. No root needed."""
+
+from __future__ import annotations
+
+from testbed.errors import TestbedError
+from testbed.fabric.roft import build_roft
+from testbed.fabric.topology import Cable, Fabric, Switch
+from testbed.fabric.zcube import build_zcube
+
+FABRICS = ("zcube", "roft", "railonly")
+
+
+def build_fabric(
+    kind: str,
+    gpus: int = 32,
+    gpus_per_switch: int = 8,
+    cables: int | None = None,
+    gpus_per_server: int = 8,
+    radix: int | None = None,
+) -> Fabric:
+    """Build a fabric by name. ROFT's radix defaults to that of the ZCube of the
+    same n and k, so both are compared with switches of the same size."""
+    if kind == "zcube":
+        return build_zcube(gpus, gpus_per_switch, cables)
+    if kind in ("roft", "railonly"):
+        if radix is None:
+            z = build_zcube(gpus, gpus_per_switch, cables)
+            radix = next(iter(z.switches.values())).radix
+        return build_roft(gpus, gpus_per_server, radix, spines=(kind == "roft"))
+    raise TestbedError(f"fabric {kind!r} is unknown: expected one of {', '.join(FABRICS)}")
+
+
+__all__ = ["Cable", "Fabric", "Switch", "FABRICS", "build_fabric", "build_zcube", "build_roft"]

@@ -1,0 +1,77 @@
+"""ZCube: two switch groups, no spine layer.
+
+For n GPUs with dual-port NICs and k GPUs per switch there are 2n/k switches
+numbered 1..2n/k. GPU i's port 1 goes to odd switch ((i-1) mod (n/k))*2+1
+(multi-rail), port 2 to even switch ceil(i/k)*2 (single-rail: one server), and
+every odd switch is cabled to every even switch.
+
+Each switch has k GPU ports and (n/k)*c fabric ports, where c is the number of
+parallel cables per odd-even pair. The fabric is non-blocking when
+(n/k)*c == k, so by default c = k^2/n when that is a whole number >= 1, and 1
+otherwise; the oversubscription ratio k : (n/k)*c is always reported.
+"""
+
+from __future__ import annotations
+
+from testbed.errors import TestbedError
+from testbed.fabric.topology import Fabric, FabricBuilder
+
+
+def _positive_int(name: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise TestbedError(f"{name}={value!r} is invalid: expected a whole number >= 1")
+    return value
+
+
+def default_cables(n_gpus: int, gpus_per_switch: int) -> int:
+    """k^2/n parallel cables when that is an integer >= 1 (non-blocking), else 1."""
+    k2 = gpus_per_switch * gpus_per_switch
+    return k2 // n_gpus if k2 % n_gpus == 0 and k2 >= n_gpus else 1
+
+
+def odd_switch_of(gpu: int, n_gpus: int, gpus_per_switch: int) -> int:
+    """Number of the odd switch GPU ``gpu``'s port 1 connects to."""
+    return ((gpu - 1) % (n_gpus // gpus_per_switch)) * 2 + 1
+
+
+def even_switch_of(gpu: int, gpus_per_switch: int) -> int:
+    """Number of the even switch GPU ``gpu``'s port 2 connects to: ceil(i/k)*2."""
+    return -(-gpu // gpus_per_switch) * 2
+
+
+def build_zcube(n_gpus: int, gpus_per_switch: int, cables: int | None = None) -> Fabric:
+    n = _positive_int("gpus", n_gpus)
+    k = _positive_int("gpus-per-switch", gpus_per_switch)
+    if n % k:
+        raise TestbedError(
+            f"gpus={n} is not divisible by gpus-per-switch={k}: ZCube needs n/k whole switches per group"
+        )
+    groups = n // k  # switches per group; n/k >= 1 holds since n >= k here
+    if cables is None:
+        c = default_cables(n, k)
+    else:
+        c = _positive_int("cables", cables)
+        if c > k:
+            raise TestbedError(
+                f"cables={c} leaves links unused: each odd-even cable carries traffic to k={k} "
+                f"destination ports picked by destination, so at most {k} cables per pair are used"
+            )
+    b = FabricBuilder()
+    radix = k + groups * c
+    for j in range(1, 2 * groups + 1):
+        b.add_switch(f"sw{j}", dpid=j, role="odd" if j % 2 else "even", radix=radix)
+    for i in range(1, n + 1):
+        b.connect_gpu(i, 1, f"sw{odd_switch_of(i, n, k)}")
+    for i in range(1, n + 1):
+        b.connect_gpu(i, 2, f"sw{even_switch_of(i, k)}")
+    for odd in range(1, 2 * groups, 2):
+        for even in range(2, 2 * groups + 1, 2):
+            b.connect_switches(f"sw{odd}", f"sw{even}", c)
+    return Fabric(
+        kind="zcube",
+        n_gpus=n,
+        params={"gpus": n, "gpus_per_switch": k, "cables": c},
+        switches=b.switches,
+        cables=b.cables,
+        oversubscription=k / (groups * c),
+    )

@@ -1,0 +1,87 @@
+import json
+import subprocess
+import sys
+
+import pytest
+
+from testbed.cli import main
+from testbed.fabric import build_fabric
+from testbed.fabric.cost import cost_of, cost_table
+
+
+def test_cost_counts_at_n32():
+    z = cost_of(build_fabric("zcube", gpus=32))
+    r = cost_of(build_fabric("roft", gpus=32))
+    assert (z.switches, z.host_cables, z.fabric_cables, z.transceivers) == (8, 64, 32, 192)
+    assert (r.switches, r.host_cables, r.fabric_cables, r.transceivers) == (12, 64, 64, 256)
+
+
+def test_cost_table_at_the_listed_scales():
+    rows = {row["gpus"]: row for row in cost_table()}
+    assert sorted(rows) == [32, 64, 1024, 16384]
+    assert rows[16384]["zcube"]["switches"] == 256 and rows[16384]["roft"]["switches"] == 384
+    assert rows[1024]["zcube"]["switches"] == 16 and rows[1024]["roft"]["switches"] == 24
+    for row in rows.values():
+        assert row["ratio"]["switches"] == pytest.approx(2 / 3, abs=1e-3)
+        assert row["ratio"]["fabric_transceivers"] == pytest.approx(0.5)
+        assert row["ratio"]["transceivers"] == pytest.approx(0.75)
+
+
+def run_cli(capsys, *argv):
+    status = main(list(argv))
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+@pytest.mark.parametrize("n,k", [(16, 4), (32, 8), (64, 8), (24, 6)])
+def test_plan_json_contract(capsys, n, k):
+    status, out, _ = run_cli(capsys, "plan", "zcube", "--gpus", str(n), "--gpus-per-switch", str(k), "--json")
+    doc = json.loads(out)
+    assert status == 0
+    assert {"fabric", "gpus", "nodes", "links", "cost"} <= set(doc)
+    assert {"switches", "cables", "transceivers"} <= set(doc["cost"])
+    assert doc["fabric"] == "zcube" and doc["gpus"] == n
+    nics = [link for link in doc["links"] if link["kind"] == "host"]
+    assert len(nics) == 2 * n
+    assert {"gpu1:p1", "gpu1:p2"} <= {link["a"] for link in nics}
+    assert all(link["b"].startswith("sw") for link in doc["links"])
+
+
+def test_plan_json_roft(capsys):
+    status, out, _ = run_cli(capsys, "plan", "roft", "--gpus", "32", "--json")
+    doc = json.loads(out)
+    assert doc["cost"]["switches"] == 12
+    ends = {link["b"] for link in doc["links"]} | {link["a"] for link in doc["links"]}
+    assert {"leaf1", "spine4"} <= ends
+
+
+def test_path_json_contract(capsys):
+    status, out, _ = run_cli(capsys, "path", "zcube", "--gpus", "32", "--gpus-per-switch", "8",
+                             "--src", "3", "--dst", "17", "--json")
+    doc = json.loads(out)
+    assert doc["paths"][0] | {} and {"src_port": 1, "dst_port": 2, "hops": ["sw5", "sw6"]}.items() <= doc["paths"][0].items()
+
+
+def test_graph_outputs(tmp_path, capsys):
+    for name in ("t.png", "t.dot", "t.mmd"):
+        status, _, _ = run_cli(capsys, "plan", "zcube", "--graph", str(tmp_path / name))
+        assert status == 0 and (tmp_path / name).stat().st_size > 100
+    assert (tmp_path / "t.png").read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["plan", "zcube", "--gpus", "30"],
+        ["plan", "zcube", "--gpus", "abc"],
+        ["plan", "hypercube"],
+        ["path", "zcube", "--src", "0", "--dst", "3"],
+        ["plan", "zcube", "--graph", "/tmp/x.jpg"],
+        ["plan", "zcube", "--cables", "9"],
+    ],
+)
+def test_bad_arguments_exit_2_with_one_line(argv):
+    proc = subprocess.run([sys.executable, "-m", "testbed", *argv], capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "Traceback" not in proc.stderr

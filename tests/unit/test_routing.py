@@ -1,0 +1,121 @@
+"""Routing tables: unique paths in ZCube, ECMP sets in ROFT, the path query."""
+
+import itertools
+
+import pytest
+
+from testbed.errors import TestbedError
+from testbed.fabric import addressing, build_fabric
+from testbed.fabric.routing import (
+    POLICIES,
+    ecmp_bucket,
+    egress_port_for,
+    forwarding_tables,
+    paths,
+    select_ports,
+    walk,
+)
+
+SIZES = [(16, 4), (32, 8), (64, 8), (16, 8), (8, 8), (32, 4)]
+
+
+@pytest.mark.parametrize("n,k", SIZES)
+def test_zcube_cross_plane_paths_are_unique_and_two_hops(n, k):
+    f = build_fabric("zcube", gpus=n, gpus_per_switch=k)
+    tables = forwarding_tables(f)
+    for src, dst in itertools.product(f.gpus(), repeat=2):
+        for sp, dp in ((1, 2), (2, 1)):
+            walks = walk(f, tables, (src, sp), (dst, dp))
+            assert len(walks) == 1, (src, dst, sp, dp)
+            hops, _ = walks[0]
+            assert hops == (f.switch_of(src, sp), f.switch_of(dst, dp))
+
+
+@pytest.mark.parametrize("n,k", SIZES)
+def test_zcube_every_table_entry_is_a_single_port_and_all_ports_reach(n, k):
+    f = build_fabric("zcube", gpus=n, gpus_per_switch=k)
+    tables = forwarding_tables(f)
+    assert all(len(hop.ports) == 1 for t in tables.values() for hop in t.values())
+    # same-plane destinations are reachable too (fallback transit, at most 3 switches)
+    for src, dst in [(1, n), (n, 1), (1, 1 + n // 2)]:
+        for p in (1, 2):
+            (hops, _), = walk(f, tables, (src, p), (dst, p))
+            assert len(hops) <= 3
+
+
+def test_zcube_parallel_cables_picked_by_destination_and_all_used():
+    f = build_fabric("zcube", gpus=32, gpus_per_switch=8)
+    tables = forwarding_tables(f)
+    used = set()
+    for dst in f.gpus():
+        ip = addressing.ip_of(dst, 2)
+        home = f.switch_of(dst, 2)
+        for odd in ("sw1", "sw3", "sw5", "sw7"):
+            port = tables[odd][ip].ports[0]
+            assert port in f.ports_towards(odd, home)
+            used.add((odd, port))
+    uplinks = {(s, p) for s in ("sw1", "sw3", "sw5", "sw7") for p, (peer, _) in f.switches[s].ports.items()
+               if not peer.startswith("gpu")}
+    assert used == uplinks  # no idle cable
+
+
+def test_zcube_path_example_from_the_cli_contract():
+    f = build_fabric("zcube", gpus=32, gpus_per_switch=8)
+    got = paths(f, 3, 17)
+    assert [(p.src_port, p.dst_port, p.hops, p.ecmp) for p in got] == [
+        (1, 2, ("sw5", "sw6"), False),
+        (2, 1, ("sw2", "sw1"), False),
+    ]
+
+
+@pytest.mark.parametrize("n,k", [(32, 8), (64, 8), (16, 4)])
+def test_roft_ecmp_over_every_spine_for_cross_rail(n, k):
+    f = build_fabric("roft", gpus=n, gpus_per_switch=k)
+    tables = forwarding_tables(f)
+    spines = sorted(s for s in f.switches if s.startswith("spine"))
+    for src, dst in [(1, 2), (3, n // 2 + 1), (8, n)]:
+        ps = paths(f, src, dst, "rail-out", tables)
+        if f.switch_of(src, 1) == f.switch_of(dst, 2):
+            assert [p.hops for p in ps] == [(f.switch_of(src, 1),)]
+            continue
+        assert sorted(p.hops[1] for p in ps) == spines
+        assert all(p.ecmp and len(p.hops) == 3 for p in ps)
+        leaf = f.switch_of(src, 1)
+        hop = tables[leaf][addressing.ip_of(dst, 2)]
+        assert hop.is_ecmp and len(hop.ports) == len(f.switches[leaf].ports) // 2
+
+
+def test_roft_same_rail_stays_on_the_leaf():
+    f = build_fabric("roft", gpus=32)
+    ps = paths(f, 1, 9)  # rank 0 of servers 1 and 2
+    assert all(p.hops == ("leaf1",) and not p.ecmp for p in ps)
+
+
+def test_railonly_has_no_cross_rail_path():
+    f = build_fabric("railonly", gpus=32)
+    with pytest.raises(TestbedError, match="no path"):
+        paths(f, 1, 2)
+
+
+def test_ecmp_hash_spreads_and_is_deterministic():
+    buckets = [ecmp_bucket(("10.1.0.1", "10.2.0.2", 6, 40000 + i, 5201), 4) for i in range(400)]
+    assert buckets == [ecmp_bucket(("10.1.0.1", "10.2.0.2", 6, 40000 + i, 5201), 4) for i in range(400)]
+    counts = [buckets.count(b) for b in range(4)]
+    assert min(counts) > 60  # roughly uniform, with collisions as in real hashing
+
+
+def test_policies():
+    for name in POLICIES:
+        choices = select_ports(1, 2, name)
+        assert sum(c.share for c in choices) == pytest.approx(1.0)
+        assert all(egress_port_for(c.dst_port) == c.src_port for c in choices)
+    with pytest.raises(TestbedError, match="expected one of"):
+        select_ports(1, 2, "random")
+    picks = {select_ports(s, d, "pair-hash")[0].src_port for s in range(1, 9) for d in range(1, 9)}
+    assert picks == {1, 2}
+
+
+def test_path_query_rejects_unknown_gpus():
+    f = build_fabric("zcube", gpus=16, gpus_per_switch=4)
+    with pytest.raises(TestbedError, match="dst=17"):
+        paths(f, 1, 17)
