@@ -128,6 +128,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_cost)
 
+    from testbed.emulation import cli as emulation_cli
+
+    emulation_cli.register(sub, add_fabric_options)
     return parser
 
 

@@ -11,8 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cached_property
 
-import networkx as nx
-
 from testbed.fabric import addressing
 
 
@@ -89,8 +87,10 @@ class Fabric:
     def fabric_cables(self) -> list[Cable]:
         return [c for c in self.cables if c.kind == "fabric"]
 
-    def graph(self) -> nx.MultiGraph:
-        """Switches and GPU NIC ports as a multigraph (one edge per cable)."""
+    def graph(self):
+        """Switches and GPU NIC ports as a networkx multigraph (one edge per cable)."""
+        import networkx as nx  # lazy: plain Mininet (mn --custom) runs without networkx
+
         g = nx.MultiGraph()
         for name, sw in self.switches.items():
             g.add_node(name, kind="switch", role=sw.role)

@@ -1,0 +1,285 @@
+"""Build and remove a planned datapath with netlink (pyroute2), one ovsdb
+transaction and one ``tc -batch`` per namespace, not a process per step.
+
+Everything made is recorded as it is made (``Created``), so a failure or
+Ctrl-C half way removes exactly what exists and nothing else.
+"""
+
+from __future__ import annotations
+
+import array
+import fcntl
+import json
+import os
+import socket
+import struct
+import subprocess
+import time
+from dataclasses import dataclass, field
+
+from pyroute2 import IPRoute
+
+from testbed.emulation import netns
+from testbed.emulation.plan import ALIAS, DatapathPlan, shaper_lines
+from testbed.errors import EnvironmentProblem
+
+SIOCETHTOOL = 0x8946
+# ETHTOOL_S{RXCSUM,TXCSUM,SG,TSO,GSO,GRO}
+_OFFLOAD_CMDS = (0x15, 0x17, 0x19, 0x1F, 0x24, 0x2C)
+OVS_SNDBUF_BYTES = 16 * 1024 * 1024
+
+
+def run(cmd: list[str], stdin: str | None = None, timeout: float = 120) -> str:
+    proc = subprocess.run(cmd, input=stdin, text=True, capture_output=True, timeout=timeout)
+    if proc.returncode:
+        raise EnvironmentProblem(f"{' '.join(cmd[:3])} failed: {proc.stderr.strip().splitlines()[-1:] or proc.returncode}")
+    return proc.stdout
+
+
+def offloads_off(names: list[str]) -> None:
+    """Checksum/segmentation offloads off: OVS userspace cannot take GSO frames."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        for name in names:
+            for cmd in _OFFLOAD_CMDS:
+                value = array.array("I", [cmd, 0])
+                ifr = struct.pack("16sP", name.encode(), value.buffer_info()[0])
+                try:
+                    fcntl.ioctl(sock, SIOCETHTOOL, ifr)
+                except OSError:
+                    pass
+    finally:
+        sock.close()
+
+
+def _write(path: str, value) -> None:
+    try:
+        with open(path, "w") as fh:
+            fh.write(str(value))
+    except OSError:
+        pass
+
+
+@dataclass
+class Created:
+    """What this run made, for exact teardown."""
+
+    netns: list[str] = field(default_factory=list)
+    links: list[str] = field(default_factory=list)  # root-namespace devices (one end per veth suffices)
+    ovs_bridges: list[str] = field(default_factory=list)
+    qos_uuid: str | None = None
+
+    def as_dict(self) -> dict:
+        return {"netns": self.netns, "links": self.links, "ovs_bridges": self.ovs_bridges, "qos_uuid": self.qos_uuid}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Created":
+        return cls(d.get("netns", []), d.get("links", []), d.get("ovs_bridges", []), d.get("qos_uuid"))
+
+
+def build(plan: DatapathPlan, controller_port: int, created: Created, timings: dict) -> None:
+    t0 = time.monotonic()
+    cfg = plan.config
+    os.makedirs(netns.NETNS_DIR, exist_ok=True)
+    for name in plan.netns_names:
+        if netns.exists(name):
+            raise EnvironmentProblem(f"network namespace {name} already exists: run 'testbed clean'")
+    run(["ip", "-batch", "-"], "".join(f"netns add {n}\n" for n in plan.netns_names))
+    created.netns.extend(plan.netns_names)
+    timings["netns_s"] = round(time.monotonic() - t0, 3)
+
+    t = time.monotonic()
+    ipr = IPRoute()
+    try:
+        for a, b, b_ns, b_mac in plan.veths:
+            if ipr.link_lookup(ifname=a):
+                raise EnvironmentProblem(f"interface {a} already exists: run 'testbed clean'")
+            peer = {"ifname": b, "mtu": cfg.mtu}
+            if b_ns:
+                peer["net_ns_fd"] = b_ns
+            if b_mac:
+                peer["address"] = b_mac
+            ipr.link("add", ifname=a, kind="veth", mtu=cfg.mtu, peer=peer)
+            created.links.append(a)
+        for br in plan.bridges:
+            ipr.link("add", ifname=br, kind="bridge", br_stp_state=0, br_forward_delay=0, br_ageing_time=0)
+            created.links.append(br)
+        lines = []
+        for br, slaves in plan.bridges.items():
+            feed = slaves[-1]
+            for dev in slaves:
+                lines.append(f"link set dev {dev} master {br}")
+            for dev in slaves[:-1]:
+                lines.append(f"link set dev {dev} type bridge_slave learning off flood off mcast_flood off bcast_flood off")
+            lines.append(f"link set dev {feed} type bridge_slave learning off flood on")
+        for dev in plan.root_devices:
+            lines.append(f"link set dev {dev} alias {ALIAS}")
+        run(["ip", "-batch", "-"], "\n".join(lines) + "\n")
+        offloads_off([d for d in plan.root_devices if d not in plan.bridges])
+        for dev in plan.root_devices:
+            _write(f"/proc/sys/net/ipv6/conf/{dev}/disable_ipv6", 1)
+            ipr.link("set", index=ipr.link_lookup(ifname=dev)[0], state="up")
+    finally:
+        ipr.close()
+    timings["links_s"] = round(time.monotonic() - t, 3)
+
+    t = time.monotonic()
+    for host in plan.hosts:
+        _configure_host(plan, host)
+    timings["hosts_s"] = round(time.monotonic() - t, 3)
+
+    t = time.monotonic()
+    _build_ovs(plan, controller_port, created)
+    timings["ovs_s"] = round(time.monotonic() - t, 3)
+
+    t = time.monotonic()
+    root_tc = []
+    for q in plan.queues:
+        if q.netns is None:
+            root_tc += shaper_lines(q.dev, cfg)
+    for far, target in plan.mirreds:
+        root_tc += [f"qdisc replace dev {far} handle ffff: ingress",
+                    f"filter add dev {far} parent ffff: protocol all prio 1 u32 match u32 0 0 "
+                    f"action mirred egress redirect dev {target}"]
+    procs = [_tc_batch(None, root_tc)]
+    by_ns: dict[str, list[str]] = {}
+    for q in plan.queues:
+        if q.netns:
+            by_ns.setdefault(q.netns, []).extend(shaper_lines(q.dev, cfg))
+    procs += [_tc_batch(ns, lines) for ns, lines in by_ns.items()]
+    for proc in procs:
+        _, err = proc.communicate(timeout=120)
+        if proc.returncode:
+            raise EnvironmentProblem(f"tc batch failed: {err.strip().splitlines()[-1:]}")
+    timings["queues_s"] = round(time.monotonic() - t, 3)
+
+
+def _tc_batch(ns: str | None, lines: list[str]) -> subprocess.Popen:
+    cmd = ["tc", "-force", "-batch", "-"] if ns is None else ["tc", "-force", "-n", ns, "-batch", "-"]
+    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc.stdin.write("\n".join(lines) + "\n")
+    proc.stdin.close()
+    proc.stdin = None
+    return proc
+
+
+def _configure_host(plan: DatapathPlan, host) -> None:
+    cfg = plan.config
+    with netns.inside(host.netns):
+        for key, value in (("ipv6/conf/all/disable_ipv6", 1), ("ipv6/conf/default/disable_ipv6", 1),
+                           ("ipv4/tcp_limit_output_bytes", cfg.tcp_limit_output_bytes)):
+            _write(f"/proc/sys/net/{key}", value)
+        offloads_off(list(host.nics.values()))
+        ipr = IPRoute()
+        try:
+            ipr.link("set", index=ipr.link_lookup(ifname="lo")[0], state="up")
+            idx = {p: ipr.link_lookup(ifname=n)[0] for p, n in host.nics.items()}
+            for port, index in idx.items():
+                ipr.link("set", index=index, state="up")
+                ipr.addr("add", index=index, address=host.addresses[port], prefixlen=16)
+            # hosts route by destination plane: to 10.2/16 out of port 1, to 10.1/16 out of port 2
+            for port in (1, 2):
+                ipr.route("del", dst=f"10.{port}.0.0", dst_len=16, oif=idx[port], table=254, proto=2, scope=253)
+            ipr.route("add", dst="10.2.0.0/16", oif=idx[1], prefsrc=host.addresses[1])
+            ipr.route("add", dst="10.1.0.0/16", oif=idx[2], prefsrc=host.addresses[2])
+            for ip, mac, via in host.neighbours:
+                ipr.neigh("add", dst=ip, lladdr=mac, ifindex=idx[via], state=0x80)  # permanent
+        finally:
+            ipr.close()
+
+
+def _build_ovs(plan: DatapathPlan, controller_port: int, created: Created) -> None:
+    for name in plan.ovs_ports:
+        existing = subprocess.run(["ovs-vsctl", "br-exists", name], capture_output=True).returncode == 0
+        if existing:
+            raise EnvironmentProblem(f"an Open vSwitch bridge named {name} already exists: run 'testbed clean' "
+                                     "(it removes only bridges this project made)")
+    cmd = ["ovs-vsctl", "--timeout=120", "--", "--id=@q", "create", "qos", "type=linux-noop",
+           f"external_ids:{ALIAS}=1"]
+    target = f"tcp:127.0.0.1:{controller_port}"
+    for name, ports in plan.ovs_ports.items():
+        dpid = plan.fabric.switches[name].dpid
+        cmd += ["--", "add-br", name, "--", "set", "bridge", name, "datapath_type=netdev", "fail_mode=secure",
+                "protocols=OpenFlow13", f"other_config:datapath-id={dpid:016x}",
+                "other_config:disable-in-band=true", f"external_ids:{ALIAS}=1"]
+        for dev, kind, of_port in ports:
+            cmd += ["--", "add-port", name, dev, "--", "set", "interface", dev, f"ofport_request={of_port}"]
+            if kind == "afxdp":
+                cmd += ["type=afxdp", "options:xdp-mode=generic"]
+            else:
+                cmd += ["--", "set", "port", dev, "qos=@q"]
+        cmd += ["--", "set-controller", name, target,
+                "--", "set", "controller", name, "connection_mode=out-of-band", "max_backoff=1000"]
+        created.ovs_bridges.append(name)
+    run(cmd, timeout=180)
+    out = run(["ovs-vsctl", "--format=json", "--columns=_uuid,external_ids", "list", "qos"])
+    for uuid, ids in json.loads(out)["data"]:
+        if [ALIAS, "1"] in ids[1]:
+            created.qos_uuid = uuid[1]
+
+
+def wait_ovs_ports(plan: DatapathPlan, timeout: float = 60) -> None:
+    """Until every OVS interface we added has its OpenFlow port and no error."""
+    names = {dev for ports in plan.ovs_ports.values() for dev, _, _ in ports}
+    deadline = time.monotonic() + timeout
+    bad: list = []
+    while time.monotonic() < deadline:
+        out = run(["ovs-vsctl", "--format=json", "--columns=name,error,ofport", "list", "interface"])
+        rows = [r for r in json.loads(out)["data"] if r[0] in names]
+        bad = [r for r in rows if r[2] in (-1, ["set", []]) or (r[1] and r[1] != ["set", []])]
+        if len(rows) == len(names) and not bad:
+            return
+        time.sleep(0.2)
+    raise EnvironmentProblem(f"Open vSwitch ports not ready after {timeout:.0f} s: {bad[:3]}")
+
+
+# ------------------------------------------------------------------ teardown
+def teardown(created: Created) -> dict:
+    """Remove exactly what ``created`` lists (in-netns processes first)."""
+    timings = {}
+    t = time.monotonic()
+    for pid in netns.pids_in(created.netns):
+        try:
+            os.kill(pid, 9)
+        except OSError:
+            pass
+    if created.ovs_bridges:
+        cmd = ["ovs-vsctl", "--timeout=60"]
+        for br in created.ovs_bridges:
+            cmd += ["--", "--if-exists", "del-br", br]
+        subprocess.run(cmd, capture_output=True, timeout=120)
+    if created.qos_uuid:
+        subprocess.run(["ovs-vsctl", "--if-exists", "destroy", "qos", created.qos_uuid], capture_output=True)
+    timings["ovs_s"] = round(time.monotonic() - t, 3)
+    t = time.monotonic()
+    if created.netns:
+        subprocess.run(["ip", "-force", "-batch", "-"], input="".join(f"netns delete {n}\n" for n in created.netns),
+                       text=True, capture_output=True)
+    ipr = IPRoute()
+    try:
+        for dev in created.links:
+            for index in ipr.link_lookup(ifname=dev):
+                try:
+                    ipr.link("del", index=index)
+                except Exception:  # peer already gone with its twin
+                    pass
+    finally:
+        ipr.close()
+    timings["links_s"] = round(time.monotonic() - t, 3)
+    return timings
+
+
+def ovs_send_buffer_ok() -> int | None:
+    """Send-buffer size of ovs-vswitchd's AF_PACKET socket (None: not yet made)."""
+    pid = subprocess.run(["pidof", "ovs-vswitchd"], capture_output=True, text=True).stdout.split()
+    if not pid:
+        raise EnvironmentProblem("Open vSwitch is not running: start it with scripts/setup.sh")
+    out = subprocess.run(["ss", "-0", "-a", "-m", "-p"], capture_output=True, text=True).stdout
+    sizes = []
+    text = out.replace("\n\t", " ")
+    for line in text.splitlines():
+        if f"pid={pid[0]}," in line and "skmem:(" in line:
+            for part in line.split("skmem:(")[1].split(")")[0].split(","):
+                if part.startswith("tb"):
+                    sizes.append(int(part[2:]))
+    return max(sizes) if sizes else None

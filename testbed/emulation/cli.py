@@ -1,0 +1,156 @@
+"""CLI verbs of the emulated fabric: up, down, exec, cli, status, clean."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+
+from testbed import scale
+from testbed.errors import TestbedError
+
+_RATE_UNITS = {"": 1e6, "k": 1e3, "kbit": 1e3, "m": 1e6, "mbit": 1e6, "g": 1e9, "gbit": 1e9}
+_SIZE_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1024, "m": 1e6, "mb": 1e6, "mib": 1 << 20}
+
+
+def parse_rate(text: str) -> float:
+    """'2' (Mbit/s), '2mbit', '500k', '1g' -> bit/s."""
+    m = re.fullmatch(r"\s*([0-9.]+)\s*([a-zA-Z]*)\s*", str(text))
+    if not m or m.group(2).lower() not in _RATE_UNITS:
+        raise TestbedError(f"rate {text!r} is not understood: expected e.g. 2mbit, 500kbit, 2 (Mbit/s)")
+    return float(m.group(1)) * _RATE_UNITS[m.group(2).lower()]
+
+
+def parse_size(text: str) -> int:
+    m = re.fullmatch(r"\s*([0-9.]+)\s*([a-zA-Z]*)\s*", str(text))
+    if not m or m.group(2).lower() not in _SIZE_UNITS:
+        raise TestbedError(f"size {text!r} is not understood: expected bytes, e.g. 60000, 60kb, 64KiB")
+    return int(float(m.group(1)) * _SIZE_UNITS[m.group(2).lower()])
+
+
+def fabric_kwargs(args) -> dict:
+    if args.fabric == "zcube":
+        return {"kind": "zcube", "gpus": args.gpus, "gpus_per_switch": args.gpus_per_switch, "cables": args.cables}
+    return {"kind": args.fabric, "gpus": args.gpus, "gpus_per_switch": args.gpus_per_switch,
+            "gpus_per_server": args.gpus_per_server, "radix": args.radix}
+
+
+def datapath_config(args):
+    from testbed.emulation.plan import DatapathConfig
+
+    return DatapathConfig(rate_bps=parse_rate(args.rate), mtu=args.mtu, buffer_bytes=parse_size(args.buffer),
+                          burst_bytes=parse_size(args.burst)).validate()
+
+
+def add_link_options(p) -> None:
+    p.add_argument("--rate", default=f"{scale.DEFAULT_RATE_BPS / 1e6:g}mbit",
+                   help=f"link rate (default {scale.DEFAULT_RATE_BPS / 1e6:g}mbit, standing for 400 Gbit/s)")
+    p.add_argument("--buffer", default=str(scale.DEFAULT_BUFFER_BYTES), help="queue buffer per port, bytes")
+    p.add_argument("--burst", default=str(scale.DEFAULT_BURST_BYTES), help="shaper burst, bytes")
+    p.add_argument("--mtu", type=int, default=scale.DEFAULT_MTU)
+
+
+def cmd_up(args) -> int:
+    from testbed.emulation import fabricctl
+
+    miswire = tuple(args.miswire.split(",")) if args.miswire else None
+    if miswire and len(miswire) != 2:
+        raise TestbedError(f"--miswire {args.miswire!r}: expected two switch ports, e.g. sw1-eth9,sw1-eth11")
+    st = fabricctl.up(fabric_kwargs(args) | {"kind": args.fabric}, datapath_config(args), miswire,
+                      log=lambda m: print(m, file=sys.stderr))
+    t = st["timings"]
+    print(f"{args.fabric} with {args.gpus} GPUs is up in {t['up_s']:.1f} s "
+          f"({len(st['queues'])} queues at {st['config']['rate_bps'] / 1e6:g} Mbit/s, controller pid {st['controller_pid']})")
+    for w in st["warnings"]:
+        print(f"WARNING: {w}", file=sys.stderr)
+    return 0
+
+
+def cmd_down(args) -> int:
+    from testbed.emulation import fabricctl
+
+    t = fabricctl.down()
+    print(f"down in {t['down_s']:.1f} s")
+    return 0
+
+
+def cmd_exec(args) -> int:
+    from testbed.emulation import fabricctl
+
+    fabricctl.require_root()
+    argv = fabricctl.exec_argv(args.host, args.command[1:] if args.command[:1] == ["--"] else args.command)
+    sys.stdout.flush()
+    os.execvp(argv[0], argv)
+    return 127  # pragma: no cover
+
+
+def cmd_status(args) -> int:
+    from testbed.emulation import fabricctl
+
+    doc = fabricctl.status()
+    if args.json:
+        print(json.dumps(doc, indent=1))
+        return 0
+    f, c = doc["fabric"], doc["controller"]
+    print(f"{f['kind']} {f['gpus']} GPUs, {doc['config']['rate_bps'] / 1e6:g} Mbit/s links; controller pid "
+          f"{c['pid']} {'alive' if c['alive'] else 'DEAD'}, {c['switches_verified']}/{c['switches']} switches "
+          f"verified, {c['miss_packets']} table-miss packets")
+    busy = [q for q in doc["queues"] if q.get("backlog") or q.get("drops")]
+    print(f"{len(doc['queues'])} queues; {len(busy)} with backlog or drops:")
+    for q in sorted(busy, key=lambda q: -q.get("backlog", 0))[:40]:
+        print(f"  {q['queue']:<12} -> {q['towards']:<10} backlog {q['backlog']:>7} B  qlen {q['qlen']:>4}  "
+              f"drops {q['drops']}")
+    return 0
+
+
+def cmd_clean(args) -> int:
+    from testbed.emulation import fabricctl
+
+    removed = fabricctl.clean()
+    print(f"removed {len(removed)} items" + (": " + ", ".join(removed[:12]) + (" ..." if len(removed) > 12 else "")
+                                             if removed else ""))
+    return 0
+
+
+def cmd_cli(args) -> int:
+    from testbed.emulation import fabricctl, attach
+
+    fabricctl.require_root()
+    attach.run_cli(fabricctl.require_state())
+    return 0
+
+
+def register(sub, add_fabric_options) -> None:
+    from testbed.fabric import FABRICS
+
+    p = sub.add_parser("up", help="build a fabric, program it, verify it, leave it running")
+    p.add_argument("fabric", choices=FABRICS)
+    add_fabric_options(p)
+    add_link_options(p)
+    p.add_argument("--miswire", help=argparse_suppress())
+    p.set_defaults(func=cmd_up)
+
+    p = sub.add_parser("down", help="tear the running fabric down")
+    p.set_defaults(func=cmd_down)
+
+    p = sub.add_parser("exec", help="run a command in an emulated GPU: exec gpu3 -- ping -c1 10.2.0.17")
+    p.add_argument("host")
+    p.add_argument("command", nargs="...")
+    p.set_defaults(func=cmd_exec)
+
+    p = sub.add_parser("cli", help="Mininet's CLI on the running fabric")
+    p.set_defaults(func=cmd_cli)
+
+    p = sub.add_parser("status", help="live queue depths, drops and controller health")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("clean", help="remove everything this project left behind (and nothing else)")
+    p.set_defaults(func=cmd_clean)
+
+
+def argparse_suppress():
+    import argparse
+
+    return argparse.SUPPRESS

@@ -1,0 +1,166 @@
+"""What the emulated datapath is made of, computed from the fabric model alone.
+
+Design (measured, see README "Datapath"): OVS userspace switches whose ports
+only transmit or only receive.
+
+* Transmit: every switch port of the model is an OVS ``system`` port (the
+  model's OpenFlow port number) on one end of a veth pair. OVS sends on it
+  through AF_PACKET, which passes the device qdisc, so the switch's egress
+  queue lives there: htb (rate R, burst) with a byte-limited bfifo leaf.
+  OVS is kept off that qdisc with a ``linux-noop`` QoS row.
+* Receive: all receive ends of a switch are ports of one Linux bridge
+  (learning and flooding off, except towards the switch) feeding the switch's
+  single ``afxdp`` port. One PMD thread polls every switch; the slow main
+  thread polls nothing busy. (in_port is the same for all packets; routing is
+  by destination only, so nothing needs it.)
+* Switch to GPU: the transmit veth's far end redirects (tc mirred) into the
+  GPU link, whose other end is the GPU's NIC port in its namespace.
+* GPU NIC queue: htb + bfifo on the NIC port inside the namespace.
+
+Names (all at most 15 characters; every device carries the ifalias
+``zcube-testbed`` so ``clean`` finds exactly what we made):
+  netns ``tb-gpu<i>``; NIC ``gpu<i>-p<p>`` (in the netns) with root-side end
+  ``gpu<i>-p<p>u``; switch transmit port ``<sw>-eth<n>`` with far end
+  ``<sw>-eth<n>r``; receive bridge ``<sw>-rx`` and its veth ``<sw>-rxa`` /
+  ``<sw>-rxp`` (the afxdp port).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from testbed import scale
+from testbed.errors import TestbedError
+from testbed.fabric import Fabric, addressing
+from testbed.fabric.routing import egress_port_for
+
+ALIAS = "zcube-testbed"
+RX_OFPORT = 1000
+NETNS_PREFIX = "tb-"
+MAX_AFXDP_MTU = 3500  # AF_XDP frames in OVS are 4 KB
+
+
+@dataclass(frozen=True)
+class DatapathConfig:
+    rate_bps: float = scale.DEFAULT_RATE_BPS
+    mtu: int = scale.DEFAULT_MTU
+    buffer_bytes: int = scale.DEFAULT_BUFFER_BYTES
+    burst_bytes: int = scale.DEFAULT_BURST_BYTES
+    tcp_limit_output_bytes: int = 8000
+
+    def validate(self) -> "DatapathConfig":
+        if not 1e4 <= self.rate_bps <= 1e9:
+            raise TestbedError(f"rate {self.rate_bps:g} bit/s is out of range: expected 10kbit .. 1gbit")
+        if not 576 <= self.mtu <= MAX_AFXDP_MTU:
+            raise TestbedError(f"mtu {self.mtu} is out of range: expected 576 .. {MAX_AFXDP_MTU} "
+                               "(AF_XDP frames in OVS are 4 KB)")
+        if self.burst_bytes < self.mtu + 14:
+            raise TestbedError(f"burst {self.burst_bytes} B is smaller than one frame ({self.mtu + 14} B)")
+        if self.buffer_bytes < 2 * (self.mtu + 14):
+            raise TestbedError(f"buffer {self.buffer_bytes} B holds fewer than two frames of "
+                               f"{self.mtu + 14} B: expected at least {2 * (self.mtu + 14)}")
+        return self
+
+
+@dataclass(frozen=True)
+class Queue:
+    """An observable egress queue: the bfifo under htb on ``dev`` (in ``netns``)."""
+
+    qid: str  # "sw1:9" (switch:port) or "gpu3:p1" (NIC port)
+    kind: str  # "switch" or "nic"
+    dev: str
+    netns: str | None
+    towards: str  # what the queue feeds: "sw2", "gpu3:p1", ...
+
+
+@dataclass
+class HostPlan:
+    gpu: int
+    netns: str
+    nics: dict[int, str]  # port -> interface name in the netns
+    addresses: dict[int, str]
+    neighbours: list[tuple[str, str, int]]  # (ip, mac, via port)
+
+
+@dataclass
+class DatapathPlan:
+    fabric: Fabric
+    config: DatapathConfig
+    veths: list[tuple[str, str, str | None, str | None]] = field(default_factory=list)  # a, b, b_netns, b_mac
+    bridges: dict[str, list[str]] = field(default_factory=dict)  # bridge -> slaves (last one feeds OVS)
+    ovs_ports: dict[str, list[tuple[str, str, int]]] = field(default_factory=dict)  # sw -> (dev, type, ofport)
+    mirreds: list[tuple[str, str]] = field(default_factory=list)  # ingress of a -> egress of b
+    queues: list[Queue] = field(default_factory=list)
+    hosts: list[HostPlan] = field(default_factory=list)
+
+    @property
+    def netns_names(self) -> list[str]:
+        return [h.netns for h in self.hosts]
+
+    @property
+    def root_devices(self) -> list[str]:
+        devs = [a for a, _, _, _ in self.veths] + [b for _, b, ns, _ in self.veths if ns is None]
+        return devs + list(self.bridges)
+
+
+def netns_of(gpu: int) -> str:
+    return f"{NETNS_PREFIX}gpu{gpu}"
+
+
+def plan_datapath(fabric: Fabric, config: DatapathConfig | None = None) -> DatapathPlan:
+    cfg = (config or DatapathConfig()).validate()
+    plan = DatapathPlan(fabric, cfg)
+    for name in fabric.switches:
+        plan.ovs_ports[name] = [(f"{name}-rxp", "afxdp", RX_OFPORT)]
+        plan.bridges[f"{name}-rx"] = []
+        plan.veths.append((f"{name}-rxa", f"{name}-rxp", None, None))
+
+    for gpu in fabric.gpus():
+        ns = netns_of(gpu)
+        host = HostPlan(gpu, ns, {}, {}, [])
+        for port in (1, 2):
+            nic = addressing.host_intf(gpu, port)
+            up = f"{nic}u"
+            switch, of_port = fabric.attachment[(gpu, port)]
+            plan.veths.append((up, nic, ns, addressing.mac_of(gpu, port)))
+            plan.bridges[f"{switch}-rx"].append(up)  # GPU -> switch
+            host.nics[port] = nic
+            host.addresses[port] = addressing.ip_of(gpu, port)
+            plan.queues.append(Queue(f"gpu{gpu}:p{port}", "nic", nic, ns, switch))
+        for other in fabric.gpus():
+            if other != gpu:
+                for dst_port in (1, 2):
+                    host.neighbours.append((addressing.ip_of(other, dst_port), addressing.mac_of(other, dst_port),
+                                            egress_port_for(dst_port)))
+        plan.hosts.append(host)
+
+    for name, sw in fabric.switches.items():
+        for of_port, (peer, peer_port) in sorted(sw.ports.items()):
+            tx = addressing.switch_intf(name, of_port)
+            far = f"{tx}r"
+            plan.veths.append((tx, far, None, None))
+            plan.ovs_ports[name].append((tx, "system", of_port))
+            if peer.startswith("gpu"):
+                gpu = int(peer[3:])
+                plan.mirreds.append((far, f"{addressing.host_intf(gpu, peer_port)}u"))
+                plan.queues.append(Queue(f"{name}:{of_port}", "switch", tx, None, f"gpu{gpu}:p{peer_port}"))
+            else:
+                plan.bridges[f"{peer}-rx"].append(far)
+                plan.queues.append(Queue(f"{name}:{of_port}", "switch", tx, None, peer))
+    for name in fabric.switches:
+        plan.bridges[f"{name}-rx"].append(f"{name}-rxa")
+    for dev in plan.root_devices:
+        if len(dev) > 15:
+            raise TestbedError(f"interface name {dev!r} is longer than 15 characters: fabric too large to emulate")
+    return plan
+
+
+def shaper_lines(dev: str, cfg: DatapathConfig) -> list[str]:
+    """tc batch lines: htb at the link rate with a bfifo leaf (the queue)."""
+    rate = f"{cfg.rate_bps / 1e3:g}kbit"
+    return [
+        f"qdisc replace dev {dev} root handle 1: htb default 1",
+        f"class add dev {dev} parent 1: classid 1:1 htb rate {rate} ceil {rate} "
+        f"burst {cfg.burst_bytes} cburst {cfg.burst_bytes} quantum {cfg.mtu + 14}",
+        f"qdisc add dev {dev} parent 1:1 handle 10: bfifo limit {cfg.buffer_bytes}",
+    ]

@@ -1,0 +1,23 @@
+"""The one scale model: an emulated link stands for a real one.
+
+The default emulated link rate is the highest at which the fidelity benchmark
+held its targets at n=32 on a 2-core machine (see README, "Fidelity"); one
+such link stands for a 400 Gbit/s port. Bytes are scaled by the same factor
+(``bytes_scale``) and times stay real, so a transfer of B real bytes over a
+real 400G link takes as long as B / bytes_scale emulated bytes over the
+emulated link.
+"""
+
+REAL_LINK_BPS = 400e9
+DEFAULT_RATE_BPS = 2e6
+DEFAULT_MTU = 1500
+# Buffers cannot be scaled by bytes or by time (either gives far less than one
+# packet); they are sized in packets, like a shallow switch buffer of ~40 MTUs
+# per port, and must hold at least twice the shaper's burst.
+DEFAULT_BUFFER_BYTES = 60000
+DEFAULT_BURST_BYTES = 15000
+
+
+def bytes_scale(rate_bps: float = DEFAULT_RATE_BPS, real_bps: float = REAL_LINK_BPS) -> float:
+    """Real bytes per emulated byte."""
+    return real_bps / rate_bps
