@@ -9,13 +9,13 @@ emulated link.
 """
 
 REAL_LINK_BPS = 400e9
-DEFAULT_RATE_BPS = 2e6
-DEFAULT_MTU = 1500
+DEFAULT_RATE_BPS = 3e6
+DEFAULT_MTU = 3000
 # Buffers cannot be scaled by bytes or by time (either gives far less than one
 # packet); they are sized in packets, like a shallow switch buffer of ~40 MTUs
 # per port, and must hold at least twice the shaper's burst.
 DEFAULT_BUFFER_BYTES = 60000
-DEFAULT_BURST_BYTES = 15000
+DEFAULT_BURST_BYTES = 18000
 
 
 def bytes_scale(rate_bps: float = DEFAULT_RATE_BPS, real_bps: float = REAL_LINK_BPS) -> float:

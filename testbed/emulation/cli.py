@@ -121,6 +121,49 @@ def cmd_cli(args) -> int:
     return 0
 
 
+def cmd_bench(args) -> int:
+    from testbed.bench import fidelity
+    from testbed.emulation import fabricctl
+
+    fabricctl.require_root()
+    fabricctl.require_ovs()
+    if args.bench != "fidelity":
+        raise TestbedError(f"benchmark {args.bench!r} is unknown: expected fidelity")
+    if args.fabric is None:
+        raise TestbedError("bench fidelity needs a fabric: zcube or roft")
+    fargs = fabric_kwargs(args) | {"kind": args.fabric}
+    cfg = datapath_config(args)
+    log = (lambda m: print(m, file=sys.stderr))
+    if args.sweep:
+        rates = [parse_rate(r) for r in args.sweep.split(",")]
+        doc = fidelity.sweep(fargs, cfg, rates, args.duration, args.omit, log)
+        if args.json:
+            print(json.dumps(doc, indent=1))
+        else:
+            best = doc["highest_rate_at_fidelity_bps"]
+            print(f"capacity at fidelity: {doc['capacity_at_fidelity_bps'] / 1e6:.1f} Mbit/s total goodput"
+                  + (f" at {best / 1e6:g} Mbit/s links" if best else " (no rate met the targets)"))
+        return 0
+    doc = fidelity.bench(fargs, cfg, args.duration, args.omit, log)
+    if args.json:
+        print(json.dumps(doc, indent=1))
+        return 0
+    for f in doc["flows"]:
+        print(f"  {f['src']:>6}:p{f['src_port']} -> {f['dst']:<6}:p{f['dst_port']}  goodput {f['goodput_bps'] / 1e6:6.3f}"
+              f"  ideal {f['ideal_bps'] / 1e6:6.3f} Mbit/s  ratio {f['ratio']:.3f}")
+    s = doc["summary"]
+    p = s["permutation"]
+    print(f"{args.fabric} n={args.gpus} at {s['rate_bps'] / 1e6:g} Mbit/s, MTU {s['mtu']}: permutation median "
+          f"{p['median_ratio']:.3f}, min {p['min_ratio']:.3f}, aggregate {p['aggregate_goodput_bps'] / 1e6:.1f} Mbit/s, "
+          f"{p['retransmits']} retransmits, {s['drops']} queue drops")
+    print(f"CPU: ovs-vswitchd {s['cpu']['ovs_vswitchd_cores']:.2f} cores, machine {s['cpu']['machine_busy_fraction']:.0%} busy"
+          f"; bring-up {s.get('bringup_s')} s, teardown {s.get('teardown_s')} s")
+    if s["cpu_saturated"]:
+        print("FIDELITY WARNING: the emulator saturated the CPU; these numbers are not a result", file=sys.stderr)
+    print("targets (median >= 0.95, min >= 0.85, not saturated): " + ("met" if s["targets_met"] else "MISSED"))
+    return 0
+
+
 def register(sub, add_fabric_options) -> None:
     from testbed.fabric import FABRICS
 
@@ -145,6 +188,17 @@ def register(sub, add_fabric_options) -> None:
     p = sub.add_parser("status", help="live queue depths, drops and controller health")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("bench", help="benchmarks: bench fidelity zcube|roft [--sweep 2,3,4]")
+    p.add_argument("bench", choices=["fidelity"])
+    p.add_argument("fabric", nargs="?", choices=FABRICS)
+    add_fabric_options(p)
+    add_link_options(p)
+    p.add_argument("--duration", type=int, default=16, help="seconds of traffic (default 16)")
+    p.add_argument("--omit", type=int, default=3, help="seconds of slow start left out (default 3)")
+    p.add_argument("--sweep", help="comma-separated link rates, e.g. 2,3,4,5 (Mbit/s)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_bench)
 
     p = sub.add_parser("clean", help="remove everything this project left behind (and nothing else)")
     p.set_defaults(func=cmd_clean)

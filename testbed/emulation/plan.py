@@ -46,7 +46,7 @@ class DatapathConfig:
     mtu: int = scale.DEFAULT_MTU
     buffer_bytes: int = scale.DEFAULT_BUFFER_BYTES
     burst_bytes: int = scale.DEFAULT_BURST_BYTES
-    tcp_limit_output_bytes: int = 8000
+    tcp_limit_output_bytes: int = 0  # 0: two frames (TSQ; keeps hosts from flooding their own NIC queue)
 
     def validate(self) -> "DatapathConfig":
         if not 1e4 <= self.rate_bps <= 1e9:
@@ -59,6 +59,8 @@ class DatapathConfig:
         if self.buffer_bytes < 2 * (self.mtu + 14):
             raise TestbedError(f"buffer {self.buffer_bytes} B holds fewer than two frames of "
                                f"{self.mtu + 14} B: expected at least {2 * (self.mtu + 14)}")
+        if not self.tcp_limit_output_bytes:
+            object.__setattr__(self, "tcp_limit_output_bytes", 2 * (self.mtu + 50))
         return self
 
 

@@ -7,7 +7,7 @@ query walks them, so what the tests check is what gets installed.
 ZCube: every destination port is reached from the opposite switch group over
 one direct odd-even link, so from any switch of the other group the shortest
 path is unique; with parallel cables the cable is picked by destination
-(``gpu mod c``). A destination in the same group is not on any policy's path
+(``zcube_cable``). A destination in the same group is not on any policy's path
 (hosts send across planes, see ``addressing``); the tables still reach it
 over one fixed transit switch (the destination GPU's own switch of the other
 group) so a manual ping works.
@@ -97,6 +97,18 @@ def forwarding_tables(fabric: Fabric) -> ForwardingTables:
     raise TestbedError(f"fabric kind {fabric.kind!r} has no routing")
 
 
+def zcube_cable(f: Fabric, gpu: int, n_cables: int) -> int:
+    """Which of the parallel odd-even cables carries traffic to ``gpu``.
+
+    The GPUs of one switch that are reached from one switch of the other group
+    are k/(n/k) = cables apart in local rank ((gpu-1) mod k) // (n/k), so this
+    gives each of them its own cable when the fabric is non-blocking.
+    """
+    k = f.params["gpus_per_switch"]
+    groups = f.n_gpus // k
+    return ((gpu - 1) % k) // groups % n_cables
+
+
 def _zcube_tables(f: Fabric) -> ForwardingTables:
     tables: ForwardingTables = {name: {} for name in f.switches}
     for (gpu, port), (home, home_port) in sorted(f.attachment.items()):
@@ -109,10 +121,10 @@ def _zcube_tables(f: Fabric) -> ForwardingTables:
                 hop = home_port
             elif sw.role != home_role:
                 cables = f.ports_towards(name, home)
-                hop = cables[gpu % len(cables)]
+                hop = cables[zcube_cable(f, gpu, len(cables))]
             else:
                 cables = f.ports_towards(name, transit)
-                hop = cables[gpu % len(cables)]
+                hop = cables[zcube_cable(f, gpu, len(cables))]
             tables[name][dst] = NextHop((hop,))
     return tables
 
