@@ -114,11 +114,8 @@ def cmd_clean(args) -> int:
 
 
 def cmd_cli(args) -> int:
-    from testbed.emulation import fabricctl, attach
-
-    fabricctl.require_root()
-    attach.run_cli(fabricctl.require_state())
-    return 0
+    raise TestbedError("'testbed cli' (Mininet CLI on the running fabric) is not implemented yet: "
+                       "use 'testbed exec gpuN -- CMD'")
 
 
 def cmd_bench(args) -> int:
