@@ -97,12 +97,18 @@ class FabricController(BaseApp):
         self.threads.append(compat.hub.spawn(self._housekeeping))
 
     # ---------------------------------------------------------- programming
+    def _program_of(self, dp):
+        """The program of a connected switch; None (logged) for a datapath not in the fabric."""
+        program = self.by_dpid.get(dp.id)
+        if program is None:
+            self.logger.warning("unknown datapath %016x; ignored", dp.id)
+        return program
+
     @set_ev_cls(ofp_event.EventOFPSwitchFeatures, CONFIG_DISPATCHER)
     def switch_features(self, ev):
         dp = ev.msg.datapath
-        program = self.by_dpid.get(dp.id)
+        program = self._program_of(dp)
         if program is None:
-            self.logger.warning("unknown datapath %016x connected; ignored", dp.id)
             return
         self.datapaths[dp.id] = dp
         st = self.state[program.switch]
@@ -138,7 +144,7 @@ class FabricController(BaseApp):
     @set_ev_cls(ofp_event.EventOFPBarrierReply, MAIN_DISPATCHER)
     def barrier_reply(self, ev):
         dp = ev.msg.datapath
-        program = self.by_dpid.get(dp.id)
+        program = self._program_of(dp)
         if program is None:
             return
         self.state[program.switch]["installed"] = True
@@ -159,7 +165,7 @@ class FabricController(BaseApp):
     @set_ev_cls(ofp_event.EventOFPFlowStatsReply, MAIN_DISPATCHER)
     def flow_stats_reply(self, ev):
         dp = ev.msg.datapath
-        program = self.by_dpid.get(dp.id)
+        program = self._program_of(dp)
         if program is None:
             return
         self._flow_parts.setdefault(dp.id, []).extend(ev.msg.body)

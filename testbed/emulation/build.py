@@ -269,7 +269,7 @@ def teardown(created: Created) -> dict:
     return timings
 
 
-def ovs_send_buffer_ok() -> int | None:
+def ovs_send_buffer_bytes() -> int | None:
     """Send-buffer size of ovs-vswitchd's AF_PACKET socket (None: not yet made)."""
     pid = subprocess.run(["pidof", "ovs-vswitchd"], capture_output=True, text=True).stdout.split()
     if not pid:

@@ -132,7 +132,7 @@ def up(fabric_args: dict, config: DatapathConfig, miswire: tuple[str, str] | Non
         _first_send(plan)
         if restore_wmem is not None:
             build._write("/proc/sys/net/core/wmem_default", restore_wmem)
-        if (build.ovs_send_buffer_ok() or 0) < build.OVS_SNDBUF_BYTES // 2:
+        if (build.ovs_send_buffer_bytes() or 0) < build.OVS_SNDBUF_BYTES // 2:
             st["warnings"].append("ovs-vswitchd's AF_PACKET send buffer is small: switch queues will drop "
                                   "silently inside OVS; restart OVS with no other bridges to fix")
         st["controller_status"] = {"miss_packets": status["miss_packets"], "cabling": status["cabling"]}
@@ -217,7 +217,7 @@ def _prepare_ovs_send_buffer(st: dict) -> str | None:
     default send buffer, which silently drops once ~90 packets sit in the
     switch queues. The socket is made on the first send, with wmem_default:
     raise it until then (returns the value to restore)."""
-    current = build.ovs_send_buffer_ok()
+    current = build.ovs_send_buffer_bytes()
     if current is not None and current >= build.OVS_SNDBUF_BYTES // 2:
         return None
     if current is not None:
