@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 from pathlib import Path
 
@@ -134,9 +135,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, _interrupt)  # 'kill' cleans up like Ctrl-C does
     try:
         return args.func(args) or 0
     except TestbedError as exc:

@@ -1,0 +1,65 @@
+"""Integration fixtures: real Open vSwitch, real namespaces, the real controller.
+
+Skipped (with the reason) when not root or when Open vSwitch is not running,
+and when a fabric is already up on this machine (we do not touch it).
+One fabric exists at a time: ``fabric`` is module-scoped and parametrized
+indirectly, so pytest groups the tests of one fabric and tears it down
+before the next comes up.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+
+from integration_helpers import leftovers, run_testbed
+
+
+def _skip_reason() -> str | None:
+    if os.geteuid() != 0:
+        return "integration tests need root (namespaces, Open vSwitch): run them with sudo"
+    if subprocess.run(["ovs-vsctl", "--timeout=5", "show"], capture_output=True).returncode:
+        return "Open vSwitch is not running (scripts/setup.sh starts it)"
+    from testbed.emulation import fabricctl
+
+    if fabricctl.load_state() is not None:
+        return f"a fabric is already up ({fabricctl.state_file()}); integration tests leave it alone"
+    return None
+
+
+def pytest_collection_modifyitems(config, items):
+    reason = _skip_reason() if any("integration" in str(i.fspath) for i in items) else None
+    if reason:
+        for item in items:
+            if "integration" in str(item.fspath):
+                item.add_marker(pytest.mark.skip(reason=reason))
+
+
+FABRICS = {
+    "zcube16": {"kind": "zcube", "gpus": 16, "gpus_per_switch": 8},
+    "roft16": {"kind": "roft", "gpus": 16},
+    "zcube32": {"kind": "zcube", "gpus": 32, "gpus_per_switch": 8},
+    "roft32": {"kind": "roft", "gpus": 32},
+}
+
+
+@pytest.fixture(scope="module")
+def fabric(request):
+    """A fabric brought up with ``testbed up`` (the CLI), torn down with ``down``."""
+    from testbed.emulation import fabricctl
+
+    spec = FABRICS[request.param]
+    args = ["up", spec["kind"], "--gpus", str(spec["gpus"])]
+    if "gpus_per_switch" in spec:
+        args += ["--gpus-per-switch", str(spec["gpus_per_switch"])]
+    proc = run_testbed(*args)
+    assert proc.returncode == 0, f"testbed {' '.join(args)}: {proc.stderr.strip()}"
+    st = fabricctl.load_state()
+    try:
+        yield st
+    finally:
+        down = run_testbed("down")
+        assert down.returncode == 0, down.stderr
+        assert leftovers() == []
