@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pyroute2 import IPRoute
 
 from testbed.emulation import netns
-from testbed.emulation.plan import ALIAS, DatapathPlan, shaper_lines
+from testbed.emulation.plan import ALIAS, LINK_GROUP, DatapathPlan, shaper_lines
 from testbed.errors import EnvironmentProblem
 
 SIOCETHTOOL = 0x8946
@@ -113,7 +113,7 @@ def build(plan: DatapathPlan, controller_port: int, created: Created, timings: d
                 lines.append(f"link set dev {dev} type bridge_slave learning off flood off mcast_flood off bcast_flood off")
             lines.append(f"link set dev {feed} type bridge_slave learning off flood on")
         for dev in plan.root_devices:
-            lines.append(f"link set dev {dev} alias {ALIAS}")
+            lines.append(f"link set dev {dev} alias {ALIAS} group {LINK_GROUP}")
         run(["ip", "-batch", "-"], "\n".join(lines) + "\n")
         offloads_off([d for d in plan.root_devices if d not in plan.bridges])
         for dev in plan.root_devices:
@@ -255,9 +255,21 @@ def teardown(created: Created) -> dict:
     if created.netns:
         subprocess.run(["ip", "-force", "-batch", "-"], input="".join(f"netns delete {n}\n" for n in created.netns),
                        text=True, capture_output=True)
+    delete_links(created.links)
+    timings["links_s"] = round(time.monotonic() - t, 3)
+    return timings
+
+
+def delete_links(names: list[str]) -> None:
+    """Delete root-namespace devices: our whole link group in one kernel batch
+    (one RCU grace period instead of one per veth: 0.4 s instead of 4.8 s for
+    ROFT n=32) when every member of the group is ours, then any stragglers."""
     ipr = IPRoute()
     try:
-        for dev in created.links:
+        group = [link for link in ipr.get_links() if link.get_attr("IFLA_GROUP") == LINK_GROUP]
+        if group and all(link.get_attr("IFLA_IFALIAS") == ALIAS for link in group):
+            subprocess.run(["ip", "link", "del", "group", str(LINK_GROUP)], capture_output=True)
+        for dev in names:
             for index in ipr.link_lookup(ifname=dev):
                 try:
                     ipr.link("del", index=index)
@@ -265,8 +277,6 @@ def teardown(created: Created) -> dict:
                     pass
     finally:
         ipr.close()
-    timings["links_s"] = round(time.monotonic() - t, 3)
-    return timings
 
 
 def ovs_send_buffer_bytes() -> int | None:

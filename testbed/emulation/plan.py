@@ -18,7 +18,8 @@ only transmit or only receive.
 * GPU NIC queue: htb + bfifo on the NIC port inside the namespace.
 
 Names (all at most 15 characters; every device carries the ifalias
-``zcube-testbed`` so ``clean`` finds exactly what we made):
+``zcube-testbed`` so ``clean`` finds exactly what we made, and joins link
+group ``LINK_GROUP`` so teardown deletes them in one kernel batch):
   netns ``tb-gpu<i>``; NIC ``gpu<i>-p<p>`` (in the netns) with root-side end
   ``gpu<i>-p<p>u``; switch transmit port ``<sw>-eth<n>`` with far end
   ``<sw>-eth<n>r``; receive bridge ``<sw>-rx`` and its veth ``<sw>-rxa`` /
@@ -35,6 +36,7 @@ from testbed.fabric import Fabric, addressing
 from testbed.fabric.routing import egress_port_for
 
 ALIAS = "zcube-testbed"
+LINK_GROUP = 31331  # devices we make join this link group: one "ip link del group" removes them
 RX_OFPORT = 1000
 NETNS_PREFIX = "tb-"
 MAX_AFXDP_MTU = 3500  # AF_XDP frames in OVS are 4 KB
