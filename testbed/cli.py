@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 from pathlib import Path
@@ -151,3 +152,6 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("testbed: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # output piped into head & co.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0

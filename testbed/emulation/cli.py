@@ -114,8 +114,16 @@ def cmd_clean(args) -> int:
 
 
 def cmd_cli(args) -> int:
-    raise TestbedError("'testbed cli' (Mininet CLI on the running fabric) is not implemented yet: "
-                       "use 'testbed exec gpuN -- CMD'")
+    from testbed.errors import EnvironmentProblem
+
+    try:
+        from testbed.emulation import attach
+    except ImportError as exc:
+        if (exc.name or "").split(".")[0] != "mininet":
+            raise
+        raise EnvironmentProblem(f"Mininet is not importable ({exc}): scripts/setup.sh installs Debian's "
+                                 "mininet, which the venv sees through --system-site-packages") from None
+    return attach.run_cli(args.cmd)
 
 
 def cmd_bench(args) -> int:
@@ -179,7 +187,9 @@ def register(sub, add_fabric_options) -> None:
     p.add_argument("command", nargs="...")
     p.set_defaults(func=cmd_exec)
 
-    p = sub.add_parser("cli", help="Mininet's CLI on the running fabric")
+    p = sub.add_parser("cli", help="Mininet's CLI on the running fabric: cli [--cmd 'gpu1 ping -c1 10.2.0.2' ...]")
+    p.add_argument("--cmd", action="append", default=[], metavar="LINE",
+                   help="run this CLI line instead of the interactive prompt, then exit (repeatable, in order)")
     p.set_defaults(func=cmd_cli)
 
     p = sub.add_parser("status", help="live queue depths, drops and controller health")
