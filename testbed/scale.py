@@ -15,6 +15,11 @@ DEFAULT_MTU = 3000
 # packet); they are sized in packets, like a shallow switch buffer of ~40 MTUs
 # per port, and must hold at least twice the shaper's burst.
 DEFAULT_BUFFER_BYTES = 60000
+# A host NIC's queue is the Linux qdisc in front of the wire: txqueuelen 1000
+# packets, the kernel default, with TCP small queues keeping each socket to
+# two frames in it. A switch-sized buffer there drops at the sender as soon
+# as a NIC carries more than ~10 flows (measured: all-to-all n=16, 61k drops).
+DEFAULT_NIC_QUEUE_PACKETS = 1000
 DEFAULT_BURST_BYTES = 18000
 
 

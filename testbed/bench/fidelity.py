@@ -1,10 +1,12 @@
 """Fidelity benchmark: does the emulated fabric deliver what the model says?
 
-Runs a TCP permutation (every GPU sends to one other GPU, on both NIC ports:
-p1 -> dst p2 and p2 -> dst p1, so 2n flows) with iperf3 for a fixed time and
-compares every flow's goodput with its ideal max-min fair share computed from
-the model's link capacities and routes (payload efficiency of the MTU
-included). CPU is sampled during the run: a run in which ovs-vswitchd or the
+Two TCP patterns, each for a fixed time on the same fabric: a permutation
+(every GPU sends to one other GPU, on both NIC ports: p1 -> dst p2 and
+p2 -> dst p1, so 2n flows, with iperf3) and an all-to-all (every GPU to
+every other on both ports, 2n(n-1) flows, with ``bulk.py``, one process per
+GPU). Every flow's goodput is compared with its ideal max-min fair share
+computed from the model's link capacities and routes (payload efficiency of
+the MTU included). CPU is sampled during the run: a run in which ovs-vswitchd or the
 whole machine saturated is flagged (Mininet-HiFi style), not reported as a
 result.
 
@@ -19,6 +21,7 @@ import json
 import os
 import subprocess
 import time
+from pathlib import Path
 from statistics import median
 
 from testbed.emulation import fabricctl
@@ -29,6 +32,8 @@ from testbed.fabric.maxmin import all_link_capacities, flow_links, max_min
 from testbed.fabric.routing import forwarding_tables
 
 BASE_PORT = 5201
+BULK_PORT = 5300
+BULK = Path(__file__).with_name("bulk.py")
 OVS_SATURATED = 0.95  # of one core (the PMD thread does all forwarding)
 HOST_IDLE_MIN = 0.03  # of the whole machine
 
@@ -61,6 +66,23 @@ def permutation(fabric: Fabric, rate_bps: float) -> tuple[list[tuple[int, int]],
     return best[0], best[1]
 
 
+def edge_links(fabric: Fabric, src: tuple[int, int], dst: tuple[int, int], tables) -> list[str]:
+    """The links a flow crosses that no routing can avoid: its NIC's transmit
+    and the last switch port before the destination. With a perfect ECMP hash
+    ROFT's core is non-blocking, so these give its collision-free ideal."""
+    links = flow_links(fabric, src, dst, tables)
+    return [links[0], links[-1]]
+
+
+def ideal_rates(fabric: Fabric, flows: dict[str, tuple[tuple[int, int], tuple[int, int]]], rate_bps: float) -> dict:
+    """Max-min fair share of every flow: exact for ZCube's unique paths,
+    collision-free for ECMP fabrics (``ideal_known`` false)."""
+    tables = forwarding_tables(fabric)
+    links_of = flow_links if fabric.kind == "zcube" else edge_links
+    return max_min({k: links_of(fabric, s, d, tables) for k, (s, d) in flows.items()},
+                   all_link_capacities(fabric, rate_bps))
+
+
 def _cpu_sample() -> tuple[float, float, float]:
     with open("/proc/stat") as fh:
         fields = [int(x) for x in fh.readline().split()[1:]]
@@ -75,7 +97,36 @@ def _cpu_sample() -> tuple[float, float, float]:
     return time.monotonic(), total - idle, ovs
 
 
-def run_permutation(st: dict, duration: int, omit: int) -> dict:
+def _cpu_between(a: tuple, b: tuple) -> dict:
+    ticks = os.sysconf("SC_CLK_TCK")
+    span = b[0] - a[0]
+    return {"ovs_vswitchd_cores": round((b[2] - a[2]) / span, 3),
+            "machine_busy_fraction": round((b[1] - a[1]) / ticks / span / os.cpu_count(), 3)}
+
+
+def _saturated(cpu: dict) -> bool:
+    return cpu["ovs_vswitchd_cores"] >= OVS_SATURATED or cpu["machine_busy_fraction"] >= 1 - HOST_IDLE_MIN
+
+
+def _flow_row(fabric: Fabric, pattern: str, src: int, sp: int, dst: int, goodput: float, ideal_bps: float,
+              retrans) -> dict:
+    return {"src": f"gpu{src}", "dst": f"gpu{dst}", "src_port": sp, "dst_port": 3 - sp, "pattern": pattern,
+            "goodput_bps": round(goodput), "ideal_bps": round(ideal_bps),
+            "ratio": round(goodput / ideal_bps, 4) if ideal_bps else 0.0, "retransmits": retrans,
+            "ideal_known": fabric.kind == "zcube"}
+
+
+def _pattern_summary(flows: list[dict], cpu: dict, retransmits: int | None) -> dict:
+    """Per-pattern figures; ``retransmits`` None: the sum of the flows' own counts."""
+    ratios = [f["ratio"] for f in flows]
+    return {"median_ratio": round(median(ratios), 4), "min_ratio": round(min(ratios), 4),
+            "aggregate_goodput_bps": round(sum(f["goodput_bps"] for f in flows)), "flows": len(flows),
+            "retransmits": retransmits if retransmits is not None else sum(f["retransmits"] or 0 for f in flows),
+            "cpu": cpu, "cpu_saturated": _saturated(cpu)}
+
+
+def run_permutation(st: dict, duration: int, omit: int) -> tuple[list[dict], dict, None]:
+    """iperf3, one client and server per flow; returns (flows, cpu, None: retransmits are per flow)."""
     fabric = fabricctl.fabric_of_state(st)
     rate = st["config"]["rate_bps"]
     pairs, ideal = permutation(fabric, rate)
@@ -88,7 +139,6 @@ def run_permutation(st: dict, duration: int, omit: int) -> dict:
                     ["ip", "netns", "exec", netns_of(dst), "iperf3", "-s", "-1", "-p", str(BASE_PORT + sp)],
                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         time.sleep(1.0)
-        t0, busy0, ovs0 = _cpu_sample()
         for src, dst in pairs:
             for sp in (1, 2):
                 dst_ip = addressing.ip_of(dst, 3 - sp)
@@ -97,18 +147,14 @@ def run_permutation(st: dict, duration: int, omit: int) -> dict:
                      "-B", addressing.ip_of(src, sp), "-t", str(duration), "-O", str(omit), "-J"],
                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)))
         time.sleep(omit + 1)
-        t1, busy1, ovs1 = _cpu_sample()
+        c1 = _cpu_sample()
         outputs = [(key, proc.communicate(timeout=duration + 60)[0]) for key, proc in clients]
-        t2, busy2, ovs2 = _cpu_sample()
+        c2 = _cpu_sample()
     finally:
         for proc in servers + [p for _, p in clients]:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-    ticks = os.sysconf("SC_CLK_TCK")
-    span = t2 - t1
-    machine_busy = (busy2 - busy1) / ticks / span / os.cpu_count()
-    ovs_cpu = (ovs2 - ovs1) / span
     flows = []
     for (src, dst, sp), out in outputs:
         try:
@@ -117,54 +163,99 @@ def run_permutation(st: dict, duration: int, omit: int) -> dict:
             retrans = end["sum_sent"].get("retransmits", 0)
         except (json.JSONDecodeError, KeyError):
             goodput, retrans = 0.0, None
-        ideal_bps = ideal[f"{src}>{dst}:p{sp}"] * eff
-        flows.append({"src": f"gpu{src}", "dst": f"gpu{dst}", "src_port": sp, "dst_port": 3 - sp,
-                      "pattern": "permutation", "goodput_bps": round(goodput), "ideal_bps": round(ideal_bps),
-                      "ratio": round(goodput / ideal_bps, 4), "retransmits": retrans,
-                      "ideal_known": fabric.kind == "zcube"})
-    ratios = [f["ratio"] for f in flows]
-    saturated = ovs_cpu >= OVS_SATURATED or machine_busy >= 1 - HOST_IDLE_MIN
-    return {
-        "flows": flows,
-        "summary": {
-            "permutation": {"median_ratio": round(median(ratios), 4), "min_ratio": round(min(ratios), 4),
-                            "aggregate_goodput_bps": round(sum(f["goodput_bps"] for f in flows)),
-                            "flows": len(flows), "retransmits": sum(f["retransmits"] or 0 for f in flows)},
-            "rate_bps": rate,
-            "mtu": st["config"]["mtu"],
-            "cpu": {"ovs_vswitchd_cores": round(ovs_cpu, 3), "machine_busy_fraction": round(machine_busy, 3)},
-            "cpu_saturated": saturated,
-            "duration_s": duration,
-        },
-    }
+        flows.append(_flow_row(fabric, "permutation", src, sp, dst, goodput, ideal[f"{src}>{dst}:p{sp}"] * eff,
+                               retrans))
+    return flows, _cpu_between(c1, c2), None
+
+
+def run_all_to_all(st: dict, duration: int, omit: int) -> tuple[list[dict], dict, int]:
+    """Every GPU to every other on both NIC ports (2n(n-1) TCP flows), one
+    bulk.py process per GPU; returns (flows, cpu, retransmits of all GPUs)."""
+    fabric = fabricctl.fabric_of_state(st)
+    gpus = list(fabric.gpus())
+    flows = {f"{s}>{d}:p{sp}": ((s, sp), (d, 3 - sp)) for s in gpus for d in gpus if s != d for sp in (1, 2)}
+    ideal = ideal_rates(fabric, flows, st["config"]["rate_bps"])
+    eff = payload_efficiency(st["config"]["mtu"])
+    start = time.monotonic() + 2.0 + 0.05 * len(gpus)
+    procs = {}
+    try:
+        for g in gpus:
+            argv = ["ip", "netns", "exec", netns_of(g), "python3", str(BULK), "--start", f"{start:.3f}",
+                    "--duration", str(duration), "--omit", str(omit)]
+            argv += [a for p in (1, 2) for a in ("--listen", f"{addressing.ip_of(g, p)}:{BULK_PORT}")]
+            argv += [a for d in gpus if d != g for sp in (1, 2)
+                     for a in ("--connect", f"{addressing.ip_of(g, sp)}>{addressing.ip_of(d, 3 - sp)}:{BULK_PORT}")]
+            procs[g] = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(max(0.0, start + omit - time.monotonic()))
+        c1 = _cpu_sample()
+        time.sleep(max(0.0, start + duration - time.monotonic()))
+        c2 = _cpu_sample()
+        results, retransmits = {}, 0
+        for g, proc in procs.items():
+            out, err = proc.communicate(timeout=60)
+            if proc.returncode:
+                raise TestbedError(f"bulk traffic in gpu{g} failed: {err.strip().splitlines()[-1:]}")
+            doc = json.loads(out)
+            results.update(doc["received"])
+            retransmits += doc["retransmits"]
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    window = duration - omit
+    rows = []
+    for key, ((s, sp), (d, dp)) in flows.items():
+        got = results.get(f"{addressing.ip_of(s, sp)}>{addressing.ip_of(d, dp)}", 0)
+        rows.append(_flow_row(fabric, "all-to-all", s, sp, d, got * 8 / window, ideal[key] * eff, None))
+    return rows, _cpu_between(c1, c2), retransmits
+
+
+PATTERNS = {"permutation": run_permutation, "all-to-all": run_all_to_all}
 
 
 def targets_met(result: dict) -> bool:
+    """The issue's targets, on the permutation (non-blocking by construction)."""
     s = result["summary"]["permutation"]
-    return (not result["summary"]["cpu_saturated"]) and s["median_ratio"] >= 0.95 and s["min_ratio"] >= 0.85
+    return (not s["cpu_saturated"]) and s["median_ratio"] >= 0.95 and s["min_ratio"] >= 0.85
 
 
-def bench(fabric_args: dict, config: DatapathConfig, duration: int = 16, omit: int = 3, log=print) -> dict:
-    """Bring a fabric up (or use the one that is up, if it matches), measure, bring it down."""
+def _drops(st: dict) -> int:
+    return sum(q.get("drops", 0) for q in fabricctl.read_queues(st))
+
+
+def bench(fabric_args: dict, config: DatapathConfig, duration: int = 16, omit: int = 3, log=print,
+          patterns: tuple[str, ...] = ("permutation", "all-to-all")) -> dict:
+    """Bring a fabric up (or use the one that is up, if it matches), run each
+    pattern in turn on it, bring it down if we brought it up."""
+    unknown = [p for p in patterns if p not in PATTERNS]
+    if unknown or not patterns:
+        raise TestbedError(f"pattern {unknown[0] if unknown else ''!r} is unknown: expected {', '.join(PATTERNS)}")
     st = fabricctl.load_state()
     own = st is None
-    if not own:
-        if st["fabric"]["kind"] != fabric_args["kind"] or st["fabric"]["gpus"] != fabric_args["gpus"]:
-            raise TestbedError(f"a different fabric is up ({st['fabric']['kind']}, {st['fabric']['gpus']} GPUs): "
-                               "run 'testbed down' first")
+    if not own and (st["fabric"]["kind"] != fabric_args["kind"] or st["fabric"]["gpus"] != fabric_args["gpus"]):
+        raise TestbedError(f"a different fabric is up ({st['fabric']['kind']}, {st['fabric']['gpus']} GPUs): "
+                           "run 'testbed down' first")
+    result: dict = {"flows": [], "summary": {}}
+    summary = result["summary"]
     try:
         if own:
             st = fabricctl.up(fabric_args, config, log=log)
-        result = run_permutation(st, duration, omit)
-        result["summary"]["bringup_s"] = st["timings"].get("up_s")
-        result["summary"]["fabric"] = st["fabric"]
-        result["summary"]["drops"] = sum(q.get("drops", 0) for q in fabricctl.read_queues(st))
-        result["summary"]["targets_met"] = targets_met(result)
+        summary.update(rate_bps=st["config"]["rate_bps"], mtu=st["config"]["mtu"], duration_s=duration,
+                       fabric=st["fabric"], bringup_s=st["timings"].get("up_s"))
+        for pattern in patterns:
+            log(f"{pattern}: {duration} s of TCP traffic")
+            before = _drops(st)
+            flows, cpu, retransmits = PATTERNS[pattern](st, duration, omit)
+            result["flows"] += flows
+            summary[pattern] = _pattern_summary(flows, cpu, retransmits) | {"drops": _drops(st) - before}
+        summary["cpu_saturated"] = any(summary[p]["cpu_saturated"] for p in patterns)
+        summary["cpu"] = summary[patterns[0]]["cpu"]
+        summary["drops"] = sum(summary[p]["drops"] for p in patterns)
+        summary["targets_met"] = targets_met(result) if "permutation" in patterns else None
     finally:
         if own:
-            t = fabricctl.down()
-            if "result" in locals():
-                result["summary"]["teardown_s"] = t["down_s"]
+            summary["teardown_s"] = fabricctl.down()["down_s"]
     return result
 
 
@@ -173,10 +264,10 @@ def sweep(fabric_args: dict, base: DatapathConfig, rates_bps: list[float], durat
 
     rows = []
     for rate in rates_bps:
-        res = bench(fabric_args, replace(base, rate_bps=rate, tcp_limit_output_bytes=0), duration, omit, log)
+        res = bench(fabric_args, replace(base, rate_bps=rate, tcp_limit_output_bytes=0), duration, omit, log,
+                    patterns=("permutation",))
         s = res["summary"]
-        rows.append({"rate_bps": rate, **s["permutation"], "cpu_saturated": s["cpu_saturated"],
-                     "targets_met": s["targets_met"], "cpu": s["cpu"]})
+        rows.append({"rate_bps": rate, **s["permutation"], "targets_met": s["targets_met"]})
         log(f"  {rate / 1e6:g} Mbit/s: median {s['permutation']['median_ratio']:.3f} min {s['permutation']['min_ratio']:.3f} "
             f"aggregate {s['permutation']['aggregate_goodput_bps'] / 1e6:.1f} Mbit/s "
             f"{'OK' if s['targets_met'] else 'MISSED'}{' (CPU saturated)' if s['cpu_saturated'] else ''}")

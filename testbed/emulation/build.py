@@ -145,7 +145,7 @@ def build(plan: DatapathPlan, controller_port: int, created: Created, timings: d
     by_ns: dict[str, list[str]] = {}
     for q in plan.queues:
         if q.netns:
-            by_ns.setdefault(q.netns, []).extend(shaper_lines(q.dev, cfg))
+            by_ns.setdefault(q.netns, []).extend(shaper_lines(q.dev, cfg, cfg.nic_buffer_bytes))
     procs += [_tc_batch(ns, lines) for ns, lines in by_ns.items()]
     for proc in procs:
         _, err = proc.communicate(timeout=120)

@@ -46,7 +46,8 @@ MAX_AFXDP_MTU = 3500  # AF_XDP frames in OVS are 4 KB
 class DatapathConfig:
     rate_bps: float = scale.DEFAULT_RATE_BPS
     mtu: int = scale.DEFAULT_MTU
-    buffer_bytes: int = scale.DEFAULT_BUFFER_BYTES
+    buffer_bytes: int = scale.DEFAULT_BUFFER_BYTES  # switch egress queues
+    nic_buffer_bytes: int = 0  # host NIC queues; 0: DEFAULT_NIC_QUEUE_PACKETS frames
     burst_bytes: int = scale.DEFAULT_BURST_BYTES
     tcp_limit_output_bytes: int = 0  # 0: two frames (TSQ; keeps hosts from flooding their own NIC queue)
 
@@ -60,6 +61,11 @@ class DatapathConfig:
             raise TestbedError(f"burst {self.burst_bytes} B is smaller than one frame ({self.mtu + 14} B)")
         if self.buffer_bytes < 2 * (self.mtu + 14):
             raise TestbedError(f"buffer {self.buffer_bytes} B holds fewer than two frames of "
+                               f"{self.mtu + 14} B: expected at least {2 * (self.mtu + 14)}")
+        if not self.nic_buffer_bytes:
+            object.__setattr__(self, "nic_buffer_bytes", scale.DEFAULT_NIC_QUEUE_PACKETS * (self.mtu + 14))
+        if self.nic_buffer_bytes < 2 * (self.mtu + 14):
+            raise TestbedError(f"NIC buffer {self.nic_buffer_bytes} B holds fewer than two frames of "
                                f"{self.mtu + 14} B: expected at least {2 * (self.mtu + 14)}")
         if not self.tcp_limit_output_bytes:
             object.__setattr__(self, "tcp_limit_output_bytes", 2 * (self.mtu + 50))
@@ -159,12 +165,13 @@ def plan_datapath(fabric: Fabric, config: DatapathConfig | None = None) -> Datap
     return plan
 
 
-def shaper_lines(dev: str, cfg: DatapathConfig) -> list[str]:
-    """tc batch lines: htb at the link rate with a bfifo leaf (the queue)."""
+def shaper_lines(dev: str, cfg: DatapathConfig, buffer_bytes: int | None = None) -> list[str]:
+    """tc batch lines: htb at the link rate with a bfifo leaf (the queue) of
+    ``buffer_bytes`` (default: the switch buffer)."""
     rate = f"{cfg.rate_bps / 1e3:g}kbit"
     return [
         f"qdisc replace dev {dev} root handle 1: htb default 1",
         f"class add dev {dev} parent 1: classid 1:1 htb rate {rate} ceil {rate} "
         f"burst {cfg.burst_bytes} cburst {cfg.burst_bytes} quantum {cfg.mtu + 14}",
-        f"qdisc add dev {dev} parent 1:1 handle 10: bfifo limit {cfg.buffer_bytes}",
+        f"qdisc add dev {dev} parent 1:1 handle 10: bfifo limit {buffer_bytes or cfg.buffer_bytes}",
     ]
