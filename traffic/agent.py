@@ -1,0 +1,665 @@
+"""Traffic agent: one small process per emulated GPU host that replays its KV transfers.
+
+Run inside a GPU's namespace::
+
+    ip netns exec tb-gpu3 python -m traffic.agent --name gpu3 \\
+        --listen 10.1.0.3:7000 --listen 10.2.0.3:7000 \\
+        --plan gpu3.plan.jsonl --out out_dir --t0 <CLOCK_MONOTONIC s> [--ready-file path]
+
+Receiver: every ``--listen`` address accepts TCP connections carrying one or
+more frames ``HEADER`` (magic, transfer id u64, payload length u64, crc32 u32)
++ payload. Per frame it writes a line to ``<name>.recv.jsonl`` (id, peer,
+bytes, first/last byte times, crc check, verified) and answers with ``ACK``
+(magic, id, bytes received, crc ok).
+
+Sender: each plan line is one transfer, sent on its own TCP connection bound
+to ``src_ip`` at ``t0 + start`` (one task per transfer, so a slow one never
+holds up others); the sender waits for the ack and writes a line to
+``<name>.sent.jsonl``. Failures (refused, reset, timeout, stop) are written
+with ``ok: false`` and the error, never dropped. Once every planned transfer
+has ended, ``<name>.done`` appears; the agent keeps receiving until SIGTERM or
+SIGINT, then records what was in flight, flushes and exits 0.
+
+All times are ``time.monotonic()`` (CLOCK_MONOTONIC, shared by every network
+namespace on the host), absolute, in seconds. Standard library only, so 32-64
+of these start fast and stay small. Bad arguments: one line on stderr, exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import functools
+import json
+import math
+import os
+import random
+import signal
+import socket
+import struct
+import sys
+import time
+import zlib
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable, TextIO
+
+MAGIC = b"KVT1"
+ACK_MAGIC = b"KVA1"
+HEADER = struct.Struct("!4sQQI")   # magic, transfer id, payload length, crc32 of payload
+ACK = struct.Struct("!4sQQB")      # magic, transfer id, bytes received, crc ok (0/1)
+MAX_U64 = 2**64 - 1
+PATTERN_BYTES = 65_536
+RECV_BUFFER_BYTES = 262_144
+DEFAULT_TRANSFER_TIMEOUT_S = 60.0
+IO_MODES = ("sock", "stream")
+
+PATTERN_WINDOWS = 256
+# One random base shared by all transfers; a transfer's pattern is a 64 KiB window
+# into it at one of 256 offsets picked by its id, so payloads vary with the id and
+# cost no allocation (memoryview slices only), and the crc of a (window, size)
+# pair is computed once: schedules cut into equal 64 KiB slices hit that cache.
+_BASE = random.Random(0x4B56).randbytes(2 * PATTERN_BYTES)
+_BASE_VIEW = memoryview(_BASE)
+_STEP = PATTERN_BYTES // PATTERN_WINDOWS
+
+
+class AgentError(Exception):
+    """Bad arguments or plan; printed as one line, exit status 2."""
+
+
+class FrameError(Exception):
+    """A byte stream that is not a sequence of frames (bad magic)."""
+
+
+# --------------------------------------------------------------------------- payload and frames
+
+def _window(transfer_id: int) -> int:
+    return (transfer_id * 2_654_435_761 >> 8) % PATTERN_WINDOWS  # Knuth's multiplicative hash
+
+
+def _pieces(window: int, nbytes: int) -> list[memoryview]:
+    block = _BASE_VIEW[window * _STEP:window * _STEP + PATTERN_BYTES]
+    full, rest = divmod(nbytes, PATTERN_BYTES)
+    return [block] * full + ([block[:rest]] if rest else [])
+
+
+def pattern(transfer_id: int) -> memoryview:
+    """The 64 KiB block a transfer's payload repeats (a window into the shared base)."""
+    return _pieces(_window(transfer_id), PATTERN_BYTES)[0]
+
+
+def payload_pieces(transfer_id: int, nbytes: int) -> list[memoryview]:
+    """The payload as zero-copy slices: the pattern repeated, the last one truncated."""
+    return _pieces(_window(transfer_id), nbytes)
+
+
+@functools.lru_cache(maxsize=4096)
+def _crc(window: int, nbytes: int) -> int:
+    crc = 0
+    for piece in _pieces(window, nbytes):
+        crc = zlib.crc32(piece, crc)
+    return crc
+
+
+def payload_crc(transfer_id: int, nbytes: int) -> int:
+    """crc32 of the payload, computed incrementally over the repeated pattern (cached)."""
+    return _crc(_window(transfer_id), nbytes)
+
+
+def frame_header(transfer_id: int, nbytes: int, crc: int | None = None) -> bytes:
+    """The header of one frame; ``crc`` defaults to the payload's true crc32."""
+    return HEADER.pack(MAGIC, transfer_id, nbytes, payload_crc(transfer_id, nbytes) if crc is None else crc)
+
+
+def build_frame(transfer_id: int, nbytes: int, crc: int | None = None) -> bytes:
+    """A whole frame as bytes (tests and small tools; the sender never builds one)."""
+    return frame_header(transfer_id, nbytes, crc) + b"".join(payload_pieces(transfer_id, nbytes))
+
+
+@dataclass(slots=True)
+class Received:
+    """One frame as the receiver saw it (possibly cut short)."""
+
+    id: int | None
+    length: int | None
+    received: int
+    crc_ok: bool
+    first_byte: float
+    last_byte: float
+    error: str | None = None
+
+    @property
+    def verified(self) -> bool:
+        """Every announced byte arrived and the crc matches."""
+        return self.error is None and self.received == self.length and self.crc_ok
+
+
+class FrameDecoder:
+    """Incremental frame parser: feed it whatever recv() returned, get finished frames back.
+
+    Pure (no sockets), so the receiver's checks can be tested byte by byte.
+    """
+
+    def __init__(self) -> None:
+        self._head = bytearray()
+        self._id = 0
+        self._length = 0
+        self._expect_crc = 0
+        self._received = 0
+        self._crc = 0
+        self._first = 0.0
+        self._in_payload = False
+
+    def feed(self, data: memoryview | bytes, now: float) -> list[Received]:
+        """Consume ``data`` (arrived at ``now``); return the frames it completed."""
+        view = memoryview(data)
+        done: list[Received] = []
+        while view:
+            if not self._in_payload:
+                if not self._head:
+                    self._first = now
+                take = HEADER.size - len(self._head)
+                self._head += view[:take]
+                view = view[take:]
+                if len(self._head) < HEADER.size:
+                    break
+                magic, self._id, self._length, self._expect_crc = HEADER.unpack(self._head)
+                self._head.clear()
+                if magic != MAGIC:
+                    raise FrameError(f"bad frame magic {magic!r}; expected {MAGIC!r}")
+                self._received = self._crc = 0
+                self._in_payload = True
+            take = min(len(view), self._length - self._received)
+            if take:
+                self._crc = zlib.crc32(view[:take], self._crc)
+                self._received += take
+                view = view[take:]
+            if self._received == self._length:
+                self._in_payload = False
+                done.append(Received(self._id, self._length, self._received,
+                                     self._crc == self._expect_crc, self._first, now))
+        return done
+
+    def close(self, now: float, why: str) -> Received | None:
+        """The frame cut short by the end of the stream, if one was under way."""
+        if self._in_payload:
+            self._in_payload = False
+            return Received(self._id, self._length, self._received, False, self._first, now,
+                            f"{why} after {self._received} of {self._length} payload bytes")
+        if self._head:
+            got = len(self._head)
+            self._head.clear()
+            return Received(None, None, 0, False, self._first, now,
+                            f"{why} after {got} of {HEADER.size} header bytes")
+        return None
+
+
+# --------------------------------------------------------------------------- records
+
+class RecordFile:
+    """JSON-lines output, line-buffered so a crash leaves every finished record on disk."""
+
+    def __init__(self, path: str) -> None:
+        try:
+            self._file: TextIO = open(path, "w", encoding="utf-8", buffering=1)
+        except OSError as exc:
+            raise AgentError(f"cannot write {path}: {exc.strerror}") from None
+
+    def write(self, record: dict[str, Any]) -> None:
+        self._file.write(json.dumps(record, separators=(",", ":")) + "\n")
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def _touch(path: str, text: str = "") -> None:
+    """Write ``path`` atomically so a watcher never reads half of it."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+# --------------------------------------------------------------------------- plan
+
+@dataclass(frozen=True, slots=True)
+class PlannedTransfer:
+    """One line of the plan: what to send, where from, where to, when (s after t0)."""
+
+    id: int
+    request_id: int | None
+    src: str | None
+    dst: str | None
+    src_ip: str
+    dst_ip: str
+    dst_port: int
+    bytes: int
+    start: float
+
+
+def _want_int(where: str, obj: dict[str, Any], key: str, lo: int, hi: int) -> int:
+    value = obj.get(key)
+    if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
+        raise AgentError(f"{where}: {key} {value!r} is not allowed; expected an integer {lo}..{hi}")
+    return value
+
+
+def _want_ip(where: str, obj: dict[str, Any], key: str) -> str:
+    value = obj.get(key)
+    try:
+        socket.inet_pton(socket.AF_INET, value)  # type: ignore[arg-type]
+    except (OSError, TypeError):
+        raise AgentError(f"{where}: {key} {value!r} is not an IPv4 address") from None
+    return value  # type: ignore[return-value]
+
+
+def parse_plan_line(where: str, line: str, name: str) -> PlannedTransfer:
+    """Validate one plan line (``where`` names file and line for the error)."""
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise AgentError(f"{where}: not JSON ({exc.msg}); expected one transfer object a line") from None
+    if not isinstance(obj, dict):
+        raise AgentError(f"{where}: {type(obj).__name__} is not a transfer; expected a JSON object")
+    if obj.get("src", name) != name:
+        raise AgentError(f"{where}: src {obj.get('src')!r} is not this agent ({name!r})")
+    start = obj.get("start")
+    if not isinstance(start, (int, float)) or isinstance(start, bool) or not math.isfinite(start):
+        raise AgentError(f"{where}: start {start!r} is not allowed; expected seconds after t0")
+    request_id = obj.get("request_id")
+    if request_id is not None and (not isinstance(request_id, int) or isinstance(request_id, bool)):
+        raise AgentError(f"{where}: request_id {request_id!r} is not an integer")
+    return PlannedTransfer(
+        id=_want_int(where, obj, "id", 0, MAX_U64), request_id=request_id, src=name,
+        dst=obj.get("dst"), src_ip=_want_ip(where, obj, "src_ip"), dst_ip=_want_ip(where, obj, "dst_ip"),
+        dst_port=_want_int(where, obj, "dst_port", 1, 65535),
+        bytes=_want_int(where, obj, "bytes", 0, MAX_U64), start=float(start))
+
+
+def read_plan(path: str, name: str) -> list[PlannedTransfer]:
+    """All transfers of a plan file, sorted by start; AgentError on any bad line."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.readlines()
+    except OSError as exc:
+        raise AgentError(f"cannot read plan {path}: {exc.strerror}") from None
+    plan: list[PlannedTransfer] = []
+    seen: set[int] = set()
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        t = parse_plan_line(f"{path}:{number}", line, name)
+        if t.id in seen:
+            raise AgentError(f"{path}:{number}: transfer id {t.id} appears twice; expected unique ids")
+        seen.add(t.id)
+        plan.append(t)
+    plan.sort(key=lambda t: (t.start, t.id))
+    return plan
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """``ip:port`` -> (ip, port); argparse turns the ValueError into a one-line error."""
+    host, sep, port = text.rpartition(":")
+    try:
+        socket.inet_pton(socket.AF_INET, host)
+        number = int(port)
+    except (OSError, ValueError):
+        number = -1
+    if not sep or not 0 <= number <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not ip:port (IPv4, port 0..65535)")
+    return host, number
+
+
+# --------------------------------------------------------------------------- receiver
+
+class _Receiver(asyncio.BufferedProtocol):
+    """One accepted connection. Reads land in the agent's one shared buffer, which is
+    safe because asyncio calls buffer_updated right after recv_into, and the decoder
+    consumes the bytes before returning (no per-connection buffer to allocate)."""
+
+    def __init__(self, agent: Agent, local: str) -> None:
+        self._agent = agent
+        self._local = local
+        self._decoder = FrameDecoder()
+        self._transport: asyncio.Transport | None = None
+        self._peer = ""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # acks must not wait for Nagle
+        peer = transport.get_extra_info("peername")
+        self._peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self._agent.connections.add(self)
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._agent.recv_buffer
+
+    def buffer_updated(self, nbytes: int) -> None:
+        now = time.monotonic()
+        try:
+            frames = self._decoder.feed(self._agent.recv_buffer[:nbytes], now)
+        except FrameError as exc:
+            self._agent.record_recv(Received(None, None, 0, False, now, now, str(exc)),
+                                    self._peer, self._local)
+            self.stop("bad frame")
+            return
+        assert self._transport is not None
+        for frame in frames:
+            self._agent.record_recv(frame, self._peer, self._local)
+            self._transport.write(ACK.pack(ACK_MAGIC, frame.id, frame.received, frame.crc_ok))
+
+    def eof_received(self) -> bool:
+        self._finish("connection closed")
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._finish(f"connection lost ({exc})" if exc else "connection closed")
+        self._agent.connections.discard(self)
+
+    def stop(self, why: str) -> None:
+        """Record a frame cut short by ``why`` and close the connection."""
+        self._finish(why)
+        if self._transport is not None:
+            self._transport.close()
+
+    def _finish(self, why: str) -> None:
+        cut = self._decoder.close(time.monotonic(), why)
+        if cut is not None:
+            self._agent.record_recv(cut, self._peer, self._local)
+
+
+# --------------------------------------------------------------------------- sender
+
+def _bound_socket(src_ip: str) -> socket.socket:
+    """A non-blocking TCP socket bound to ``src_ip`` so routing sends it from that NIC port.
+
+    IP_BIND_ADDRESS_NO_PORT defers the port choice to connect(), so thousands of
+    short transfers do not run out of ephemeral ports held in TIME_WAIT.
+    """
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setblocking(False)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # no Nagle stall on the tail
+        if hasattr(socket, "IP_BIND_ADDRESS_NO_PORT"):
+            sock.setsockopt(socket.IPPROTO_IP, socket.IP_BIND_ADDRESS_NO_PORT, 1)
+        sock.bind((src_ip, 0))
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def _check_ack(raw: bytes, t: PlannedTransfer) -> tuple[int, str | None]:
+    """(bytes the receiver counted, error or None) from an ack."""
+    magic, transfer_id, nbytes, crc_ok = ACK.unpack(raw)
+    if magic != ACK_MAGIC or transfer_id != t.id:
+        return nbytes, f"bad ack (magic {magic!r}, id {transfer_id}); expected id {t.id}"
+    if nbytes != t.bytes:
+        return nbytes, f"receiver counted {nbytes} of {t.bytes} bytes"
+    if not crc_ok:
+        return nbytes, "receiver reported a crc mismatch"
+    return nbytes, None
+
+
+async def _exchange_sock(loop: asyncio.AbstractEventLoop, sock: socket.socket,
+                         t: PlannedTransfer) -> bytes:
+    """Send header + payload with loop.sock_sendall, read the ack with sock_recv."""
+    await loop.sock_sendall(sock, frame_header(t.id, t.bytes))
+    for piece in payload_pieces(t.id, t.bytes):
+        await loop.sock_sendall(sock, piece)
+    ack = b""
+    while len(ack) < ACK.size:
+        chunk = await loop.sock_recv(sock, ACK.size - len(ack))
+        if not chunk:
+            raise ConnectionError(f"connection closed after {len(ack)} of {ACK.size} ack bytes")
+        ack += chunk
+    return ack
+
+
+async def _exchange_stream(loop: asyncio.AbstractEventLoop, sock: socket.socket,
+                           t: PlannedTransfer) -> bytes:
+    """The same over asyncio streams (kept to compare start lateness, see --io)."""
+    reader, writer = await asyncio.open_connection(sock=sock)
+    try:  # the transport owns the socket now; abort() unregisters it at once
+        writer.write(frame_header(t.id, t.bytes))
+        for piece in payload_pieces(t.id, t.bytes):
+            writer.write(piece)
+            await writer.drain()
+        try:
+            return await reader.readexactly(ACK.size)
+        except asyncio.IncompleteReadError as exc:
+            raise ConnectionError(f"connection closed after {len(exc.partial)} of {ACK.size} ack bytes") from None
+    finally:
+        writer.transport.abort()
+
+
+Exchange = Callable[[asyncio.AbstractEventLoop, socket.socket, PlannedTransfer], Awaitable[bytes]]
+EXCHANGES: dict[str, Exchange] = {"sock": _exchange_sock, "stream": _exchange_stream}
+
+
+def _release(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> None:
+    """Close a sender socket. A cancelled sock_sendall/sock_recv unregisters its fd only
+    on a later loop turn, so drop the registrations first: a reused fd number must
+    never inherit a stale one."""
+    if sock.fileno() >= 0:
+        loop.remove_reader(sock.fileno())
+        loop.remove_writer(sock.fileno())
+    sock.close()
+
+
+def _error_text(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+# --------------------------------------------------------------------------- agent
+
+class Agent:
+    """Receivers on every listen address plus the timed sender of one plan."""
+
+    def __init__(self, name: str, listen: list[tuple[str, int]], plan: list[PlannedTransfer],
+                 out_dir: str, t0: float, ready_file: str | None = None,
+                 transfer_timeout: float = DEFAULT_TRANSFER_TIMEOUT_S, io: str = "sock") -> None:
+        self.name = name
+        self.listen = listen
+        self.plan = plan
+        self.out_dir = out_dir
+        self.t0 = t0
+        self.ready_file = ready_file
+        self.transfer_timeout = transfer_timeout
+        self.exchange = EXCHANGES[io]
+        self.recv_buffer = memoryview(bytearray(RECV_BUFFER_BYTES))
+        self.connections: set[_Receiver] = set()
+        self._servers: list[asyncio.Server] = []
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._pending = len(plan)
+        self._started = 0
+        self._stopping = False
+        self._sent = RecordFile(os.path.join(out_dir, f"{name}.sent.jsonl"))
+        self._recv = RecordFile(os.path.join(out_dir, f"{name}.recv.jsonl"))
+
+    # -- records
+    def record_recv(self, r: Received, peer: str, local: str) -> None:
+        self._recv.write({"id": r.id, "peer": peer, "local": local, "bytes": r.received,
+                          "expected_bytes": r.length, "crc_ok": r.crc_ok, "first_byte": r.first_byte,
+                          "last_byte": r.last_byte, "verified": r.verified, "error": r.error})
+
+    def _record_sent(self, t: PlannedTransfer, start: float | None, connected: float | None,
+                     end: float | None, acked: int | None, error: str | None) -> None:
+        self._sent.write({"id": t.id, "request_id": t.request_id, "src": t.src, "dst": t.dst,
+                          "src_ip": t.src_ip, "dst_ip": t.dst_ip, "dst_port": t.dst_port,
+                          "bytes": t.bytes, "scheduled_start": self.t0 + t.start, "start": start,
+                          "connected": connected, "end": end, "acked_bytes": acked,
+                          "ok": error is None, "error": error})
+        self._pending -= 1
+        if self._pending == 0 and not self._stopping:
+            _touch(os.path.join(self.out_dir, f"{self.name}.done"))
+
+    # -- lifecycle
+    async def bind(self) -> list[str]:
+        """Start every listener; the bound ``ip:port`` list (port 0 resolved)."""
+        loop = asyncio.get_running_loop()
+        bound = []
+        for host, port in self.listen:
+            local = f"{host}:{port}"
+            try:
+                server = await loop.create_server(lambda local=local: _Receiver(self, local),
+                                                  host, port, reuse_address=True, backlog=1024)
+            except OSError as exc:
+                raise AgentError(f"cannot listen on {local}: {exc.strerror or exc}") from None
+            self._servers.append(server)
+            bound.extend(f"{s.getsockname()[0]}:{s.getsockname()[1]}" for s in server.sockets)
+        return bound
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Bind, announce readiness, replay the plan, serve until ``stop`` is set."""
+        bound = await self.bind()
+        if self.ready_file:
+            _touch(self.ready_file, json.dumps({"name": self.name, "listen": bound}) + "\n")
+        if not self.plan:
+            _touch(os.path.join(self.out_dir, f"{self.name}.done"))
+        dispatcher = asyncio.create_task(self._dispatch())
+        await stop.wait()
+        await self.shutdown(dispatcher)
+
+    async def _dispatch(self) -> None:
+        """Sleep on the loop's timer to each start time and launch that transfer's task.
+
+        One timer at a time (not one per transfer) keeps the heap small with
+        plans of many thousands of slices; no busy-wait, so lateness is about the
+        epoll timeout granularity (1 ms) plus loop load.
+        """
+        loop = asyncio.get_running_loop()
+        for t in self.plan:
+            delay = self.t0 + t.start - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            self._started += 1
+            task = asyncio.create_task(self._transfer(t))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _transfer(self, t: PlannedTransfer) -> None:
+        """Connect, send, wait for the ack; always leaves exactly one sent record."""
+        loop = asyncio.get_running_loop()
+        start = connected = end = None
+        acked: int | None = None
+        error: str | None = None
+        sock: socket.socket | None = None
+        try:
+            async with asyncio.timeout(self.transfer_timeout):
+                start = time.monotonic()
+                sock = _bound_socket(t.src_ip)
+                await loop.sock_connect(sock, (t.dst_ip, t.dst_port))
+                connected = time.monotonic()
+                ack = await self.exchange(loop, sock, t)
+                end = time.monotonic()
+                acked, error = _check_ack(ack, t)
+        except TimeoutError as exc:  # ours (no errno) or the kernel's ETIMEDOUT
+            error = _error_text(exc) if exc.errno else f"timeout after {self.transfer_timeout:g} s"
+        except asyncio.CancelledError:
+            error = "cancelled: agent stopped before the transfer ended"
+        except OSError as exc:
+            error = _error_text(exc)
+        finally:
+            if sock is not None:
+                _release(loop, sock)
+        self._record_sent(t, start, connected, end, acked, error)
+
+    async def shutdown(self, dispatcher: asyncio.Task[None]) -> None:
+        """Stop listening, record unfinished work as failed, flush."""
+        self._stopping = True
+        dispatcher.cancel()
+        for server in self._servers:
+            server.close()
+        for task in list(self._tasks):
+            task.cancel()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        for t in self.plan[self._started:]:
+            self._record_sent(t, None, None, None, None, "not started: agent stopped first")
+        for conn in list(self.connections):
+            conn.stop("agent stopped")
+        for server in self._servers:
+            await server.wait_closed()
+        self._sent.close()
+        self._recv.close()
+
+
+# --------------------------------------------------------------------------- command line
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports a bad argument on one line (no usage block), status 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number > 0")
+    return value
+
+
+def _finite(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+    return value
+
+
+def make_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="traffic.agent", description="Replay one GPU host's KV transfers and receive others'.")
+    p.add_argument("--name", required=True, help="agent name, e.g. gpu3 (names the output files)")
+    p.add_argument("--listen", required=True, action="append", type=parse_listen, metavar="IP:PORT",
+                   help="receive on this address (repeat for each NIC port)")
+    p.add_argument("--plan", required=True, help="JSON-lines file of this agent's outgoing transfers")
+    p.add_argument("--out", required=True, help="directory for <name>.sent/.recv.jsonl and <name>.done")
+    p.add_argument("--t0", required=True, type=_finite, help="CLOCK_MONOTONIC seconds that plan starts count from")
+    p.add_argument("--ready-file", help="written once every listener is bound")
+    p.add_argument("--transfer-timeout", type=_positive, default=DEFAULT_TRANSFER_TIMEOUT_S,
+                   help="seconds before a transfer is recorded as failed (default 60)")
+    p.add_argument("--io", choices=IO_MODES, default="sock",
+                   help="sender data path: loop.sock_sendall (default) or asyncio streams")
+    return p
+
+
+async def _main(args: argparse.Namespace, plan: list[PlannedTransfer]) -> None:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    agent = Agent(args.name, args.listen, plan, args.out, args.t0, args.ready_file,
+                  args.transfer_timeout, args.io)
+    await agent.run(stop)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = make_parser().parse_args(argv)
+    try:
+        if not args.name or os.sep in args.name:
+            raise AgentError(f"--name {args.name!r} is not allowed; expected a plain name like gpu3")
+        plan = read_plan(args.plan, args.name)
+        try:
+            os.makedirs(args.out, exist_ok=True)
+        except OSError as exc:
+            raise AgentError(f"cannot create --out {args.out}: {exc.strerror}") from None
+        asyncio.run(_main(args, plan))
+    except AgentError as exc:
+        print(f"traffic.agent: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
