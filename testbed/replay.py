@@ -1,0 +1,309 @@
+"""Replay prefill-to-decode KV-cache transfers from a trace over a running fabric.
+
+Pipeline: trace -> slice (window, first N, speed) -> placement and scheduler
+-> ``traffic.schedule`` (KV bytes per rank pair, scaled by the one scale
+model, cut into slices) -> one plan per GPU -> a ``traffic.agent`` in every
+GPU namespace sends its plan over real TCP and receives the others' ->
+merged per-transfer rows, ``transfers.csv``, ``fct.txt``, ``summary.json``.
+
+Times stay real and bytes are scaled (``testbed.scale``): a transfer of B
+real bytes becomes B / bytes_scale emulated bytes, which take as long over
+the emulated link as B over a real 400 Gbit/s one. NIC ports follow the
+fabric model's port-selection policy: with ``striped`` the k-th transfer of
+a GPU pair goes p1 -> dst p2 when k is even and p2 -> dst p1 when odd.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from testbed import scale
+from testbed.emulation import fabricctl
+from testbed.emulation.plan import DatapathConfig, netns_of
+from testbed.errors import EnvironmentProblem, TestbedError
+from testbed.fabric import addressing
+from testbed.fabric.routing import DEFAULT_POLICY, POLICIES, select_ports
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_TRACE = REPO.parent / "shared" / "traces" / "mooncake_conversation.jsonl"
+AGENT_PORT = 7000
+HEADER_BYTES = 66  # Ethernet 14 + IPv4 20 + TCP with timestamps 32, per packet
+
+
+@dataclass
+class ReplayConfig:
+    trace: str = str(DEFAULT_TRACE)
+    trace_format: str = "auto"
+    skip_bad: bool = False
+    start_s: float = 0.0  # trace window start (trace seconds)
+    duration_s: float = 120.0  # trace seconds replayed (after speed-up: wall seconds = duration / speed)
+    first_n: int | None = None
+    speed: float = 1.0
+    model: str = "llama-3.1-70b"
+    dtype: str = "bf16"
+    prefill_tp: int = 8
+    decode_tp: int = 8
+    prefill_fraction: float = 0.5
+    scheduler: str = "round_robin"
+    seed: int = 0
+    mode: str = "whole"
+    chunk_bytes: int | None = 65536
+    policy: str = DEFAULT_POLICY
+    transfer_timeout_s: float = 60.0
+
+    def validate(self) -> "ReplayConfig":
+        if self.policy not in POLICIES:
+            raise TestbedError(f"policy {self.policy!r} is unknown: expected one of {', '.join(POLICIES)}")
+        if not self.duration_s > 0:
+            raise TestbedError(f"duration {self.duration_s:g} s is not positive: expected e.g. 120s")
+        if not self.speed > 0:
+            raise TestbedError(f"speed {self.speed:g} is not positive: expected e.g. 1 or 10")
+        if not Path(self.trace).is_file():
+            raise TestbedError(f"trace {self.trace} does not exist: expected a Mooncake JSONL or Azure CSV file")
+        return self
+
+
+@dataclass
+class Prepared:
+    schedule: object
+    plan_rows: list[dict]
+    offset_s: float  # trace time of plan time 0
+    requests: int
+    skipped_rows: int
+    warnings: list[str] = field(default_factory=list)
+
+
+def prepare(cfg: ReplayConfig, n_gpus: int, rate_bps: float, mtu: int) -> Prepared:
+    """Everything up to the per-GPU plans: pure computation, no fabric needed."""
+    from traffic import models, placement, schedule, traces
+
+    read = traces.read_trace(cfg.trace, cfg.trace_format, skip_bad=cfg.skip_bad)
+    end = cfg.start_s + cfg.duration_s
+    reqs = traces.slice_requests(read.requests, start_s=cfg.start_s, end_s=end, first_n=cfg.first_n,
+                                 speed=cfg.speed)
+    if not reqs:
+        raise TestbedError(f"the trace window {cfg.start_s:g} .. {end:g} s of {cfg.trace} holds no request")
+    model = models.get_model(cfg.model)
+    place = placement.place(n_gpus, cfg.prefill_tp, cfg.decode_tp, cfg.prefill_fraction)
+    sched = schedule.build_schedule(reqs, place, placement.Scheduler(cfg.scheduler, cfg.seed), model, cfg.dtype,
+                                    cfg.mode, cfg.chunk_bytes, scale.bytes_scale(rate_bps), mtu_bytes=mtu)
+    if not sched.transfers:
+        raise TestbedError("the schedule has no transfer: every request is empty")
+    offset = min(t.scheduled_start_s for t in sched.transfers)
+    pair_count: dict[tuple[int, int], int] = {}
+    rows = []
+    for i, t in enumerate(sched.transfers):
+        if t.src_gpu == t.dst_gpu:
+            continue  # a GPU's own slice never touches the network
+        k = pair_count.get((t.src_gpu, t.dst_gpu), 0)
+        pair_count[(t.src_gpu, t.dst_gpu)] = k + 1
+        choices = select_ports(t.src_gpu, t.dst_gpu, cfg.policy)
+        c = choices[k % len(choices)]
+        rows.append({"id": i, "request_id": t.request_id, "src": f"gpu{t.src_gpu}", "dst": f"gpu{t.dst_gpu}",
+                     "src_ip": addressing.ip_of(t.src_gpu, c.src_port),
+                     "dst_ip": addressing.ip_of(t.dst_gpu, c.dst_port), "dst_port": AGENT_PORT,
+                     "bytes": t.bytes, "start": round(t.scheduled_start_s - offset, 6)})
+    warnings = []
+    if sched.fidelity_warnings:
+        warnings.append(f"{sched.fidelity_warnings} of {sched.checked_chunks} KV chunks are under "
+                        f"{sched.fidelity_threshold_bytes} emulated bytes (a few packets): TCP dynamics barely "
+                        "matter for them")
+    return Prepared(sched, rows, offset, len(reqs), read.skipped, warnings)
+
+
+def _count_lines(paths: list[Path]) -> int:
+    total = 0
+    for p in paths:
+        try:
+            with open(p, "rb") as fh:
+                total += fh.read().count(b"\n")
+        except FileNotFoundError:
+            pass
+    return total
+
+
+def run_agents(st: dict, prepared: Prepared, run_dir: Path, timeout_s: float, log=print) -> dict:
+    """Start one agent per GPU, wait for the plan to finish, stop them all."""
+    from traffic import replay_io
+
+    fabric = fabricctl.fabric_of_state(st)
+    agents_dir = run_dir / "agents"
+    names = [f"gpu{g}" for g in fabric.gpus()]
+    plans = replay_io.write_plans(prepared.plan_rows, agents_dir, agents=names)
+    lead = 2.0 + 0.05 * len(names)
+    t0 = time.monotonic() + lead
+    procs: dict[str, subprocess.Popen] = {}
+    crashed: dict[str, int] = {}
+    try:
+        for g in fabric.gpus():
+            name = f"gpu{g}"
+            argv = ["ip", "netns", "exec", netns_of(g), sys.executable, "-m", "traffic.agent", "--name", name,
+                    "--plan", str(plans[name]), "--out", str(agents_dir), "--t0", f"{t0:.6f}",
+                    "--ready-file", str(agents_dir / f"{name}.ready"),
+                    "--transfer-timeout", str(timeout_s)]
+            for p in (1, 2):
+                argv += ["--listen", f"{addressing.ip_of(g, p)}:{AGENT_PORT}"]
+            err = open(agents_dir / f"{name}.stderr", "wb")
+            procs[name] = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.DEVNULL, stderr=err,
+                                           env={**os.environ, "PYTHONPATH": str(REPO)})
+        while not all((agents_dir / f"{n}.ready").exists() for n in names):
+            dead = {n: p.returncode for n, p in procs.items() if p.poll() is not None}
+            if dead:
+                n = next(iter(dead))
+                tail = (agents_dir / f"{n}.stderr").read_text(errors="replace").strip().splitlines()[-1:]
+                raise EnvironmentProblem(f"agent {n} exited ({dead[n]}) before it was ready: {tail}")
+            if time.monotonic() > t0:
+                late = [n for n in names if not (agents_dir / f"{n}.ready").exists()]
+                raise EnvironmentProblem(f"{len(late)} agents were not listening {lead:.1f} s after start "
+                                         f"(e.g. {late[0]}): the machine is too busy to replay on time")
+            time.sleep(0.05)
+        last_start = max(r["start"] for r in prepared.plan_rows)
+        deadline = t0 + last_start + timeout_s + 5
+        sent_files = [agents_dir / f"{n}.sent.jsonl" for n in names]
+        total = len(prepared.plan_rows)
+        log(f"replaying {total} transfers over {last_start:.1f} s")
+        progress = _progress(total)
+        done_names: set[str] = set()
+        while time.monotonic() < deadline:
+            for n, p in procs.items():
+                if p.poll() is not None and n not in crashed:
+                    crashed[n] = p.returncode
+            done_names = {n for n in names if (agents_dir / f"{n}.done").exists()}
+            progress(_count_lines(sent_files), time.monotonic() - t0)
+            if len(done_names | set(crashed)) == len(names):
+                break
+            time.sleep(0.5)
+        progress(_count_lines(sent_files), time.monotonic() - t0, final=True)
+        time.sleep(0.5)  # receivers log the last bytes of what the senders saw acked
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for n, p in procs.items():
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+                crashed.setdefault(n, -9)
+    return {"t0": t0, "crashed": crashed, "agents_dir": agents_dir}
+
+
+def _progress(total: int):
+    """A one-line progress display (rich when stderr is a terminal, else quiet)."""
+    if not sys.stderr.isatty():
+        return lambda done, elapsed, final=False: None
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    bar = Progress(TextColumn("replay"), BarColumn(), TextColumn("{task.completed}/{task.total} transfers"),
+                   TimeElapsedColumn(), transient=False)
+    task = bar.add_task("replay", total=total)
+    bar.start()
+
+    def update(done: int, elapsed: float, final: bool = False) -> None:
+        bar.update(task, completed=done)
+        if final:
+            bar.stop()
+
+    return update
+
+
+def summarize(fabric_name: str, rows: list[dict], prepared: Prepared, rate_bps: float, mtu: int,
+              drops: int, crashed: dict, warnings: list[str]) -> dict:
+    """The replay summary (the contract of issue 5) from merged transfer rows."""
+    from traffic import metrics, schedule
+
+    ok = [r for r in rows if r["verified"]]
+    fct_s = [r["end"] - r["start"] for r in ok]
+    lateness = [r["start"] - r["scheduled_start"] for r in rows if r["start"] is not None]
+    first = min((r["start"] for r in ok), default=0.0)
+    last = max((r["end"] for r in ok), default=0.0)
+    nbytes = sum(r["bytes"] for r in ok)
+    ends: dict[int, float] = {}
+    for r in rows:
+        if r["end"] is not None:
+            ends[r["request_id"]] = max(ends.get(r["request_id"], 0.0), r["end"] + prepared.offset_s)
+    ttft = list(schedule.ttft_proxies(prepared.schedule, ends, allow_missing=True).values())
+    b_scale = scale.bytes_scale(rate_bps)
+
+    def pct(values: list[float], keys=("p50", "p99", "p999"), factor: float = 1e3) -> dict:
+        """Nearest-rank percentiles (times in ms by default); None when nothing was measured."""
+        which = {"p50": 50, "p95": 95, "p99": 99, "p999": 99.9}
+        return {k: (round(metrics.percentile(values, which[k]) * factor, 3) if values else None) for k in keys}
+
+    slowdowns = [metrics.fct_slowdown(f, r["bytes"], rate_bps, mtu_payload=mtu - 52, header_bytes=HEADER_BYTES)
+                 for f, r in zip(fct_s, ok)]
+    goodput = nbytes * 8 / (last - first) if last > first else 0.0
+    return {
+        "fabric": fabric_name,
+        "transfers": len(rows),
+        "verified": len(ok),
+        "failed": len(rows) - len(ok),
+        "requests": prepared.requests,
+        "bytes": nbytes,
+        "goodput_bps": round(goodput),
+        "goodput_real_equivalent_bps": round(goodput * b_scale),
+        "fct_ms": pct(fct_s),
+        "slowdown": pct(slowdowns, ("p50", "p95", "p99", "p999"), factor=1.0),
+        "ttft_ms": pct(ttft, ("p50", "p99")),
+        "start_lateness_ms": pct(lateness, ("p50", "p99")),
+        "queue_drops": drops,
+        "crashed_agents": crashed,
+        "rate_bps": rate_bps,
+        "bytes_scale": b_scale,
+        "warnings": warnings,
+    }
+
+
+def replay(fabric_args: dict, dp: DatapathConfig, cfg: ReplayConfig, out_root: Path, log=print) -> Path:
+    """Bring the fabric up if none is (down again at the end), replay, write the run directory."""
+    from traffic import metrics, replay_io
+
+    cfg.validate()
+    st = fabricctl.load_state()
+    own = st is None
+    if not own and (st["fabric"]["kind"] != fabric_args["kind"] or st["fabric"]["gpus"] != fabric_args["gpus"]):
+        raise TestbedError(f"a different fabric is up ({st['fabric']['kind']}, {st['fabric']['gpus']} GPUs): "
+                           "run 'testbed down' first")
+    rate = st["config"]["rate_bps"] if st else dp.rate_bps
+    mtu = st["config"]["mtu"] if st else dp.mtu
+    prepared = prepare(cfg, fabric_args["gpus"], rate, mtu)  # bad trace or model fails before anything is built
+    run_id = time.strftime("%Y%m%d-%H%M%S") + f"-{fabric_args['kind']}{fabric_args['gpus']}"
+    run_dir = out_root / run_id
+    run_dir.mkdir(parents=True, exist_ok=False)
+    try:
+        if own:
+            fabricctl.require_root()
+            st = fabricctl.up(fabric_args, dp, log=log)
+        before = sum(q.get("drops", 0) for q in fabricctl.read_queues(st))
+        res = run_agents(st, prepared, run_dir, cfg.transfer_timeout_s, log)
+        drops = sum(q.get("drops", 0) for q in fabricctl.read_queues(st)) - before
+    finally:
+        if own and fabricctl.load_state() is not None:
+            fabricctl.down()
+    rows = replay_io.merge_results(res["agents_dir"], t0=res["t0"])
+    replay_io.write_transfers_csv(rows, run_dir / "transfers.csv")
+    records = [metrics.FctRecord(int(r["src"][3:]), int(r["dst"][3:]), int(r["bytes"]),
+                                 int(round(r["start"] * 1e9)), int(round((r["end"] - r["start"]) * 1e9)),
+                                 int(round(metrics.ideal_fct_s(r["bytes"], rate, mtu_payload=mtu - 52,
+                                                               header_bytes=HEADER_BYTES) * 1e9)))
+               for r in rows if r["verified"]]
+    metrics.write_fct_txt(run_dir / "fct.txt", records)
+    warnings = list(prepared.warnings) + list(st.get("warnings", []))
+    if res["crashed"]:
+        warnings.append(f"agents exited early: {res['crashed']}")
+    summary = summarize(st["fabric"]["kind"], rows, prepared, rate, mtu, drops, res["crashed"], warnings)
+    lat = summary["start_lateness_ms"]["p99"]
+    if lat is not None and lat > 5:
+        summary["warnings"].append(f"start lateness P99 {lat:.1f} ms is over 5 ms: the replay fell behind the trace")
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
+    (run_dir / "config.json").write_text(json.dumps({"fabric": st["fabric"], "datapath": st["config"],
+                                                     "replay": asdict(cfg)}, indent=1))
+    return run_dir

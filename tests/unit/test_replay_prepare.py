@@ -1,0 +1,50 @@
+"""Replay preparation (no root): the per-GPU plans follow the schedule, the
+scale model and the port-selection policy."""
+
+from __future__ import annotations
+
+import pytest
+
+from testbed import scale
+from testbed.errors import TestbedError
+from testbed.replay import DEFAULT_TRACE, ReplayConfig, prepare
+
+pytestmark = pytest.mark.skipif(not DEFAULT_TRACE.is_file(), reason=f"trace {DEFAULT_TRACE} not present")
+
+
+def test_plans_carry_every_network_transfer_of_the_schedule():
+    p = prepare(ReplayConfig(duration_s=15), 16, scale.DEFAULT_RATE_BPS, scale.DEFAULT_MTU)
+    net = [t for t in p.schedule.transfers if t.src_gpu != t.dst_gpu]
+    assert len(p.plan_rows) == len(net) > 0
+    assert sum(r["bytes"] for r in p.plan_rows) == sum(t.bytes for t in net)
+    assert len({r["id"] for r in p.plan_rows}) == len(p.plan_rows)
+    assert min(r["start"] for r in p.plan_rows) == 0.0
+    assert p.requests == len(p.schedule.requests)
+
+
+def test_striped_policy_alternates_the_nic_ports_of_a_pair():
+    p = prepare(ReplayConfig(duration_s=15), 16, scale.DEFAULT_RATE_BPS, scale.DEFAULT_MTU)
+    by_pair: dict = {}
+    for r in sorted(p.plan_rows, key=lambda r: r["id"]):
+        by_pair.setdefault((r["src"], r["dst"]), []).append((r["src_ip"].split(".")[1], r["dst_ip"].split(".")[1]))
+    pair, ports = next((k, v) for k, v in by_pair.items() if len(v) >= 2)
+    assert ports[0] == ("1", "2") and ports[1] == ("2", "1"), (pair, ports)
+
+
+def test_rail_out_policy_uses_port_1_only():
+    p = prepare(ReplayConfig(duration_s=15, policy="rail-out"), 16, scale.DEFAULT_RATE_BPS, scale.DEFAULT_MTU)
+    assert {r["src_ip"].split(".")[1] for r in p.plan_rows} == {"1"}
+
+
+def test_bytes_are_scaled_by_the_one_scale_model():
+    slow = prepare(ReplayConfig(duration_s=15), 16, 3e6, 3000)
+    fast = prepare(ReplayConfig(duration_s=15), 16, 6e6, 3000)
+    assert sum(r["bytes"] for r in fast.plan_rows) == pytest.approx(2 * sum(r["bytes"] for r in slow.plan_rows),
+                                                                      rel=0.01)
+
+
+@pytest.mark.parametrize("change, word", [({"policy": "spray"}, "spray"), ({"duration_s": 0}, "duration"),
+                                          ({"speed": -1}, "speed"), ({"trace": "/nonexistent.jsonl"}, "nonexistent")])
+def test_bad_replay_config_is_one_clear_error(change, word):
+    with pytest.raises(TestbedError, match=word):
+        ReplayConfig(**change).validate()
