@@ -4,7 +4,10 @@ Pipeline: trace -> slice (window, first N, speed) -> placement and scheduler
 -> ``traffic.schedule`` (KV bytes per rank pair, scaled by the one scale
 model, cut into slices) -> one plan per GPU -> a ``traffic.agent`` in every
 GPU namespace sends its plan over real TCP and receives the others' ->
-merged per-transfer rows, ``transfers.csv``, ``fct.txt``, ``summary.json``.
+merged per-transfer rows: ``transfers.csv``, ``fct.txt`` (HPCC style),
+``summary.json``, ``queues.csv`` (every queue sampled about once a second),
+``links.csv`` (per-queue bytes and utilization), ``nics.csv`` (per NIC port),
+``goodput.csv`` (per second), ``slowdown_bins.json`` (by size quantile bins).
 
 Times stay real and bytes are scaled (``testbed.scale``): a transfer of B
 real bytes becomes B / bytes_scale emulated bytes, which take as long over
@@ -20,6 +23,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -254,12 +258,103 @@ def summarize(fabric_name: str, rows: list[dict], prepared: Prepared, rate_bps: 
         "slowdown": pct(slowdowns, ("p50", "p95", "p99", "p999"), factor=1.0),
         "ttft_ms": pct(ttft, ("p50", "p99")),
         "start_lateness_ms": pct(lateness, ("p50", "p99")),
+        "requests_per_s": round(len({r["request_id"] for r in ok}) / (last - first), 3) if last > first else 0.0,
         "queue_drops": drops,
         "crashed_agents": crashed,
         "rate_bps": rate_bps,
         "bytes_scale": b_scale,
         "warnings": warnings,
     }
+
+
+class QueueSampler:
+    """Samples every fabric queue (backlog, drops, bytes sent) through netlink
+    about once a second into queues.csv; keeps the first and last sample for
+    per-link totals and drops."""
+
+    PERIOD_S = 1.0
+
+    def __init__(self, st: dict, path: Path) -> None:
+        self.st, self.path = st, path
+        self.first: dict[str, dict] = {}
+        self.last: dict[str, dict] = {}
+        self.t_first = self.t_last = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _sample(self, fh) -> None:
+        t = time.monotonic()
+        rows = {q["queue"]: q for q in fabricctl.read_queues(self.st)}
+        if not self.first:
+            self.first, self.t_first = rows, t
+        self.last, self.t_last = rows, t
+        for q in rows.values():
+            fh.write(f"{t:.3f},{q['queue']},{q['towards']},{q.get('backlog', 0)},{q.get('drops', 0)},"
+                     f"{q.get('bytes', 0)}\n")
+
+    def _run(self) -> None:
+        with open(self.path, "w") as fh:
+            fh.write("time,queue,towards,backlog_bytes,drops,sent_bytes\n")
+            while True:
+                self._sample(fh)
+                if self._stop.wait(self.PERIOD_S):
+                    self._sample(fh)
+                    return
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+    def drops(self) -> int:
+        return sum(self.last[q].get("drops", 0) - self.first.get(q, {}).get("drops", 0) for q in self.last)
+
+    def link_bytes(self) -> dict[str, tuple[str, int]]:
+        """queue -> (what it feeds, bytes it sent during the run)."""
+        return {q: (r["towards"], r.get("bytes", 0) - self.first.get(q, {}).get("bytes", 0))
+                for q, r in self.last.items()}
+
+
+def write_breakdowns(run_dir: Path, rows: list[dict], sampler: QueueSampler, rate_bps: float, mtu: int) -> dict:
+    """Per-link utilization (hotspots), per-NIC-port bytes (a server's NIC
+    imbalance), goodput per second, FCT slowdown by size bin."""
+    from traffic import metrics
+
+    span = max(sampler.t_last - sampler.t_first, 1e-9)
+    util = {q: (towards, nbytes, nbytes * 8 / span / rate_bps) for q, (towards, nbytes) in sampler.link_bytes().items()}
+    with open(run_dir / "links.csv", "w") as fh:
+        fh.write("queue,towards,bytes,utilization\n")
+        for q, (towards, nbytes, u) in sorted(util.items()):
+            fh.write(f"{q},{towards},{nbytes},{u:.4f}\n")
+    nic: dict[str, list[int]] = {}
+    for r in rows:
+        if r["verified"]:
+            nic.setdefault(r["src_ip"], [0, 0])[0] += r["bytes"]
+            nic.setdefault(r["dst_ip"], [0, 0])[1] += r["bytes"]
+    with open(run_dir / "nics.csv", "w") as fh:
+        fh.write("gpu,port,ip,sent_bytes,received_bytes\n")
+        for ip, (tx, rx) in sorted(nic.items(), key=lambda kv: tuple(int(x) for x in kv[0].split("."))):
+            port, gpu = int(ip.split(".")[1]), int(ip.split(".")[2]) * 256 + int(ip.split(".")[3])
+            fh.write(f"gpu{gpu},{port},{ip},{tx},{rx}\n")
+    per_s: dict[int, int] = {}
+    for r in rows:
+        if r["verified"]:
+            per_s[int(r["end"])] = per_s.get(int(r["end"]), 0) + r["bytes"]
+    with open(run_dir / "goodput.csv", "w") as fh:
+        fh.write("second,bytes,goodput_bps\n")
+        for sec in range(0, max(per_s, default=-1) + 1):
+            fh.write(f"{sec},{per_s.get(sec, 0)},{per_s.get(sec, 0) * 8}\n")
+    ok = [r for r in rows if r["verified"]]
+    if ok:
+        slow = [metrics.fct_slowdown(r["end"] - r["start"], r["bytes"], rate_bps, mtu_payload=mtu - 52,
+                                     header_bytes=HEADER_BYTES) for r in ok]
+        bins = metrics.binned_slowdowns([r["bytes"] for r in ok], slow)
+        (run_dir / "slowdown_bins.json").write_text(json.dumps(bins, indent=1))
+    hot = max(util.items(), key=lambda kv: kv[1][2], default=None)
+    return {"hottest_queue": hot[0] if hot else None,
+            "max_link_utilization": round(hot[1][2], 4) if hot else None}
 
 
 def replay(fabric_args: dict, dp: DatapathConfig, cfg: ReplayConfig, out_root: Path, log=print) -> Path:
@@ -282,9 +377,13 @@ def replay(fabric_args: dict, dp: DatapathConfig, cfg: ReplayConfig, out_root: P
         if own:
             fabricctl.require_root()
             st = fabricctl.up(fabric_args, dp, log=log)
-        before = sum(q.get("drops", 0) for q in fabricctl.read_queues(st))
-        res = run_agents(st, prepared, run_dir, cfg.transfer_timeout_s, log)
-        drops = sum(q.get("drops", 0) for q in fabricctl.read_queues(st)) - before
+        sampler = QueueSampler(st, run_dir / "queues.csv")
+        sampler.start()
+        try:
+            res = run_agents(st, prepared, run_dir, cfg.transfer_timeout_s, log)
+        finally:
+            sampler.stop()
+        drops = sampler.drops()
     finally:
         if own and fabricctl.load_state() is not None:
             fabricctl.down()
@@ -300,6 +399,7 @@ def replay(fabric_args: dict, dp: DatapathConfig, cfg: ReplayConfig, out_root: P
     if res["crashed"]:
         warnings.append(f"agents exited early: {res['crashed']}")
     summary = summarize(st["fabric"]["kind"], rows, prepared, rate, mtu, drops, res["crashed"], warnings)
+    summary |= write_breakdowns(run_dir, rows, sampler, rate, mtu)
     lat = summary["start_lateness_ms"]["p99"]
     if lat is not None and lat > 5:
         summary["warnings"].append(f"start lateness P99 {lat:.1f} ms is over 5 ms: the replay fell behind the trace")

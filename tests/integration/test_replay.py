@@ -19,7 +19,8 @@ def test_short_replay_verifies_every_transfer(kind, tmp_path):
     proc = run_testbed("replay", kind, "--gpus", "16", "--duration", "10s", "--out", str(tmp_path), timeout=600)
     assert proc.returncode == 0, proc.stderr
     run_dir = tmp_path / proc.stdout.strip().splitlines()[-1].rsplit("/", 1)[-1]
-    assert {"transfers.csv", "summary.json", "fct.txt", "config.json"} <= {p.name for p in run_dir.iterdir()}
+    assert {"transfers.csv", "summary.json", "fct.txt", "config.json", "queues.csv", "links.csv", "nics.csv",
+            "goodput.csv", "slowdown_bins.json"} <= {p.name for p in run_dir.iterdir()}
     rows = list(csv.DictReader(open(run_dir / "transfers.csv")))
     summary = json.loads((run_dir / "summary.json").read_text())
     expected = prepare(ReplayConfig(duration_s=10), 16, scale.DEFAULT_RATE_BPS, scale.DEFAULT_MTU)
@@ -34,3 +35,7 @@ def test_short_replay_verifies_every_transfer(kind, tmp_path):
     assert summary["fct_ms"]["p50"] <= summary["fct_ms"]["p99"] <= summary["fct_ms"]["p999"]
     assert summary["crashed_agents"] == {}
     assert leftovers() == []  # the replay brought its fabric up and took it down again
+    nic_sent = sum(int(r["sent_bytes"]) for r in csv.DictReader(open(run_dir / "nics.csv")))
+    assert nic_sent == sent
+    link_bytes = sum(int(r["bytes"]) for r in csv.DictReader(open(run_dir / "links.csv")))
+    assert link_bytes >= sent  # every payload byte crossed at least its NIC queue (plus headers)
