@@ -17,7 +17,6 @@ try:  # pragma: no cover - whichever is installed
         set_ev_cls,
     )
     from os_ken.lib import hub
-    from os_ken.lib.packet import ethernet, packet
     from os_ken.ofproto import ofproto_v1_3
 
     FRAMEWORK = "os_ken"
@@ -27,12 +26,11 @@ except ImportError:  # pragma: no cover
     from ryu.controller import ofp_event
     from ryu.controller.handler import CONFIG_DISPATCHER, DEAD_DISPATCHER, MAIN_DISPATCHER, set_ev_cls
     from ryu.lib import hub
-    from ryu.lib.packet import ethernet, packet
     from ryu.ofproto import ofproto_v1_3
 
     FRAMEWORK = "ryu"
 
 __all__ = [
     "cfg", "app_manager", "ofp_event", "CONFIG_DISPATCHER", "DEAD_DISPATCHER", "MAIN_DISPATCHER",
-    "set_ev_cls", "hub", "ethernet", "packet", "ofproto_v1_3", "FRAMEWORK",
+    "set_ev_cls", "hub", "ofproto_v1_3", "FRAMEWORK",
 ]

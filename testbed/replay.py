@@ -38,6 +38,7 @@ from testbed.fabric.routing import DEFAULT_POLICY, POLICIES, select_ports
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_TRACE = REPO.parent / "shared" / "traces" / "mooncake_conversation.jsonl"
 AGENT_PORT = 7000
+AGENT_NICE = -10  # agents wake on time although OVS and the TCP stacks keep both cores busy
 HEADER_BYTES = 66  # Ethernet 14 + IPv4 20 + TCP with timestamps 32, per packet
 
 
@@ -148,7 +149,8 @@ def run_agents(st: dict, prepared: Prepared, run_dir: Path, timeout_s: float, lo
     try:
         for g in fabric.gpus():
             name = f"gpu{g}"
-            argv = ["ip", "netns", "exec", netns_of(g), sys.executable, "-m", "traffic.agent", "--name", name,
+            argv = ["ip", "netns", "exec", netns_of(g), "nice", "-n", str(AGENT_NICE), sys.executable, "-m",
+                    "traffic.agent", "--name", name,
                     "--plan", str(plans[name]), "--out", str(agents_dir), "--t0", f"{t0:.6f}",
                     "--ready-file", str(agents_dir / f"{name}.ready"),
                     "--transfer-timeout", str(timeout_s)]

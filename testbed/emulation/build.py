@@ -32,7 +32,8 @@ OVS_SNDBUF_BYTES = 16 * 1024 * 1024
 def run(cmd: list[str], stdin: str | None = None, timeout: float = 120) -> str:
     proc = subprocess.run(cmd, input=stdin, text=True, capture_output=True, timeout=timeout)
     if proc.returncode:
-        raise EnvironmentProblem(f"{' '.join(cmd[:3])} failed: {proc.stderr.strip().splitlines()[-1:] or proc.returncode}")
+        last = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit status {proc.returncode}"
+        raise EnvironmentProblem(f"{' '.join(cmd[:3])} failed: {last}")
     return proc.stdout
 
 

@@ -163,13 +163,14 @@ def cmd_bench(args) -> int:
                   f"{f['goodput_bps'] / 1e6:6.3f}  ideal {f['ideal_bps'] / 1e6:6.3f} Mbit/s  ratio {f['ratio']:.3f}")
     s = doc["summary"]
     print(f"{args.fabric} n={args.gpus} at {s['rate_bps'] / 1e6:g} Mbit/s, MTU {s['mtu']}, {s['duration_s']} s per pattern"
-          + ("" if args.fabric == "zcube" else " (ideal: collision-free ECMP share)"))
+          )
     for name in patterns:
         p = s[name]
         print(f"  {name:<11} {p['flows']:>5} flows: median {p['median_ratio']:.3f}, min {p['min_ratio']:.3f}, aggregate "
               f"{p['aggregate_goodput_bps'] / 1e6:6.1f} Mbit/s, {p['retransmits']} retransmits, {p['drops']} queue "
               f"drops; ovs-vswitchd {p['cpu']['ovs_vswitchd_cores']:.2f} cores, machine "
-              f"{p['cpu']['machine_busy_fraction']:.0%} busy{'  CPU SATURATED' if p['cpu_saturated'] else ''}")
+              f"{p['cpu']['machine_busy_fraction']:.0%} busy{'  CPU SATURATED' if p['cpu_saturated'] else ''}"
+              + ("" if p["ideal_known"] else "  (vs the collision-free ideal: ECMP paths not learnt)"))
     print(f"bring-up {s.get('bringup_s')} s, teardown {s.get('teardown_s')} s")
     if s["cpu_saturated"]:
         print("FIDELITY WARNING: the emulator saturated the CPU; these numbers are not a result", file=sys.stderr)

@@ -4,7 +4,6 @@ spread, observable queues, table-miss accounting. Real OVS, real controller."""
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 import tempfile
 import time
@@ -12,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from testbed.bench.fidelity import port_tx
 from testbed.emulation.plan import netns_of
 from testbed.fabric import addressing, build_fabric
 from testbed.fabric.routing import forwarding_tables, walk
@@ -24,17 +24,6 @@ HERE = Path(__file__).resolve().parent
 
 def model(st: dict):
     return build_fabric(**st["fabric"])
-
-
-def port_tx(switches) -> dict[tuple[str, int], int]:
-    """OVS's own per-port transmit counters."""
-    out = {}
-    for sw in switches:
-        text = subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "--no-names", "dump-ports", sw],
-                              capture_output=True, text=True, check=True).stdout
-        for port, tx in re.findall(r"port\s+(\d+):.*?tx pkts=(\d+)", text, re.S):
-            out[(sw, int(port))] = int(tx)
-    return out
 
 
 def send_udp(src_gpu: int, src_port: int, dst_ip: str, count: int, sports: list[int]) -> None:
