@@ -36,7 +36,8 @@ from testbed.fabric import addressing
 from testbed.fabric.routing import DEFAULT_POLICY, POLICIES, select_ports
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_TRACE = REPO.parent / "shared" / "traces" / "mooncake_conversation.jsonl"
+TRACES_DIR = Path(os.environ.get("TESTBED_TRACES_DIR") or REPO.parent / "shared" / "traces")
+DEFAULT_TRACE = TRACES_DIR / "mooncake_conversation.jsonl"
 AGENT_PORT = 7000
 AGENT_NICE = -10  # agents wake on time although OVS and the TCP stacks keep both cores busy
 HEADER_BYTES = 66  # Ethernet 14 + IPv4 20 + TCP with timestamps 32, per packet
@@ -62,6 +63,7 @@ class ReplayConfig:
     chunk_bytes: int | None = 65536
     policy: str = DEFAULT_POLICY
     transfer_timeout_s: float = 60.0
+    cross_flows: int = 0  # background iperf3 flows (random GPU pairs, seeded) for the whole replay
 
     def validate(self) -> "ReplayConfig":
         if self.policy not in POLICIES:
@@ -121,6 +123,54 @@ def prepare(cfg: ReplayConfig, n_gpus: int, rate_bps: float, mtu: int) -> Prepar
                         f"{sched.fidelity_threshold_bytes} emulated bytes (a few packets): TCP dynamics barely "
                         "matter for them")
     return Prepared(sched, rows, offset, len(reqs), read.skipped, warnings)
+
+
+CROSS_PORT = 5400
+
+
+def start_cross_traffic(st: dict, n_flows: int, seed: int, seconds: float) -> list:
+    """``n_flows`` iperf3 flows between random GPU pairs (p1 -> dst p2), through the binding."""
+    import random
+
+    fabric = fabricctl.fabric_of_state(st)
+    rng = random.Random(seed)
+    gpus = list(fabric.gpus())
+    flows = []
+    for i in range(n_flows):
+        src, dst = rng.sample(gpus, 2)
+        port = CROSS_PORT + i
+        py = [sys.executable, "-m", "traffic.cross"]
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        server = subprocess.Popen(["ip", "netns", "exec", netns_of(dst), *py, "server", "--bind",
+                                   addressing.ip_of(dst, 2), "--port", str(port)], cwd=REPO, env=env,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        flows.append({"src": f"gpu{src}", "dst": f"gpu{dst}", "server": server, "client": None,
+                      "argv": ["ip", "netns", "exec", netns_of(src), *py, "client", "--bind", addressing.ip_of(src, 1),
+                               "--to", addressing.ip_of(dst, 2), "--port", str(port), "--duration",
+                               str(int(seconds) + 1)], "env": env})
+    time.sleep(0.5)
+    for f in flows:
+        f["client"] = subprocess.Popen(f["argv"], cwd=REPO, env=f["env"], stdout=subprocess.PIPE,
+                                       stderr=subprocess.DEVNULL, text=True)
+    return flows
+
+
+def stop_cross_traffic(flows: list) -> dict:
+    """Collect the flows' goodput (a flow still running is stopped and counted as 0)."""
+    rows = []
+    for f in flows:
+        try:
+            out, _ = f["client"].communicate(timeout=15)
+            doc = json.loads(out or "{}")
+        except (subprocess.TimeoutExpired, json.JSONDecodeError):
+            f["client"].kill()
+            doc = {}
+        for proc in (f["client"], f["server"]):
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+        rows.append({"src": f["src"], "dst": f["dst"], "bps": doc.get("bps", 0.0), "error": doc.get("error")})
+    return {"flows": len(rows), "goodput_bps": round(sum(r["bps"] for r in rows)), "per_flow": rows}
 
 
 def _count_lines(paths: list[Path]) -> int:
@@ -381,9 +431,12 @@ def replay(fabric_args: dict, dp: DatapathConfig, cfg: ReplayConfig, out_root: P
             st = fabricctl.up(fabric_args, dp, log=log)
         sampler = QueueSampler(st, run_dir / "queues.csv")
         sampler.start()
+        cross = (start_cross_traffic(st, cfg.cross_flows, cfg.seed, max(r["start"] for r in prepared.plan_rows))
+                 if cfg.cross_flows else [])
         try:
             res = run_agents(st, prepared, run_dir, cfg.transfer_timeout_s, log)
         finally:
+            cross_result = stop_cross_traffic(cross) if cross else None
             sampler.stop()
         drops = sampler.drops()
     finally:
@@ -402,6 +455,7 @@ def replay(fabric_args: dict, dp: DatapathConfig, cfg: ReplayConfig, out_root: P
         warnings.append(f"agents exited early: {res['crashed']}")
     summary = summarize(st["fabric"]["kind"], rows, prepared, rate, mtu, drops, res["crashed"], warnings)
     summary |= write_breakdowns(run_dir, rows, sampler, rate, mtu)
+    summary["cross_traffic"] = cross_result
     lat = summary["start_lateness_ms"]["p99"]
     if lat is not None and lat > 5:
         summary["warnings"].append(f"start lateness P99 {lat:.1f} ms is over 5 ms: the replay fell behind the trace")

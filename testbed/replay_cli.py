@@ -29,7 +29,8 @@ def cmd_replay(args) -> int:
                        start_s=parse_seconds(args.start), duration_s=parse_seconds(args.duration),
                        first_n=args.first, speed=args.speed, model=args.model, dtype=args.dtype,
                        prefill_tp=args.prefill_tp, decode_tp=args.decode_tp, scheduler=args.scheduler,
-                       seed=args.seed, mode=args.mode, chunk_bytes=args.chunk or None, policy=args.policy)
+                       seed=args.seed, mode=args.mode, chunk_bytes=args.chunk or None, policy=args.policy,
+                       cross_flows=args.cross)
     log = (lambda m: print(m, file=sys.stderr))
     run_dir = replay.replay(fabric_kwargs(args) | {"kind": args.fabric}, datapath_config(args), cfg,
                             Path(args.out), log)
@@ -40,6 +41,9 @@ def cmd_replay(args) -> int:
     print(f"  FCT ms p50 {s['fct_ms']['p50']}  p99 {s['fct_ms']['p99']}  p99.9 {s['fct_ms']['p999']};  "
           f"TTFT proxy ms p50 {s['ttft_ms']['p50']}  p99 {s['ttft_ms']['p99']};  "
           f"start lateness ms p99 {s['start_lateness_ms']['p99']}")
+    if s.get("cross_traffic"):
+        print(f"  cross traffic: {s['cross_traffic']['flows']} iperf3 flows, "
+              f"{s['cross_traffic']['goodput_bps'] / 1e6:.2f} Mbit/s")
     for w in s["warnings"]:
         print(f"WARNING: {w}", file=sys.stderr)
     print(run_dir)
@@ -70,5 +74,7 @@ def register(sub, add_fabric_options, add_link_options) -> None:
     p.add_argument("--mode", default="whole", choices=["whole", "layerwise"])
     p.add_argument("--chunk", type=int, default=65536, help="slice size in emulated bytes (0: no slicing)")
     p.add_argument("--policy", default=DEFAULT_POLICY, choices=POLICIES)
+    p.add_argument("--cross", type=int, default=0, metavar="N",
+                   help="N background iperf3 flows between random GPU pairs during the replay")
     p.add_argument("--out", default=str(REPORTS), help="where run directories go (default reports/)")
     p.set_defaults(func=cmd_replay)

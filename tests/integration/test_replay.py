@@ -16,7 +16,9 @@ from testbed.replay import DEFAULT_TRACE, ReplayConfig, prepare
 @pytest.mark.skipif(not DEFAULT_TRACE.is_file(), reason=f"trace {DEFAULT_TRACE} not present")
 @pytest.mark.parametrize("kind", ["zcube", "roft"])
 def test_short_replay_verifies_every_transfer(kind, tmp_path):
-    proc = run_testbed("replay", kind, "--gpus", "16", "--duration", "10s", "--out", str(tmp_path), timeout=600)
+    cross = ["--cross", "2"] if kind == "zcube" else []
+    proc = run_testbed("replay", kind, "--gpus", "16", "--duration", "10s", "--out", str(tmp_path), *cross,
+                       timeout=600)
     assert proc.returncode == 0, proc.stderr
     run_dir = tmp_path / proc.stdout.strip().splitlines()[-1].rsplit("/", 1)[-1]
     assert {"transfers.csv", "summary.json", "fct.txt", "config.json", "queues.csv", "links.csv", "nics.csv",
@@ -34,6 +36,8 @@ def test_short_replay_verifies_every_transfer(kind, tmp_path):
         assert summary[key] is not None
     assert summary["fct_ms"]["p50"] <= summary["fct_ms"]["p99"] <= summary["fct_ms"]["p999"]
     assert summary["crashed_agents"] == {}
+    if cross:  # background iperf3 (Python binding) ran beside the replay
+        assert summary["cross_traffic"]["flows"] == 2 and summary["cross_traffic"]["goodput_bps"] > 0
     assert leftovers() == []  # the replay brought its fabric up and took it down again
     nic_sent = sum(int(r["sent_bytes"]) for r in csv.DictReader(open(run_dir / "nics.csv")))
     assert nic_sent == sent

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -13,8 +12,9 @@ from traffic.traces import Request, detect_format, read_trace, slice_requests
 
 
 def _traces_dir() -> Path:
-    override = os.environ.get("TESTBED_TRACES_DIR")
-    return Path(override) if override else Path(__file__).resolve().parents[2].parent / "shared" / "traces"
+    from testbed.replay import TRACES_DIR
+
+    return TRACES_DIR
 
 
 def _real(name: str) -> Path:
