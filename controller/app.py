@@ -94,6 +94,9 @@ class FabricController(BaseApp):
         self.probes_sent = False
         self.probe_seen: dict[str, str] = {}  # "sw1-eth9" -> receiving switch
         self.started = time.time()
+        self.pfc_enabled = bool(self.config.get("pfc", {}).get("enabled"))
+        self.pfcd = None  # the PFC helper process (controller.pfc.pfcd), started once every switch is verified
+        self.pfc_error = None
         self.threads.append(compat.hub.spawn(self._housekeeping))
 
     # ---------------------------------------------------------- programming
@@ -249,6 +252,8 @@ class FabricController(BaseApp):
             compat.hub.sleep(0.25)
             tick += 1
             all_verified = all(st["verified"] for st in self.state.values())
+            if all_verified and self.pfc_enabled and self.pfcd is None and self.pfc_error is None:
+                self._start_pfc()
             if all_verified and not self.probes_sent:
                 self._send_probes()
                 probe_at = time.time()
@@ -261,6 +266,35 @@ class FabricController(BaseApp):
                         dp.send_msg(dp.ofproto_parser.OFPFlowStatsRequest(dp, table_id=0, match=dp.ofproto_parser.OFPMatch()))
             self._write_status()
 
+    def _start_pfc(self):
+        from controller.pfc import launch
+
+        try:
+            self.pfcd = launch.start(self.fabric, self.config)
+            self.logger.info("PFC helper started, pid %d", self.pfcd.pid)
+        except Exception as exc:  # reported through the status file; 'up' fails on it
+            self.pfc_error = f"{type(exc).__name__}: {exc}"
+            self.logger.error("PFC helper not started: %s", self.pfc_error)
+
+    def _pfc_status(self) -> dict | None:
+        if not self.pfc_enabled:
+            return None
+        doc: dict = {}
+        try:
+            with open(os.path.join(self.config["state_dir"], "pfc_status.json")) as fh:
+                doc = json.load(fh)
+        except (OSError, ValueError):
+            pass
+        if self.pfcd is not None:
+            doc["pid"] = self.pfcd.pid
+            code = self.pfcd.poll()
+            if code is not None:
+                doc["ready"] = False
+                self.pfc_error = self.pfc_error or f"pfcd exited with status {code} (see pfcd.log)"
+        if self.pfc_error:
+            doc["error"] = self.pfc_error
+        return doc
+
     def _write_status(self):
         doc = {
             "framework": compat.FRAMEWORK,
@@ -269,6 +303,7 @@ class FabricController(BaseApp):
             "switches": self.state,
             "cabling": self.cabling(),
             "miss_packets": sum(st["miss_packets"] for st in self.state.values()),
+            "pfc": self._pfc_status(),
         }
         tmp = self.status_file + ".tmp"
         with open(tmp, "w") as fh:

@@ -10,7 +10,7 @@ if [ "$(id -u)" != 0 ]; then
     exit 1
 fi
 
-APT_PACKAGES="openvswitch-switch mininet iperf3 libiperf0 tcpdump ethtool iproute2 iputils-ping python3-venv python3-pip graphviz"
+APT_PACKAGES="openvswitch-switch mininet iperf3 libiperf0 tcpdump ethtool iproute2 iputils-ping python3-venv python3-pip graphviz chromium clang libbpf-dev linux-libc-dev"
 missing=""
 for pkg in $APT_PACKAGES; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing="$missing $pkg"

@@ -131,10 +131,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_cost)
 
     from testbed.emulation import cli as emulation_cli
-    from testbed import replay_cli
+    from testbed import replay_cli, run_cli
 
     emulation_cli.register(sub, add_fabric_options)
     replay_cli.register(sub, add_fabric_options, emulation_cli.add_link_options)
+    run_cli.register(sub, add_fabric_options, emulation_cli.add_link_options)
+    from testbed.report import cli as report_cli
+
+    report_cli.register(sub)
     return parser
 
 

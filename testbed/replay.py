@@ -409,8 +409,70 @@ def write_breakdowns(run_dir: Path, rows: list[dict], sampler: QueueSampler, rat
             "max_link_utilization": round(hot[1][2], 4) if hot else None}
 
 
-def replay(fabric_args: dict, dp: DatapathConfig, cfg: ReplayConfig, out_root: Path, log=print) -> Path:
-    """Bring the fabric up if none is (down again at the end), replay, write the run directory."""
+def _pfc_snapshot(st: dict) -> dict | None:
+    """The PFC helper's status and the fabric's pause log, read before the fabric goes down."""
+    if not st.get("pfc", {}).get("enabled"):
+        return None
+    sdir = Path(st["state_dir"])
+    time.sleep(1.2)  # the helper flushes its log and status once a second
+    try:
+        status = json.loads((sdir / "pfc_status.json").read_text())
+    except (OSError, ValueError):
+        status = {}
+    try:
+        log_text = (sdir / "pfc.txt").read_text()
+    except OSError:
+        log_text = ""
+    return {"status": status, "log": log_text}
+
+
+def write_pfc_outputs(run_dir: Path, st: dict, snap: dict | None, rows: list[dict], t0: float, t_end: float,
+                      drops: int) -> dict:
+    """pfc.txt (the run's slice of the pause log), pfc_ports.csv, and the summary's "pfc" block:
+    pauses, per-port figures, how far pauses spread, victim flows, the lossless verdict."""
+    if snap is None:
+        return {"enabled": False, "pauses": 0, "resumes": 0, "lossless_ok": None}
+    from controller.pfc import analysis
+
+    t0_ns, t_end_ns = int(t0 * 1e9), int(t_end * 1e9)
+    lines = [ln for ln in snap["log"].splitlines() if ln.strip() and t0_ns - 5e9 <= int(ln.split()[0]) <= t_end_ns]
+    (run_dir / "pfc.txt").write_text("".join(ln + "\n" for ln in lines))
+    events = analysis.read_events(run_dir / "pfc.txt")
+    ports = analysis.port_stats(events, t0_ns, t_end_ns)
+    analysis.write_port_stats_csv(run_dir / "pfc_ports.csv", ports)
+    spread = analysis.spread(events)
+    transfers = [{"request_id": r["request_id"], "src": r["src"], "dst": r["dst"], "src_ip": r["src_ip"],
+                  "dst_ip": r["dst_ip"], "start_ns": int((t0 + r["start"]) * 1e9),
+                  "end_ns": int((t0 + r["end"]) * 1e9)} for r in rows if r["start"] is not None and r["end"] is not None]
+    fabric = fabricctl.fabric_of_state(st)
+    victims = analysis.victim_flows(events, transfers, fabric)
+    status = snap["status"]
+    return {
+        "enabled": True,
+        "pauses": sum(1 for e in events if e.event == 1),
+        "resumes": sum(1 for e in events if e.event == 0),
+        "ports_paused": len(ports),
+        "paused_fraction_max": max((p["paused_fraction"] for p in ports), default=0.0),
+        "max_spread_hops": spread["max_hops"],
+        "congestion_roots": spread["roots"],
+        "victim_flows": len(victims),
+        "flows": len(transfers),
+        "pause_latency_ms": status.get("pause_latency_ms"),
+        "resume_latency_ms": status.get("resume_latency_ms"),
+        "helper_netlink_errors": status.get("netlink_errors"),
+        "lossless_ok": drops == 0,
+    }
+
+
+def replay(fabric_args: dict, dp: DatapathConfig, cfg: ReplayConfig, out_root: Path | None = None, log=print,
+           run_dir: Path | None = None, pfc=None) -> Path:
+    """Bring the fabric up if none is (down again at the end), replay, write the run directory
+    (``run_dir``, or a new ``<out_root>/<run-id>``). ``pfc``: PfcConfig or its dict, for a fabric
+    this call brings up (a running fabric keeps its own)."""
+    if isinstance(pfc, dict):
+        from controller.pfc.policy import PfcConfig
+
+        pfc = PfcConfig.from_dict(pfc)
     from traffic import metrics, replay_io
 
     cfg.validate()
@@ -422,13 +484,15 @@ def replay(fabric_args: dict, dp: DatapathConfig, cfg: ReplayConfig, out_root: P
     rate = st["config"]["rate_bps"] if st else dp.rate_bps
     mtu = st["config"]["mtu"] if st else dp.mtu
     prepared = prepare(cfg, fabric_args["gpus"], rate, mtu)  # bad trace or model fails before anything is built
-    run_id = time.strftime("%Y%m%d-%H%M%S") + f"-{fabric_args['kind']}{fabric_args['gpus']}"
-    run_dir = out_root / run_id
+    if run_dir is None:
+        run_id = time.strftime("%Y%m%d-%H%M%S") + f"-{fabric_args['kind']}{fabric_args['gpus']}"
+        run_dir = Path(out_root) / run_id
+    run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=False)
     try:
         if own:
             fabricctl.require_root()
-            st = fabricctl.up(fabric_args, dp, log=log)
+            st = fabricctl.up(fabric_args, dp, log=log, pfc=pfc)
         sampler = QueueSampler(st, run_dir / "queues.csv")
         sampler.start()
         cross = (start_cross_traffic(st, cfg.cross_flows, cfg.seed, max(r["start"] for r in prepared.plan_rows))
@@ -439,6 +503,8 @@ def replay(fabric_args: dict, dp: DatapathConfig, cfg: ReplayConfig, out_root: P
             cross_result = stop_cross_traffic(cross) if cross else None
             sampler.stop()
         drops = sampler.drops()
+        t_end = time.monotonic()
+        pfc_state = _pfc_snapshot(st)
     finally:
         if own and fabricctl.load_state() is not None:
             fabricctl.down()
@@ -456,10 +522,15 @@ def replay(fabric_args: dict, dp: DatapathConfig, cfg: ReplayConfig, out_root: P
     summary = summarize(st["fabric"]["kind"], rows, prepared, rate, mtu, drops, res["crashed"], warnings)
     summary |= write_breakdowns(run_dir, rows, sampler, rate, mtu)
     summary["cross_traffic"] = cross_result
+    summary["pfc"] = write_pfc_outputs(run_dir, st, pfc_state, rows, res["t0"], t_end, drops)
+    if summary["pfc"]["enabled"] and not summary["pfc"]["lossless_ok"]:
+        summary["warnings"].insert(0, f"LOSSLESS INVARIANT VIOLATED: PFC was on and fabric queues dropped {drops} "
+                                      "packets")
+    summary["pfc_pauses"] = summary["pfc"]["pauses"]
     lat = summary["start_lateness_ms"]["p99"]
     if lat is not None and lat > 5:
         summary["warnings"].append(f"start lateness P99 {lat:.1f} ms is over 5 ms: the replay fell behind the trace")
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
     (run_dir / "config.json").write_text(json.dumps({"fabric": st["fabric"], "datapath": st["config"],
-                                                     "replay": asdict(cfg)}, indent=1))
+                                                     "pfc": st.get("pfc"), "replay": asdict(cfg)}, indent=1))
     return run_dir

@@ -23,7 +23,7 @@ def parse_seconds(text: str) -> float:
 
 def cmd_replay(args) -> int:
     from testbed import replay
-    from testbed.emulation.cli import datapath_config, fabric_kwargs
+    from testbed.emulation.cli import datapath_config, fabric_kwargs, pfc_config
 
     cfg = ReplayConfig(trace=args.trace, trace_format=args.format, skip_bad=args.skip_bad,
                        start_s=parse_seconds(args.start), duration_s=parse_seconds(args.duration),
@@ -33,11 +33,15 @@ def cmd_replay(args) -> int:
                        cross_flows=args.cross)
     log = (lambda m: print(m, file=sys.stderr))
     run_dir = replay.replay(fabric_kwargs(args) | {"kind": args.fabric}, datapath_config(args), cfg,
-                            Path(args.out), log)
+                            Path(args.out), log, pfc=pfc_config(args))
     s = json.loads((run_dir / "summary.json").read_text())
     print(f"{s['fabric']}: {s['verified']}/{s['transfers']} transfers verified ({s['requests']} requests), goodput "
           f"{s['goodput_bps'] / 1e6:.2f} Mbit/s (= {s['goodput_real_equivalent_bps'] / 1e9:.1f} Gbit/s real), "
           f"queue drops {s['queue_drops']}")
+    if s["pfc"]["enabled"]:
+        p = s["pfc"]
+        print(f"  PFC: {p['pauses']} pauses on {p['ports_paused']} ports, spread up to {p['max_spread_hops']} hops, "
+              f"{p['victim_flows']} victim transfers, lossless {'OK' if p['lossless_ok'] else 'VIOLATED'}")
     print(f"  FCT ms p50 {s['fct_ms']['p50']}  p99 {s['fct_ms']['p99']}  p99.9 {s['fct_ms']['p999']};  "
           f"TTFT proxy ms p50 {s['ttft_ms']['p50']}  p99 {s['ttft_ms']['p99']};  "
           f"start lateness ms p99 {s['start_lateness_ms']['p99']}")
@@ -47,7 +51,7 @@ def cmd_replay(args) -> int:
     for w in s["warnings"]:
         print(f"WARNING: {w}", file=sys.stderr)
     print(run_dir)
-    return 0 if s["verified"] == s["transfers"] else 1
+    return 0 if s["verified"] == s["transfers"] and s["pfc"].get("lossless_ok") is not False else 1
 
 
 def register(sub, add_fabric_options, add_link_options) -> None:
@@ -58,6 +62,9 @@ def register(sub, add_fabric_options, add_link_options) -> None:
     p.add_argument("fabric", choices=FABRICS)
     add_fabric_options(p)
     add_link_options(p)
+    from testbed.emulation.cli import add_pfc_options
+
+    add_pfc_options(p)
     p.add_argument("--trace", default=str(DEFAULT_TRACE), help="Mooncake JSONL or Azure CSV trace")
     p.add_argument("--format", default="auto", choices=["auto", "mooncake", "azure"])
     p.add_argument("--skip-bad", action="store_true", help="skip bad trace rows (and report how many)")

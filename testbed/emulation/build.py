@@ -78,7 +78,11 @@ class Created:
         return cls(d.get("netns", []), d.get("links", []), d.get("ovs_bridges", []), d.get("qos_uuid"))
 
 
-def build(plan: DatapathPlan, controller_port: int, created: Created, timings: dict) -> None:
+def build(plan: DatapathPlan, controller_port: int, created: Created, timings: dict,
+          limits: dict[str, int] | None = None, bpf_obj=None) -> None:
+    """Build ``plan``. ``limits`` overrides the byte limit of some switch queues
+    (PFC: xoff + headroom per feeding link); ``bpf_obj`` (PFC on) is the
+    compiled queue-watch object to attach to every queue."""
     t0 = time.monotonic()
     cfg = plan.config
     os.makedirs(netns.NETNS_DIR, exist_ok=True)
@@ -135,13 +139,18 @@ def build(plan: DatapathPlan, controller_port: int, created: Created, timings: d
 
     t = time.monotonic()
     root_tc = []
+    limits = limits or {}
     for q in plan.queues:
         if q.netns is None:
-            root_tc += shaper_lines(q.dev, cfg)
+            root_tc += shaper_lines(q.dev, cfg, limits.get(q.qid))
     for far, target in plan.mirreds:
-        root_tc += [f"qdisc replace dev {far} handle ffff: ingress",
-                    f"filter add dev {far} parent ffff: protocol all prio 1 u32 match u32 0 0 "
+        root_tc += [f"qdisc replace dev {far} clsact",
+                    f"filter add dev {far} ingress protocol all prio 2 u32 match u32 0 0 "
                     f"action mirred egress redirect dev {target}"]
+    if bpf_obj is not None:
+        from controller.pfc import attach
+
+        root_tc += attach.tc_lines(plan.queues, bpf_obj, {far for far, _ in plan.mirreds})
     procs = [_tc_batch(None, root_tc)]
     by_ns: dict[str, list[str]] = {}
     for q in plan.queues:

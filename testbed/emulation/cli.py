@@ -54,6 +54,30 @@ def add_link_options(p) -> None:
     p.add_argument("--mtu", type=int, default=scale.DEFAULT_MTU)
 
 
+def add_pfc_options(p, default: str = "off") -> None:
+    p.add_argument("--pfc", default=default, choices=["on", "off"],
+                   help=f"PFC-style pause from queue thresholds (default {default})")
+    p.add_argument("--pfc-xoff", help="XOFF threshold per switch queue, bytes (default half the buffer)")
+    p.add_argument("--pfc-xon", help="XON threshold, bytes (default XOFF - 2 frames)")
+    p.add_argument("--pfc-headroom", help="headroom per feeding link, bytes (default: 2 frames + 2 ms at the rate)")
+    p.add_argument("--pfc-poll-us", type=int, help="PFC helper poll interval, microseconds (default 500)")
+
+
+def pfc_config(args):
+    """The PfcConfig the flags ask for (None when the parser has no PFC flags)."""
+    if not hasattr(args, "pfc"):
+        return None
+    from controller.pfc.policy import PfcConfig
+
+    kw = {"enabled": args.pfc == "on"}
+    for flag, key in (("pfc_xoff", "xoff_bytes"), ("pfc_xon", "xon_bytes"), ("pfc_headroom", "headroom_bytes")):
+        if getattr(args, flag, None) is not None:
+            kw[key] = parse_size(getattr(args, flag))
+    if getattr(args, "pfc_poll_us", None) is not None:
+        kw["poll_us"] = args.pfc_poll_us
+    return PfcConfig(**kw)
+
+
 def cmd_up(args) -> int:
     from testbed.emulation import fabricctl
 
@@ -61,7 +85,7 @@ def cmd_up(args) -> int:
     if miswire and len(miswire) != 2:
         raise TestbedError(f"--miswire {args.miswire!r}: expected two switch ports, e.g. sw1-eth9,sw1-eth11")
     st = fabricctl.up(fabric_kwargs(args) | {"kind": args.fabric}, datapath_config(args), miswire,
-                      log=lambda m: print(m, file=sys.stderr))
+                      log=lambda m: print(m, file=sys.stderr), pfc=pfc_config(args))
     t = st["timings"]
     print(f"{args.fabric} with {args.gpus} GPUs is up in {t['up_s']:.1f} s "
           f"({len(st['queues'])} queues at {st['config']['rate_bps'] / 1e6:g} Mbit/s, controller pid {st['controller_pid']})")
@@ -187,6 +211,7 @@ def register(sub, add_fabric_options) -> None:
     p.add_argument("fabric", choices=FABRICS)
     add_fabric_options(p)
     add_link_options(p)
+    add_pfc_options(p)
     p.add_argument("--miswire", help=argparse_suppress())
     p.set_defaults(func=cmd_up)
 

@@ -85,11 +85,20 @@ def fabric_of_state(st: dict) -> Fabric:
 
 # ----------------------------------------------------------------------- up
 def up(fabric_args: dict, config: DatapathConfig, miswire: tuple[str, str] | None = None,
-       log=print) -> dict:
+       log=print, pfc=None) -> dict:
     """Build, program and verify a fabric; return its state. Raises on failure
-    after removing everything it made."""
+    after removing everything it made. ``pfc``: a PfcConfig (None or disabled:
+    lossy queues, no pause)."""
     fabric = build_fabric(**fabric_args)  # bad parameters fail before anything is touched
     plan = plan_datapath(fabric, config)
+    pfc_on = pfc is not None and pfc.enabled
+    limits: dict[str, int] = {}
+    if pfc_on:
+        from controller.pfc import launch, policy as pfc_policy
+
+        pfc = launch.with_burst_headroom(pfc, config.rate_bps, config.mtu, config.burst_bytes)
+        resolved = pfc_policy.resolve(pfc, config.rate_bps, config.mtu, config.buffer_bytes)  # bad thresholds fail here
+        limits = {q: th["limit"] for q, th in pfc_policy.thresholds(fabric, resolved).items()}
     if miswire:
         _miswire(plan, *miswire)
     require_root()
@@ -104,14 +113,15 @@ def up(fabric_args: dict, config: DatapathConfig, miswire: tuple[str, str] | Non
     t0 = time.monotonic()
     sdir = state_dir()
     sdir.mkdir(parents=True, exist_ok=True)
-    for leftover in ("status.json", "controller.log"):
+    for leftover in ("status.json", "controller.log", "pfc.txt", "pfc_status.json", "pfcd.log"):
         (sdir / leftover).unlink(missing_ok=True)
     created = build.Created()
     port = _free_port()
     st = {"fabric": {"kind": fabric.kind, **_fabric_kwargs(fabric)}, "config": asdict(config),
           "controller_port": port, "controller_pid": None, "created": created.as_dict(),
           "queues": [asdict(q) for q in plan.queues], "timings": {}, "warnings": [],
-          "state_dir": str(sdir)}
+          "state_dir": str(sdir), "pfc": asdict(pfc) if pfc is not None else {"enabled": False},
+          "queue_limits": limits}
     _save(st)  # from here on, 'clean' can find what exists even if this process dies
     timings = st["timings"]
     ovs_settings: dict = {}
@@ -121,8 +131,15 @@ def up(fabric_args: dict, config: DatapathConfig, miswire: tuple[str, str] | Non
         restore_wmem = _prepare_ovs_send_buffer(st)
         ovs_settings = _set_ovs_tuning()
         st["ovs_restore"] = ovs_settings
+        bpf_obj = None
+        if pfc_on:
+            from controller.pfc import attach
+
+            attach.ensure_bpffs()
+            attach.remove_pins()
+            bpf_obj = attach.compile_object(sdir / "queue_watch.o")
         try:
-            build.build(plan, port, created, timings)
+            build.build(plan, port, created, timings, limits, bpf_obj)
         finally:
             st["created"] = created.as_dict()
             _save(st)
@@ -144,6 +161,7 @@ def up(fabric_args: dict, config: DatapathConfig, miswire: tuple[str, str] | Non
             log("up failed: TESTBED_KEEP_ON_FAILURE is set, leaving it for inspection ('testbed clean' removes it)")
             raise
         log("up failed: removing what was built")
+        _stop_pfc(st)
         _stop_controller(st.get("controller_pid"))
         build.teardown(created)
         _restore_ovs_tuning(ovs_settings)
@@ -183,7 +201,8 @@ def _miswire(plan: DatapathPlan, port_a: str, port_b: str) -> None:
 
 
 def _start_controller(st: dict, sdir: Path) -> int:
-    cfg = {"fabric": st["fabric"], "status_file": str(sdir / "status.json")}
+    cfg = {"fabric": st["fabric"], "status_file": str(sdir / "status.json"), "state_dir": str(sdir),
+           "datapath": st["config"], "pfc": st["pfc"]}
     (sdir / "controller.json").write_text(json.dumps(cfg))
     log = open(sdir / "controller.log", "ab")
     repo = Path(__file__).resolve().parents[2]
@@ -194,6 +213,19 @@ def _start_controller(st: dict, sdir: Path) -> int:
         env={**os.environ, "PYTHONPATH": str(repo)},
     )
     return proc.pid
+
+
+def _stop_pfc(st: dict) -> None:
+    """Stop the PFC helper (it resumes every queue it holds on the way out)
+    and unpin the queue-watch maps."""
+    if not st.get("pfc", {}).get("enabled"):
+        return
+    pid = ((controller_status(st) or {}).get("pfc") or {}).get("pid")
+    if pid:
+        _stop_controller(pid)
+    from controller.pfc import attach
+
+    attach.remove_pins()
 
 
 def _stop_controller(pid: int | None) -> None:
@@ -275,16 +307,24 @@ def _wait_ready(st: dict, fabric: Fabric, log) -> dict:
             if mismatch:
                 raise EnvironmentProblem(f"flow read-back differs from the plan: {mismatch[0]}")
             cabling = status["cabling"]
+            pfc = status.get("pfc") or {}
+            if pfc.get("error"):
+                raise EnvironmentProblem(f"the PFC helper failed: {pfc['error']}")
+            pfc_ready = not st["pfc"].get("enabled") or pfc.get("ready")
             if all(s["verified"] for s in switches) and cabling["probes_sent"]:
-                if not cabling["wrong"]:
+                if not cabling["wrong"] and pfc_ready:
                     return status
-                if cabling["confirmed"] + len([w for w in cabling["wrong"].values() if w["found"]]) == cabling["expected"]:
+                if cabling["wrong"] and (cabling["confirmed"] + len([w for w in cabling["wrong"].values() if w["found"]])
+                                         == cabling["expected"]):
                     port, w = next(iter(cabling["wrong"].items()))
                     raise EnvironmentProblem(f"cabling differs from the plan: {port} should reach {w['expected']} "
                                              f"but reaches {w['found']} ({len(cabling['wrong'])} cables wrong)")
         time.sleep(0.1)
     if status is None:
         raise EnvironmentProblem(f"the controller wrote no status within {READY_TIMEOUT_S} s")
+    if st["pfc"].get("enabled") and not (status.get("pfc") or {}).get("ready"):
+        raise EnvironmentProblem(f"the PFC helper was not ready within {READY_TIMEOUT_S} s "
+                                 f"(see {Path(st['state_dir']) / 'pfcd.log'})")
     waiting = [n for n, s in status["switches"].items() if not s["verified"]]
     if waiting:
         raise EnvironmentProblem(f"switches not programmed within {READY_TIMEOUT_S} s: {', '.join(waiting[:5])}")
@@ -307,6 +347,7 @@ def down() -> dict:
     require_root()
     st = require_state()
     t0 = time.monotonic()
+    _stop_pfc(st)
     _stop_controller(st.get("controller_pid"))
     timings = build.teardown(build.Created.from_dict(st["created"]))
     _restore_ovs_tuning(st.get("ovs_restore", {}))
@@ -387,9 +428,11 @@ def clean() -> list[str]:
     removed: list[str] = []
     st = load_state()
     if st:
+        _stop_pfc(st)
         _stop_controller(st.get("controller_pid"))
         _restore_ovs_tuning(st.get("ovs_restore", {}))
     marker = str(state_dir() / "controller.json")
+    pfc_marker = str(state_dir() / "pfc_policy.json")
     for entry in os.listdir("/proc"):
         if entry.isdigit() and int(entry) != os.getpid():
             try:
@@ -399,6 +442,9 @@ def clean() -> list[str]:
             if b"controller" in cmdline and marker.encode() in cmdline:
                 _stop_controller(int(entry))
                 removed.append(f"controller process {entry}")
+            elif b"controller.pfc.pfcd" in cmdline and pfc_marker.encode() in cmdline:
+                _stop_controller(int(entry))
+                removed.append(f"PFC helper process {entry}")
     if subprocess.run(["ovs-vsctl", "--timeout=5", "show"], capture_output=True).returncode == 0:
         out = build.run(["ovs-vsctl", "--format=json", "--columns=name,external_ids", "list", "bridge"])
         ours = [row[0] for row in json.loads(out)["data"] if [ALIAS, "1"] in row[1][1]]
@@ -438,5 +484,8 @@ def clean() -> list[str]:
                     pass
     finally:
         ipr.close()
+    from controller.pfc import attach
+
+    removed += [f"pinned BPF map {p}" for p in attach.remove_pins()]
     state_file().unlink(missing_ok=True)
     return removed

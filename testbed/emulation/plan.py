@@ -6,7 +6,7 @@ only transmit or only receive.
 * Transmit: every switch port of the model is an OVS ``system`` port (the
   model's OpenFlow port number) on one end of a veth pair. OVS sends on it
   through AF_PACKET, which passes the device qdisc, so the switch's egress
-  queue lives there: htb (rate R, burst) with a byte-limited bfifo leaf.
+  queue lives there: tbf (rate R, burst) with a byte-limited bfifo leaf.
   OVS is kept off that qdisc with a ``linux-noop`` QoS row.
 * Receive: all receive ends of a switch are ports of one Linux bridge
   (learning and flooding off, except towards the switch) feeding the switch's
@@ -15,7 +15,7 @@ only transmit or only receive.
   by destination only, so nothing needs it.)
 * Switch to GPU: the transmit veth's far end redirects (tc mirred) into the
   GPU link, whose other end is the GPU's NIC port in its namespace.
-* GPU NIC queue: htb + bfifo on the NIC port inside the namespace.
+* GPU NIC queue: tbf + bfifo on the NIC port inside the namespace.
 
 Names (all at most 15 characters; every device carries the ifalias
 ``zcube-testbed`` so ``clean`` finds exactly what we made, and joins link
@@ -74,13 +74,14 @@ class DatapathConfig:
 
 @dataclass(frozen=True)
 class Queue:
-    """An observable egress queue: the bfifo under htb on ``dev`` (in ``netns``)."""
+    """An observable egress queue: the bfifo under tbf on ``dev`` (in ``netns``)."""
 
     qid: str  # "sw1:9" (switch:port) or "gpu3:p1" (NIC port)
     kind: str  # "switch" or "nic"
     dev: str
     netns: str | None
     towards: str  # what the queue feeds: "sw2", "gpu3:p1", ...
+    peer: str = ""  # root-namespace device where its departures arrive (the veth peer): PFC counts them there
 
 
 @dataclass
@@ -136,7 +137,7 @@ def plan_datapath(fabric: Fabric, config: DatapathConfig | None = None) -> Datap
             plan.bridges[f"{switch}-rx"].append(up)  # GPU -> switch
             host.nics[port] = nic
             host.addresses[port] = addressing.ip_of(gpu, port)
-            plan.queues.append(Queue(f"gpu{gpu}:p{port}", "nic", nic, ns, switch))
+            plan.queues.append(Queue(f"gpu{gpu}:p{port}", "nic", nic, ns, switch, up))
         for other in fabric.gpus():
             if other != gpu:
                 for dst_port in (1, 2):
@@ -153,10 +154,10 @@ def plan_datapath(fabric: Fabric, config: DatapathConfig | None = None) -> Datap
             if peer.startswith("gpu"):
                 gpu = int(peer[3:])
                 plan.mirreds.append((far, f"{addressing.host_intf(gpu, peer_port)}u"))
-                plan.queues.append(Queue(f"{name}:{of_port}", "switch", tx, None, f"gpu{gpu}:p{peer_port}"))
+                plan.queues.append(Queue(f"{name}:{of_port}", "switch", tx, None, f"gpu{gpu}:p{peer_port}", far))
             else:
                 plan.bridges[f"{peer}-rx"].append(far)
-                plan.queues.append(Queue(f"{name}:{of_port}", "switch", tx, None, peer))
+                plan.queues.append(Queue(f"{name}:{of_port}", "switch", tx, None, peer, far))
     for name in fabric.switches:
         plan.bridges[f"{name}-rx"].append(f"{name}-rxa")
     for dev in plan.root_devices:
@@ -166,12 +167,16 @@ def plan_datapath(fabric: Fabric, config: DatapathConfig | None = None) -> Datap
 
 
 def shaper_lines(dev: str, cfg: DatapathConfig, buffer_bytes: int | None = None) -> list[str]:
-    """tc batch lines: htb at the link rate with a bfifo leaf (the queue) of
-    ``buffer_bytes`` (default: the switch buffer)."""
-    rate = f"{cfg.rate_bps / 1e3:g}kbit"
+    """tc batch lines: tbf at the link rate with a bfifo leaf (the queue) of
+    ``buffer_bytes`` (default: the switch buffer).
+
+    tbf rather than htb: a single-queue shaper needs no class tree, and a
+    ``tc qdisc change`` of tbf refills its bucket, so PFC can pause a queue
+    by dropping its rate and resume it cleanly (htb keeps the token deficit
+    a near-zero rate ran up and stalls long after resume)."""
+    limit = buffer_bytes or cfg.buffer_bytes
     return [
-        f"qdisc replace dev {dev} root handle 1: htb default 1",
-        f"class add dev {dev} parent 1: classid 1:1 htb rate {rate} ceil {rate} "
-        f"burst {cfg.burst_bytes} cburst {cfg.burst_bytes} quantum {cfg.mtu + 14}",
-        f"qdisc add dev {dev} parent 1:1 handle 10: bfifo limit {buffer_bytes or cfg.buffer_bytes}",
+        f"qdisc replace dev {dev} root handle 1: tbf rate {cfg.rate_bps / 1e3:g}kbit burst {cfg.burst_bytes} "
+        f"limit {limit}",
+        f"qdisc replace dev {dev} parent 1:1 handle 10: bfifo limit {limit}",
     ]

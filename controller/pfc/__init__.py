@@ -1,0 +1,1 @@
+"""PFC emulation: policy (thresholds, feeders), the pause helper and its log analysis."""

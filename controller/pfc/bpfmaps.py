@@ -1,0 +1,79 @@
+"""The queue-watch BPF maps from Python, without a BPF library: the bpf(2)
+syscall through ctypes for the two calls we need (open a pinned map, update
+or delete a hash entry) and mmap for the counters, so the PFC helper reads
+every queue's state with plain memory loads.
+
+The layout of ``struct qstate`` mirrors queue_watch.bpf.c.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+import os
+
+import numpy as np
+
+PIN_DIR = "/sys/fs/bpf/tc/globals"  # where tc's libbpf loader pins maps declared LIBBPF_PIN_BY_NAME
+MAX_QUEUES = 2048
+FIELDS = ("enq_bytes", "deq_bytes", "drop_adjust", "xoff", "xon", "over", "xoff_ns", "xon_ns", "last_deq_ns",
+          "resume_mark", "first_deq_ns", "max_backlog")
+QSTATE_WORDS = 16  # 12 fields + 4 pad, u64 each
+F = {name: i for i, name in enumerate(FIELDS)}
+
+_SYS_BPF = 321  # x86_64
+_BPF_MAP_UPDATE_ELEM, _BPF_MAP_DELETE_ELEM, _BPF_OBJ_GET = 2, 3, 7
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.syscall.restype = ctypes.c_long
+
+
+class _ObjGet(ctypes.Structure):
+    _fields_ = [("pathname", ctypes.c_uint64), ("bpf_fd", ctypes.c_uint32), ("file_flags", ctypes.c_uint32),
+                ("pad", ctypes.c_uint8 * 112)]
+
+
+class _MapElem(ctypes.Structure):
+    _fields_ = [("map_fd", ctypes.c_uint32), ("pad0", ctypes.c_uint32), ("key", ctypes.c_uint64),
+                ("value", ctypes.c_uint64), ("flags", ctypes.c_uint64), ("pad", ctypes.c_uint8 * 96)]
+
+
+def _bpf(cmd: int, attr: ctypes.Structure) -> int:
+    ret = _libc.syscall(_SYS_BPF, cmd, ctypes.byref(attr), ctypes.sizeof(attr))
+    if ret < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"bpf({cmd}): {os.strerror(err)}")
+    return ret
+
+
+def open_pinned(name: str) -> int:
+    path = ctypes.create_string_buffer(os.path.join(PIN_DIR, name).encode())
+    attr = _ObjGet(pathname=ctypes.addressof(path))
+    return _bpf(_BPF_OBJ_GET, attr)
+
+
+def set_slot(map_fd: int, ifindex: int, slot: int) -> None:
+    key, value = ctypes.c_uint32(ifindex), ctypes.c_uint32(slot)
+    _bpf(_BPF_MAP_UPDATE_ELEM, _MapElem(map_fd=map_fd, key=ctypes.addressof(key), value=ctypes.addressof(value)))
+
+
+def clear_slot(map_fd: int, ifindex: int) -> None:
+    key = ctypes.c_uint32(ifindex)
+    try:
+        _bpf(_BPF_MAP_DELETE_ELEM, _MapElem(map_fd=map_fd, key=ctypes.addressof(key)))
+    except FileNotFoundError:
+        pass
+
+
+class QueueTable:
+    """tb_queues mapped into this process: ``table[slot, F['enq_bytes']]``."""
+
+    def __init__(self) -> None:
+        self.fd = open_pinned("tb_queues")
+        size = MAX_QUEUES * QSTATE_WORDS * 8
+        self._mm = mmap.mmap(self.fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+        self.table = np.frombuffer(self._mm, dtype=np.uint64).reshape(MAX_QUEUES, QSTATE_WORDS)
+
+    def close(self) -> None:
+        del self.table
+        self._mm.close()
+        os.close(self.fd)

@@ -1,0 +1,115 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Queue watch: byte counters and XOFF/XON crossings of every watched egress
+ * queue, kept in the kernel so the PFC helper never has to ask netlink for a
+ * backlog in its fast loop.
+ *
+ * A queue is the tbf+bfifo on a veth ("the queue's device"). Bytes offered to
+ * it are counted at the device's clsact egress hook (before the qdisc, so
+ * before any drop), bytes that left it at the ingress hook of the veth peer.
+ * backlog = enq - deq - drop_adjust (the helper adds dropped bytes, learnt from
+ * netlink, to drop_adjust). When a packet takes the backlog to XOFF or above
+ * the queue is marked "over" with the time; when a departure takes it below
+ * XON the mark is cleared with the time. The helper mmaps tb_queues and polls
+ * the marks; it alone pauses and resumes transmitters.
+ */
+#include <linux/bpf.h>
+#include <linux/pkt_cls.h>
+#include <bpf/bpf_helpers.h>
+
+#define MAX_QUEUES 2048
+
+struct qstate {
+	__u64 enq_bytes;
+	__u64 deq_bytes;
+	__u64 drop_adjust;
+	__u64 xoff;          /* thresholds in bytes; 0: crossings not tracked */
+	__u64 xon;
+	__u64 over;          /* 1 from an XOFF crossing to the next XON crossing */
+	__u64 xoff_ns;       /* time of the last XOFF crossing (CLOCK_MONOTONIC) */
+	__u64 xon_ns;        /* time of the last XON crossing */
+	__u64 last_deq_ns;   /* time of the last departure */
+	__u64 resume_mark;   /* set by the helper on resume; cleared by the next departure */
+	__u64 first_deq_ns;  /* time of the first departure after resume_mark was set */
+	__u64 max_backlog;   /* high-water mark, reset by the helper */
+	__u64 pad[4];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MAX_QUEUES);
+	__type(key, __u32);
+	__type(value, struct qstate);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} tb_queues SEC(".maps");
+
+/* ifindex -> slot in tb_queues, one map per hook (root namespace devices) */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_QUEUES);
+	__type(key, __u32);
+	__type(value, __u32);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} tb_enq_slot SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_QUEUES);
+	__type(key, __u32);
+	__type(value, __u32);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} tb_deq_slot SEC(".maps");
+
+static __always_inline struct qstate *queue_of(void *slots, __u32 ifindex)
+{
+	__u32 *slot = bpf_map_lookup_elem(slots, &ifindex);
+
+	if (!slot)
+		return 0;
+	return bpf_map_lookup_elem(&tb_queues, slot);
+}
+
+SEC("tc/enqueue")
+int on_enqueue(struct __sk_buff *skb)
+{
+	struct qstate *q = queue_of(&tb_enq_slot, skb->ifindex);
+	__u64 enq, backlog;
+
+	if (!q)
+		return TC_ACT_OK;
+	enq = __sync_fetch_and_add(&q->enq_bytes, skb->len) + skb->len;
+	backlog = enq - q->deq_bytes - q->drop_adjust;
+	if (backlog > q->max_backlog && backlog < (1ULL << 40))
+		q->max_backlog = backlog;
+	if (q->xoff && !q->over && backlog >= q->xoff && backlog < (1ULL << 40)) {
+		q->xoff_ns = bpf_ktime_get_ns();
+		q->over = 1;
+	}
+	return TC_ACT_OK;
+}
+
+SEC("tc/dequeue")
+int on_dequeue(struct __sk_buff *skb)
+{
+	struct qstate *q = queue_of(&tb_deq_slot, skb->ifindex);
+	__u64 deq, backlog, now;
+
+	if (!q)
+		return TC_ACT_UNSPEC;
+	now = bpf_ktime_get_ns();
+	deq = __sync_fetch_and_add(&q->deq_bytes, skb->len) + skb->len;
+	backlog = q->enq_bytes - deq - q->drop_adjust;
+	q->last_deq_ns = now;
+	if (q->resume_mark) {
+		q->first_deq_ns = now;
+		q->resume_mark = 0;
+	}
+	if (q->over && (backlog < q->xon || backlog >= (1ULL << 40))) {
+		q->xon_ns = now;
+		q->over = 0;
+	}
+	return TC_ACT_UNSPEC; /* go on to the next filter (the mirred redirect, if any) */
+}
+
+char _license[] SEC("license") = "GPL";

@@ -1,0 +1,39 @@
+"""The ZCube-vs-ROFT experiment report (issue 6).
+
+``build_report(run_dir)`` turns an experiment run directory (``reports/<run-id>/``
+with ``runs/<fabric>/rep<k>/`` replay run directories) into report.html,
+figures/*.png, summary.json and headline.csv, from the saved data alone.
+``compare(run_a, run_b)`` puts two experiments' headline numbers side by side.
+
+The functions import pandas and matplotlib only when called: ``testbed.cli``
+imports this package to register its verbs, and every other verb should not
+pay for the plotting stack.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def build_report(run_dir: Path | str) -> Path:
+    """Write report.html, figures/*.png, summary.json and headline.csv into ``run_dir``; return the page."""
+    from testbed.report.build import build_report as build
+
+    return build(run_dir)
+
+
+def compare(run_a: Path | str, run_b: Path | str) -> str:
+    """A plain-text table of both runs' headline numbers and ZCube/ROFT ratios."""
+    from testbed.report.side_by_side import compare as text
+
+    return text(run_a, run_b)
+
+
+def compare_html(run_a: Path | str, run_b: Path | str, out: Path | str) -> Path:
+    """An HTML page with both runs' headline tables side by side; returns ``out``."""
+    from testbed.report.side_by_side import compare_html as page
+
+    return page(run_a, run_b, out)
+
+
+__all__ = ["build_report", "compare", "compare_html"]

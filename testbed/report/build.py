@@ -1,0 +1,279 @@
+"""``build_report``: experiment run directory -> report.html, figures/, summary.json, headline.csv.
+
+Regenerating from the saved data only (no fabric, no root) means a report can
+be rebuilt after the code improves, on any machine, from a copied directory.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import time
+from pathlib import Path
+
+from testbed.report import html as H
+from testbed.report import plan, plots, plots_net, stats, verdict
+from testbed.report.fmt import HEADLINE, num
+from testbed.report.load import Experiment, load_experiment
+from testbed.report.plots import name
+
+NAV = [("headline", "Headline"), ("fct", "FCT"), ("hotspots", "Hotspots"), ("pfc", "PFC"), ("nics", "NIC load"),
+       ("goodput", "Goodput"), ("topology", "Topology & cost"), ("fidelity", "Fidelity"),
+       ("config", "Versions & config")]
+
+
+def summarize(exp: Experiment) -> dict:
+    """summary.json of the report (no figures): the aggregate plus verdicts and cost."""
+    doc = stats.aggregate(exp)
+    cost = plan.cost(exp)
+    doc["seed_figures"] = {k: {"ratio": v["ratio"], "claim": v["claim"]} for k, v in verdict.SEED_FIGURES.items()}
+    doc["seed_comparison"] = verdict.seed_comparison(doc, cost)
+    doc["verdict"] = verdict.title_verdict(doc)
+    doc["cost"] = cost
+    doc["run_id"] = exp.run_id
+    doc["notes"] = list(exp.notes)
+    return doc
+
+
+def write_headline_csv(doc: dict, fabrics: list[str], path: Path) -> Path:
+    """One row a metric (raw units): median, min, max per fabric and the ZCube/ROFT ratio."""
+    with open(path, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["metric", "label"] + [f"{f}{s}" for f in fabrics for s in ("", "_min", "_max")] + ["ratio"])
+        seen = set()
+        for label, key, *_ in HEADLINE + tuple((k, k) for k in stats.KEYS):
+            if key in seen:
+                continue
+            seen.add(key)
+            row = [key, label]
+            for f in fabrics:
+                spread = doc[f]["spread"].get(key) or [None, None]
+                row += [stats.flat_get(doc[f], key), spread[0], spread[1]]
+            row.append(doc["ratios"].get(key))
+            w.writerow(["" if v is None else v for v in row])
+    return path
+
+
+def _figures(exp: Experiment, figures: Path) -> dict:
+    figures.mkdir(exist_ok=True)
+    for old in figures.glob("*.png"):
+        old.unlink()
+    with plots.style():
+        out = {"fct_cdf": plots.fct_cdf(exp, figures / "fct_cdf.png"),
+               "slowdown": plots.slowdown_bins(exp, figures / "slowdown_bins.png"),
+               "goodput": plots.goodput_time(exp, figures / "goodput_time.png"),
+               "nics": plots.nic_load(exp, figures / "nic_load.png"),
+               "queues": plots_net.queue_backlog(exp, figures / "queue_backlog.png"),
+               "pfc_raster": plots_net.pfc_raster(exp, figures / "pfc_raster.png"),
+               "pfc_fraction": plots_net.paused_fraction(exp, figures / "pfc_paused_fraction.png"),
+               "heatmaps": plots_net.util_heatmaps(exp, figures)}
+    out["topology"], notes = plan.topology_pictures(exp, figures)
+    exp.notes.extend(notes)
+    return out
+
+
+def _headline_section(doc: dict, exp: Experiment) -> str:
+    reps = doc["reps"]
+    parts = [H.headline_table(doc, exp.fabrics)]
+    parts.append('<p class="note">' + (f"Medians over {reps} repetitions, [min, max] in brackets. " if reps > 1 else
+                                       "One repetition per fabric: no spread to judge noise by. ")
+                 + "FCT and goodput are recomputed from transfers.csv; the TTFT proxy comes from the replay "
+                   "summary (it needs the trace schedule). Green/red ratio: ZCube better/worse by more than the "
+                   "run resolves (over 5%, and repetitions' ranges apart; with one repetition or identical ones, FCT "
+                   "percentiles' 95% confidence intervals apart).</p>")
+    missing = [f for f in ("zcube", "roft") if f not in doc]
+    if missing:
+        parts.append(f'<p class="warn">No {", ".join(name(m) for m in missing)} run in this experiment'
+                     + (" finished" if exp.failed else "") + ": no ZCube/ROFT ratios.</p>")
+    parts.append("<h3>Against the seed's production figures</h3>")
+    parts.append(H.seed_table(doc["seed_comparison"]))
+    return "".join(parts)
+
+
+def _hotspot_section(doc: dict, exp: Experiment, figs: dict) -> str:
+    parts = []
+    utils = [doc[f].get("max_link_utilization") for f in exp.fabrics if doc[f].get("max_link_utilization") is not None]
+    if utils and max(utils) < 0.5:
+        parts.append(f'<p class="warn">No link was busier than {max(utils):.1%} of its rate: the colours below show '
+                     "where this load went, not congestion.</p>")
+    for f in exp.fabrics:
+        parts.append(H.img(figs["heatmaps"].get(f), f"{name(f)}: utilization of every switch egress port over the "
+                           "run (median over repetitions). Grey = no such port. Black boxes = the three busiest.",
+                           f"{name(f)} utilization heatmap"))
+    rows = []
+    for f in exp.fabrics:
+        links = plots_net.links_median(exp, f)
+        if links is None:
+            continue
+        for q, towards, b, u in links.head(5)[["queue", "towards", "bytes", "utilization"]].itertuples(index=False):
+            rows.append([H.fab(f), H.escape(f"{q} -> {towards}"), num(int(b)), f"{u:.2%}"])
+    if rows:
+        parts.append("<h3>Busiest queues (NIC and switch), per fabric</h3>")
+        parts.append(H.table(["fabric", "queue -> feeds", "bytes", "utilization"], rows, left=2))
+    parts.append(H.img(figs["queues"], "Backlog of each fabric's deepest queues (repetition 1). Samples are about "
+                       "a second apart, so short bursts between samples are invisible.", "queue backlog over time"))
+    return "".join(parts)
+
+
+def _pfc_section(doc: dict, exp: Experiment, figs: dict) -> str:
+    on = [f for f in exp.fabrics if doc[f].get("pfc_enabled")]
+    if not on:
+        return ("<p><b>PFC was off</b> in every run (no pfc.txt, pfc_ports.csv or pfc summary): "
+                "no pause frames to show.</p>")
+    parts = []
+    off = [f for f in exp.fabrics if f not in on]
+    if off:
+        parts.append(f"<p>PFC was off for {', '.join(name(f) for f in off)}.</p>")
+    rows = []
+    for f in on:
+        for r in exp.reps[f]:
+            p = r.summary.get("pfc") if isinstance(r.summary.get("pfc"), dict) else {}
+            rows.append([H.fab(f), f"rep{r.index}", num(stats.pfc_pauses(r)), num(p.get("ports_paused")),
+                         num(p.get("max_spread_hops")), num(p.get("victim_flows")),
+                         f"{p['paused_fraction_max']:.1%}" if isinstance(p.get("paused_fraction_max"), float) else "-",
+                         num(p.get("lossless_ok"))])
+    parts.append(H.table(["fabric", "rep", "pauses", "ports paused", "max spread (hops)", "victim flows",
+                          "max paused fraction", "lossless"], rows, left=2))
+    parts.append(H.img(figs["pfc_raster"], "Pause frames per port over time (repetition 1, pfc.txt): a tick at each "
+                       "pause, a bar while paused. Pauses climbing from switch to switch are head-of-line blocking "
+                       "spreading.", "PFC pause raster"))
+    parts.append(H.img(figs["pfc_fraction"], "Share of the run each port spent paused (repetition 1; pfc_ports.csv, or "
+                       "the pause-to-resume intervals of pfc.txt when it is absent).",
+                       "PFC paused fraction"))
+    return "".join(parts)
+
+
+def _nic_section(doc: dict, exp: Experiment, figs: dict) -> str:
+    rows = []
+    for f in exp.fabrics:
+        imb = stats.nic_imbalance(exp.reps[f][0])
+        if imb:
+            rows.append([H.fab(f), f"{imb['max']:.2f} (server {imb['worst_server']})", f"{imb['median']:.2f}",
+                         H.escape(", ".join(f"s{s}: {v:.2f}" for s, v in imb["per_server"].items()))])
+    parts = [H.img(figs["nics"], "Bytes sent + received by every NIC port, grouped by server (repetition 1, nics.csv). "
+                   "Even bars within a server = the traffic uses all of the server's NIC ports.", "per-NIC load")]
+    if rows:
+        parts.append(H.table(["fabric", "max/mean, worst server", "max/mean, median server", "per server"], rows,
+                             left={0, 3}))
+    return "".join(parts)
+
+
+def _topology_section(doc: dict, exp: Experiment, figs: dict) -> str:
+    def origin(f: str) -> str:
+        return f"plan/{f}.png" if (exp.path / "plan" / f"{f}.png").is_file() else "drawn from the fabric model"
+
+    pics = "".join(H.img(p, f"{name(f)} wiring ({origin(f)})", f"{name(f)} topology")
+                   for f, p in figs["topology"].items())
+    cost = doc["cost"]
+    parts = [f'<div class="grid">{pics}</div>']
+    if "zcube" in cost and "roft" in cost:
+        keys = [("switches", "switches"), ("switch_ports", "switch ports"), ("cables", "cables"),
+                ("transceivers", "transceivers"), ("fabric_transceivers", "switch-to-switch transceivers"),
+                ("capex_units", "capex (relative units)")]
+        rows = [[H.escape(label), num(cost["zcube"].get(k)), num(cost["roft"].get(k)),
+                 H.escape(f"{cost['ratios'].get(k):.3f}" if cost["ratios"].get(k) is not None else "-")]
+                for k, label in keys if k in cost["zcube"]]
+        parts.append(H.table(["", H.fab("zcube"), H.fab("roft"), "ZCube / ROFT"], rows))
+    parts.append(f'<p class="note">Cost source: {H.escape(str(cost.get("source")))}. Prices are relative units '
+                 "(switch port 1, transceiver 1.5, fibre 0.1), every cable optical.</p>")
+    return "".join(parts)
+
+
+def _mark(ok: bool | None, text: str) -> str:
+    cls = {True: "pass", False: "fail", None: "note"}[ok]
+    sign = {True: "ok", False: "FAIL", None: "n/a"}[ok]
+    return f'<span class="{cls}">{sign}</span> {H.escape(text)}'
+
+
+def _fidelity_section(doc: dict, exp: Experiment) -> str:
+    rows = []
+    for f in exp.fabrics:
+        e = doc[f]
+        cpu = e.get("cpu")
+        busy = cpu.get("machine_busy_fraction") if cpu else None
+        cpu_cell = (_mark(not cpu["saturated"], f"ovs-vswitchd {num(cpu['ovs_vswitchd_cores'])} cores; machine "
+                          + (f"{busy:.0%} busy ({1 - busy:.0%} headroom)" if busy is not None else "load unknown"))
+                    if cpu else _mark(None, "not measured (no cpu in summary.json)"))
+        u = e.get("max_link_utilization")
+        rate = (exp.reps[f][0].config.get("datapath") or {}).get("rate_bps") or exp.reps[f][0].summary.get("rate_bps")
+        u_cell = (_mark(u <= stats.UTILIZATION_LIMIT, f"{u:.3f} of the configured {(rate or 0) / 1e6:g} Mbit/s "
+                        f"({e.get('hottest_queue')}); must stay <= 1")
+                  if u is not None else _mark(None, "no links.csv"))
+        lat = stats.flat_get(e, "start_lateness_ms.p99")
+        lat_cell = (_mark(lat <= stats.LATENESS_GOAL_MS, f"{num(lat)} ms (goal <= {stats.LATENESS_GOAL_MS:g} ms)")
+                    if lat is not None else _mark(None, "not measured"))
+        tr_cell = _mark(not e.get("failed"), f"{num(e.get('verified'))}/{num(e.get('transfers'))} verified")
+        crashed = [r.summary.get("crashed_agents") for r in exp.reps[f] if r.summary.get("crashed_agents")]
+        cr_cell = _mark(not crashed, "none exited early" if not crashed else str(crashed))
+        lossless = [r.summary["pfc"].get("lossless_ok") for r in exp.reps[f] if isinstance(r.summary.get("pfc"), dict)]
+        pfc_cell = (_mark(None, "PFC off") if not e.get("pfc_enabled") else
+                    _mark(False not in lossless, "lossless" if False not in lossless else "drops while PFC was on"))
+        rows.append([H.fab(f), cpu_cell, u_cell, lat_cell, tr_cell, cr_cell, pfc_cell])
+    parts = [H.table(["fabric", "CPU headroom", "max link utilization", "start lateness P99", "transfers",
+                      "agents", "PFC"], rows, left=7)]
+    warn = [(f, w) for f in exp.fabrics for w in doc[f]["warnings"]]
+    parts.append("<h3>Warnings, verbatim</h3>")
+    parts.append("<ul>" + "".join(f"<li>{H.fab(f)} {H.escape(w)}</li>" for f, w in warn) + "</ul>" if warn
+                 else "<p>None.</p>")
+    extra = exp.failed + doc["consistency_notes"] + doc["notes"]
+    if extra:
+        parts.append("<h3>Data notes</h3><ul>" + "".join(f"<li>{H.escape(n)}</li>" for n in extra) + "</ul>")
+    return "".join(parts)
+
+
+def _config_section(doc: dict, exp: Experiment) -> str:
+    parts = []
+    if exp.versions:
+        rows = [[H.escape(k), H.escape(str(v))] for k, v in exp.versions.items()]
+        parts.append(H.table(["component", "version"], rows, left=2))
+    else:
+        parts.append('<p class="warn">versions.json is missing.</p>')
+    parts.append(H.details("experiment.json (resolved experiment config)", exp.config or "missing"))
+    for f in exp.fabrics:
+        parts.append(H.details(f"{name(f)}: runs/{f}/rep1/config.json (fabric, datapath, replay)",
+                               exp.reps[f][0].config or "missing"))
+    slim = {k: v for k, v in doc.items() if k not in ("zcube", "roft")}
+    parts.append(H.details("report summary.json (without per-fabric detail)", slim))
+    return "".join(parts)
+
+
+def _subtitle(exp: Experiment, doc: dict) -> str:
+    rep = next(iter(exp.reps.values()))[0]
+    n = (rep.config.get("fabric") or {}).get("gpus")
+    rate = (rep.config.get("datapath") or {}).get("rate_bps") or rep.summary.get("rate_bps")
+    bits = [exp.run_id, f"{n} GPUs" if n else None, f"{doc['reps']} repetition{'s' if doc['reps'] > 1 else ''}",
+            f"links {rate / 1e6:g} Mbit/s standing for 400 Gbit/s" if rate else None,
+            "report generated " + time.strftime("%Y-%m-%d %H:%M")]
+    return " · ".join(b for b in bits if b)
+
+
+def build_report(run_dir: Path | str) -> Path:
+    """Write report.html, figures/*.png, summary.json and headline.csv into ``run_dir``; return the page."""
+    exp = load_experiment(run_dir)
+    figs = _figures(exp, exp.path / "figures")
+    doc = summarize(exp)
+    (exp.path / "summary.json").write_text(json.dumps(doc, indent=1, default=str))
+    write_headline_csv(doc, exp.fabrics, exp.path / "headline.csv")
+    n = (next(iter(exp.reps.values()))[0].config.get("fabric") or {}).get("gpus")
+    title = " vs ".join(name(f) for f in exp.fabrics) + (f", n={n}" if n else "")
+    sections = [
+        ("headline", "Headline", _headline_section(doc, exp)),
+        ("fct", "KV-transfer completion times", H.img(figs["fct_cdf"], "Every verified transfer of every repetition. "
+         "Left: CDF; right: the tail on log-log axes, where P99 and P99.9 differences show.", "FCT CDF")
+         + H.img(figs["slowdown"], "Slowdown = measured FCT / FCT alone on an idle link, per equal-count size bin "
+                 "(slowdown_bins.json, median over repetitions). Below 1: the ideal's per-packet overhead is "
+                 "pessimistic for one-packet transfers.", "slowdown by size")),
+        ("hotspots", "Hotspots: link utilization and queues", _hotspot_section(doc, exp, figs)),
+        ("pfc", "PFC pause frames", _pfc_section(doc, exp, figs)),
+        ("nics", "Load across each server's NICs", _nic_section(doc, exp, figs)),
+        ("goodput", "Goodput over time", H.img(figs["goodput"], "Bytes of the transfers that finished in each "
+                                               "second (goodput.csv); repetition 1 bold, others faint.", "goodput")),
+        ("topology", "Topology and cost", _topology_section(doc, exp, figs)),
+        ("fidelity", "Fidelity", _fidelity_section(doc, exp)),
+        ("config", "Versions and configuration", _config_section(doc, exp)),
+    ]
+    headline = doc["verdict"][:1].upper() + doc["verdict"][1:]
+    page = H.page(title, headline, _subtitle(exp, doc), doc["fidelity_problems"], NAV, sections)
+    out = exp.path / "report.html"
+    out.write_text(page, encoding="utf-8")
+    return out

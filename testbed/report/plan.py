@@ -1,0 +1,88 @@
+"""Topology pictures and the capex table for the report.
+
+Both come from the experiment's plan/ folder when the ``run`` command wrote
+it, otherwise from the fabric model with the parameters the replay recorded
+(runs/<fabric>/rep1/config.json["fabric"]): the report must not depend on
+which optional files a run left behind.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import matplotlib
+
+from testbed.errors import TestbedError
+from testbed.report.load import Experiment, read_json
+
+
+def fabric_params(exp: Experiment, fabric: str) -> dict:
+    """build_fabric kwargs of ``fabric`` (from its first repetition, or the defaults at the other's n)."""
+    if fabric in exp.reps:
+        params = dict(exp.reps[fabric][0].config.get("fabric") or {})
+        params.setdefault("kind", fabric)
+        return params
+    n = next((r[0].config.get("fabric", {}).get("gpus") for r in exp.reps.values() if r[0].config.get("fabric")), 32)
+    return {"kind": fabric, "gpus": n}
+
+
+def _build(params: dict):
+    from testbed.fabric import build_fabric
+
+    return build_fabric(**params)
+
+
+def topology_pictures(exp: Experiment, figures: Path) -> tuple[dict[str, Path], list[str]]:
+    """fabric -> figures/topology_<fabric>.png (copied from plan/ or drawn); plus notes."""
+    from testbed.fabric.draw import draw
+
+    out, notes = {}, []
+    for fabric in exp.fabrics:
+        target = figures / f"topology_{fabric}.png"
+        given = exp.path / "plan" / f"{fabric}.png"
+        if given.is_file():
+            shutil.copyfile(given, target)
+            out[fabric] = target
+            continue
+        try:
+            with matplotlib.rc_context({"savefig.bbox": "tight"}):  # draw()'s title can be wider than its figure
+                draw(_build(fabric_params(exp, fabric)), target)
+            out[fabric] = target
+        except (TestbedError, TypeError, ValueError) as exc:
+            notes.append(f"no topology picture for {fabric}: {exc}")
+    return out, notes
+
+
+def _cost_from_file(doc) -> dict | None:
+    """Accept {"fabrics": {"zcube": {...}, "roft": {...}}, "ratios_zcube_over_roft": {...}} (what ``run``
+    writes) or the same without the "fabrics" level, with "ratios" or "ratio"; ratios computed if absent."""
+    if not isinstance(doc, dict):
+        return None
+    fabrics = doc.get("fabrics") if isinstance(doc.get("fabrics"), dict) else doc.get("cost", doc)
+    if not (isinstance(fabrics, dict) and isinstance(fabrics.get("zcube"), dict)
+            and isinstance(fabrics.get("roft"), dict)):
+        return None
+    z, r = fabrics["zcube"], fabrics["roft"]
+    rat = doc.get("ratios_zcube_over_roft") or doc.get("ratios") or doc.get("ratio")
+    if not isinstance(rat, dict):
+        rat = {k: round(z[k] / r[k], 4) for k in z if isinstance(z[k], (int, float)) and r.get(k)}
+    return {"zcube": z, "roft": r, "ratios": rat}
+
+
+def cost(exp: Experiment) -> dict:
+    """Capex of both fabrics at this run's scale: plan/cost.json, else the cost model."""
+    from testbed.fabric.cost import cost_of, ratios
+
+    path = exp.path / "plan" / "cost.json"
+    doc = _cost_from_file(read_json(path, "the capex of both fabrics", required=False))
+    if doc is not None:
+        return {**doc, "source": "plan/cost.json", "gpus": fabric_params(exp, "zcube").get("gpus")}
+    try:
+        z = cost_of(_build(fabric_params(exp, "zcube")))
+        r = cost_of(_build(fabric_params(exp, "roft")))
+    except (TestbedError, TypeError, ValueError) as exc:
+        return {"source": f"unavailable ({exc})"}
+    return {"zcube": z.as_dict(), "roft": r.as_dict(), "ratios": ratios(z, r),
+            "gpus": fabric_params(exp, "zcube").get("gpus"),
+            "source": "testbed.fabric.cost model" + (" (plan/cost.json unreadable)" if path.exists() else "")}

@@ -1,0 +1,287 @@
+"""Headline numbers, recomputed from each repetition's raw files.
+
+Why recompute instead of copying the replay summary: the report must be
+checkable against the data it plots (a test recomputes FCT percentiles from
+transfers.csv), and a disagreement between summary.json and transfers.csv is
+itself worth reporting. The formulas are the replay's own (``testbed.replay.
+summarize``): nearest-rank percentiles over verified rows, goodput = verified
+bytes over first start .. last end. What needs the trace schedule (the TTFT
+proxy) or the switch counters (PFC counters when pfc.txt is absent, CPU) comes
+from summary.json. Over repetitions a figure is the median, with [min, max].
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+from testbed.report.load import Experiment, Rep
+from traffic import metrics
+
+# flattened keys of the headline, in display order
+KEYS = ("goodput_bps", "goodput_real_equivalent_bps", "fct_ms.p50", "fct_ms.p99", "fct_ms.p999",
+        "ttft_ms.p50", "ttft_ms.p99", "start_lateness_ms.p50", "start_lateness_ms.p99", "requests_per_s",
+        "pfc_pauses", "queue_drops", "transfers", "verified", "failed", "max_link_utilization", "nic_imbalance")
+RATIO_KEYS = ("goodput_bps", "fct_ms.p50", "fct_ms.p99", "fct_ms.p999", "ttft_ms.p50", "ttft_ms.p99",
+              "requests_per_s")
+LATENESS_GOAL_MS = 5.0
+# 1 Hz queue samples bracket the run loosely, so a saturated link can read a
+# little over 1; above this it is a shaping problem, not a sampling one.
+UTILIZATION_LIMIT = 1.02
+
+
+def quantile_ci(values, p: float, z: float = 1.96) -> list[float | None] | None:
+    """Distribution-free ~95% interval of the nearest-rank p-th percentile (binomial order
+    statistics). An end that falls outside the sample is None (open): with ~1000 samples the
+    P99.9 is the maximum, and nothing bounds the true P99.9 from above."""
+    arr = sorted(values)
+    n = len(arr)
+    if not n:
+        return None
+    q = p / 100
+    half = z * math.sqrt(n * q * (1 - q))
+    lo, hi = math.floor(n * q - half), math.ceil(n * q + half) + 1
+    return [arr[lo - 1] if lo >= 1 else None, arr[hi - 1] if hi <= n else None]
+
+
+def fct_ci_ms(reps: list[Rep]) -> dict:
+    """95% intervals of the FCT percentiles over every repetition's verified transfers, in ms."""
+    fct = []
+    for r in reps:
+        t = r.transfers
+        if t is not None:
+            ok = t[t["verified"] & t["start"].notna() & t["end"].notna()]
+            fct += ((ok["end"] - ok["start"]) * 1e3).tolist()
+    out = {}
+    for key, p in (("fct_ms.p50", 50), ("fct_ms.p99", 99), ("fct_ms.p999", 99.9)):
+        ci = quantile_ci(fct, p)
+        if ci:
+            out[key] = [None if v is None else round(v, 3) for v in ci]
+    return out
+
+
+def _pct(values: list[float], p: float, factor: float = 1e3) -> float | None:
+    return round(metrics.percentile(values, p) * factor, 3) if values else None
+
+
+def flat_get(doc: dict, key: str):
+    """``doc["fct_ms"]["p99"]`` for key "fct_ms.p99" (None when absent)."""
+    cur = doc
+    for part in key.split("."):
+        if not isinstance(cur, dict):
+            return None
+        cur = cur.get(part)
+    return cur
+
+
+def _flat_set(doc: dict, key: str, value) -> None:
+    *parents, last = key.split(".")
+    for part in parents:
+        doc = doc.setdefault(part, {})
+    doc[last] = value
+
+
+def queue_drops(rep: Rep) -> int | None:
+    """Drops during the run: last minus first sample of every queue (as QueueSampler.drops)."""
+    q = rep.queues
+    if q is None or q.empty:
+        return None
+    q = q.sort_values("time", kind="stable")
+    g = q.groupby("queue")["drops"]
+    return int((g.last() - g.first()).clip(lower=0).sum())
+
+
+def pfc_enabled(rep: Rep) -> bool:
+    pfc = rep.summary.get("pfc")
+    return rep.pfc_events is not None or rep.pfc_ports is not None or bool(isinstance(pfc, dict) and pfc.get("enabled"))
+
+
+def pfc_pauses(rep: Rep) -> int:
+    if rep.pfc_events is not None:
+        return int((rep.pfc_events["event"] == 1).sum())
+    if rep.pfc_ports is not None:
+        return int(rep.pfc_ports["pauses"].sum())
+    pfc = rep.summary.get("pfc")
+    return int(pfc.get("pauses") or 0) if isinstance(pfc, dict) else 0
+
+
+def gpus_per_server(rep: Rep) -> int:
+    fab = rep.config.get("fabric", {}) if isinstance(rep.config, dict) else {}
+    return int(fab.get("gpus_per_server") or 8)
+
+
+def nic_loads(rep: Rep) -> dict[tuple[int, int], int] | None:
+    """(gpu, NIC port) -> sent + received bytes, every port of every GPU (0 when idle)."""
+    if rep.nics is None:
+        return None
+    n = int((rep.config.get("fabric") or {}).get("gpus") or 0)
+    gpus = [int(str(g).removeprefix("gpu")) for g in rep.nics["gpu"]]
+    loads = {(g, p): 0 for g in range(1, max([n, *gpus]) + 1) for p in (1, 2)}
+    for g, p, tx, rx in zip(gpus, rep.nics["port"], rep.nics["sent_bytes"], rep.nics["received_bytes"]):
+        loads[(g, int(p))] = loads.get((g, int(p)), 0) + int(tx) + int(rx)
+    return loads
+
+
+def nic_imbalance(rep: Rep) -> dict | None:
+    """Per server: max / mean load over its NIC ports (1 = perfectly even)."""
+    loads = nic_loads(rep)
+    if not loads:
+        return None
+    k = gpus_per_server(rep)
+    servers: dict[int, list[int]] = {}
+    for (g, _p), b in sorted(loads.items()):
+        servers.setdefault((g - 1) // k + 1, []).append(b)
+    ratios = {s: round(max(v) / (sum(v) / len(v)), 3) for s, v in servers.items() if sum(v) > 0}
+    if not ratios:
+        return None
+    worst = max(ratios, key=ratios.get)
+    return {"per_server": ratios, "max": ratios[worst], "worst_server": worst,
+            "median": round(statistics.median(ratios.values()), 3)}
+
+
+def rep_metrics(rep: Rep) -> dict:
+    """One repetition's headline, nested like the replay summary."""
+    s = rep.summary
+    out: dict = {}
+    t = rep.transfers
+    if t is not None:
+        ok = t[t["verified"] & t["start"].notna() & t["end"].notna()]
+        fct = (ok["end"] - ok["start"]).tolist()
+        started = t[t["start"].notna() & t["scheduled_start"].notna()]
+        lateness = (started["start"] - started["scheduled_start"]).tolist()
+        first, last = (ok["start"].min(), ok["end"].max()) if len(ok) else (0.0, 0.0)
+        span = last - first
+        goodput = float(ok["bytes"].sum()) * 8 / span if span > 0 else 0.0
+        scale = s.get("bytes_scale") or _bytes_scale(rep)
+        out |= {
+            "transfers": int(len(t)), "verified": int(len(ok)), "failed": int(len(t) - len(ok)),
+            "bytes": int(ok["bytes"].sum()),
+            "goodput_bps": round(goodput),
+            "goodput_real_equivalent_bps": round(goodput * scale) if scale else None,
+            "fct_ms": {k: _pct(fct, p) for k, p in (("p50", 50), ("p99", 99), ("p999", 99.9))},
+            "start_lateness_ms": {k: _pct(lateness, p) for k, p in (("p50", 50), ("p99", 99))},
+            "requests_per_s": round(ok["request_id"].nunique() / span, 3) if span > 0 else 0.0,
+        }
+    else:  # no raw rows: fall back to the replay's own numbers
+        for key in ("transfers", "verified", "failed", "bytes", "goodput_bps", "goodput_real_equivalent_bps",
+                    "fct_ms", "start_lateness_ms", "requests_per_s"):
+            out[key] = s.get(key)
+    out["ttft_ms"] = {k: flat_get(s, f"ttft_ms.{k}") for k in ("p50", "p99")}
+    drops = queue_drops(rep)
+    out["queue_drops"] = drops if drops is not None else s.get("queue_drops")
+    out["pfc_enabled"] = pfc_enabled(rep)
+    out["pfc_pauses"] = pfc_pauses(rep)
+    if rep.links is not None and not rep.links.empty:
+        i = rep.links["utilization"].idxmax()
+        out["max_link_utilization"] = round(float(rep.links.loc[i, "utilization"]), 4)
+        out["hottest_queue"] = str(rep.links.loc[i, "queue"])
+    else:
+        out["max_link_utilization"] = s.get("max_link_utilization")
+        out["hottest_queue"] = s.get("hottest_queue")
+    imb = nic_imbalance(rep)
+    out["nic_imbalance"] = imb["max"] if imb else None
+    return out
+
+
+def _bytes_scale(rep: Rep) -> float | None:
+    rate = (rep.config.get("datapath") or {}).get("rate_bps") or rep.summary.get("rate_bps")
+    if not rate:
+        return None
+    from testbed import scale
+
+    return scale.bytes_scale(rate)
+
+
+def _median(values: list):
+    vals = [v for v in values if v is not None]
+    if not vals:
+        return None
+    m = statistics.median(vals)
+    return int(m) if isinstance(m, float) and m.is_integer() and all(isinstance(v, int) for v in vals) else m
+
+
+def consistency_notes(rep: Rep, m: dict) -> list[str]:
+    """Where the raw files disagree with the replay's summary.json."""
+    notes = []
+    for key in ("transfers", "verified", "fct_ms.p99", "goodput_bps"):
+        mine, theirs = flat_get(m, key), flat_get(rep.summary, key)
+        if mine is not None and theirs is not None and abs(mine - theirs) > 1e-6 * max(1, abs(theirs)) + 1e-3:
+            notes.append(f"{rep.label}: {key} is {mine} from the raw files but {theirs} in summary.json")
+    return notes
+
+
+def fidelity_problems(rep: Rep, m: dict) -> list[str]:
+    """Why this repetition's numbers may not be the fabric's (empty when fine)."""
+    s, out = rep.summary, []
+    for w in s.get("warnings") or []:
+        if "fell behind" in str(w):
+            out.append(f"{rep.label}: {w}")
+    if s.get("crashed_agents"):
+        out.append(f"{rep.label}: agents exited early: {s['crashed_agents']}")
+    if m.get("failed"):
+        out.append(f"{rep.label}: {m['failed']} of {m['transfers']} transfers failed")
+    cpu = s.get("cpu")
+    if isinstance(cpu, dict) and cpu.get("saturated"):
+        out.append(f"{rep.label}: CPU saturated (ovs-vswitchd {cpu.get('ovs_vswitchd_cores')} cores, machine "
+                   f"{_percent(cpu.get('machine_busy_fraction'))} busy)")
+    pfc = s.get("pfc")
+    if isinstance(pfc, dict) and pfc.get("lossless_ok") is False:
+        out.append(f"{rep.label}: PFC was on but the fabric was not lossless (lossless_ok false, "
+                   f"{m.get('queue_drops')} queue drops)")
+    u = m.get("max_link_utilization")
+    if u is not None and u > UTILIZATION_LIMIT:
+        out.append(f"{rep.label}: link {m.get('hottest_queue')} carried {u:.2f}x its configured rate")
+    return out
+
+
+def _percent(v) -> str:
+    return f"{v * 100:.0f}%" if isinstance(v, (int, float)) else "?"
+
+
+def aggregate(exp: Experiment) -> dict:
+    """The report's summary.json (the contract of issue 6)."""
+    doc: dict = {}
+    problems, notes = [], []
+    for fabric in exp.fabrics:
+        reps = exp.reps[fabric]
+        per = [rep_metrics(r) for r in reps]
+        entry: dict = {"fabric": fabric, "reps": len(reps), "spread": {}}
+        for key in KEYS:
+            vals = [flat_get(m, key) for m in per]
+            _flat_set(entry, key, _median(vals))
+            present = [v for v in vals if v is not None]
+            entry["spread"][key] = [min(present), max(present)] if present else None
+        entry["ci95"] = fct_ci_ms(reps)
+        entry["pfc_enabled"] = any(m["pfc_enabled"] for m in per)
+        entry["hottest_queue"] = per[0].get("hottest_queue")
+        entry["per_rep"] = per
+        fab_problems = [p for r, m in zip(reps, per) for p in fidelity_problems(r, m)]
+        entry["fidelity_problems"] = fab_problems
+        entry["warnings"] = [f"rep{r.index}: {w}" for r in reps for w in (r.summary.get("warnings") or [])]
+        cpus = [r.summary["cpu"] for r in reps if isinstance(r.summary.get("cpu"), dict)]
+        entry["cpu"] = ({"ovs_vswitchd_cores": _median([c.get("ovs_vswitchd_cores") for c in cpus]),
+                         "machine_busy_fraction": _median([c.get("machine_busy_fraction") for c in cpus]),
+                         "saturated": any(bool(c.get("saturated")) for c in cpus)} if cpus else None)
+        problems += fab_problems
+        notes += [n for r, m in zip(reps, per) for n in consistency_notes(r, m)]
+        doc[fabric] = entry
+    problems += exp.failed
+    doc["ratios"] = ratios(doc.get("zcube"), doc.get("roft"))
+    doc["fidelity_ok"] = not problems
+    doc["fidelity_problems"] = problems
+    doc["consistency_notes"] = notes
+    doc["reps"] = max(len(r) for r in exp.reps.values())
+    return doc
+
+
+def ratio(a, b) -> float | None:
+    if a is None or b is None or not b:
+        return None
+    return round(a / b, 4)
+
+
+def ratios(zcube: dict | None, roft: dict | None) -> dict:
+    """ZCube over ROFT for RATIO_KEYS (empty when a fabric is missing)."""
+    if not zcube or not roft:
+        return {}
+    return {k: ratio(flat_get(zcube, k), flat_get(roft, k)) for k in RATIO_KEYS}

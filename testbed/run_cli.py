@@ -1,0 +1,152 @@
+"""The ``run`` and ``sweep`` verbs: experiment file + command-line flags -> testbed.run / testbed.sweep.
+
+Flags override file values, and only the flags the user actually gave: every
+flag defaults to None (also those borrowed from the fabric and link options of
+the other verbs), so an absent flag never overwrites a file value with a
+default. Each applied flag is recorded as an override in experiment.json.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from testbed.errors import TestbedError
+from testbed.experiment import Override, cli_value
+
+# argparse dest -> (experiment key path, conversion of the flag's value)
+FLAGS: dict[str, tuple[str, object]] = {
+    "fabrics": ("fabrics", lambda v: [x.strip() for x in v.split(",") if x.strip()]),
+    "gpus": ("gpus", None),
+    "gpus_per_switch": ("gpus_per_switch", None),
+    "cables": ("cables", None),
+    "gpus_per_server": ("gpus_per_server", None),
+    "radix": ("radix", None),
+    "rate": ("link.rate", None),
+    "buffer": ("link.buffer_bytes", None),
+    "nic_buffer": ("link.nic_buffer_bytes", None),
+    "burst": ("link.burst_bytes", None),
+    "mtu": ("link.mtu", None),
+    "pfc": ("pfc.enabled", lambda v: v == "on"),
+    "trace": ("trace.path", None),
+    "start": ("trace.start_s", None),
+    "duration": ("trace.duration_s", None),
+    "first": ("trace.first_n", None),
+    "speed": ("trace.speed", None),
+    "model": ("serving.model", None),
+    "prefill_tp": ("serving.prefill_tp", None),
+    "decode_tp": ("serving.decode_tp", None),
+    "prefill_fraction": ("serving.prefill_fraction", None),
+    "scheduler": ("serving.scheduler", None),
+    "mode": ("serving.mode", None),
+    "chunk": ("serving.chunk_bytes", None),
+    "policy": ("serving.policy", None),
+    "seed": ("seed", None),
+    "reps": ("repetitions", None),
+    "cross": ("cross_flows", None),
+    "name": ("name", None),
+}
+
+
+def overrides_from_args(args) -> list[Override]:
+    """The flags the user gave, as overrides (in FLAGS order), then every --set in order."""
+    out = []
+    for dest in getattr(args, "_borrowed", ()):
+        if dest not in FLAGS and getattr(args, dest, None) is not None:
+            raise TestbedError(f"--{dest.replace('_', '-')} is not an experiment setting of run/sweep: "
+                               "use --set KEY=VALUE (see experiments/schema.json)")
+    for dest, (key, convert) in FLAGS.items():
+        value = getattr(args, dest, None)
+        if value is not None:
+            out.append(Override(key, convert(value) if convert else value, f"--{dest.replace('_', '-')}"))
+    for text in getattr(args, "set", None) or []:
+        key, sep, value = text.partition("=")
+        if not sep or not key.strip():
+            raise TestbedError(f"--set {text!r}: expected KEY=VALUE, e.g. --set pfc.xoff_bytes=30000")
+        out.append(Override(key.strip(), cli_value(key.strip(), value.strip()), "--set"))
+    return out
+
+
+def _stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def cmd_run(args) -> int:
+    from testbed import run
+    from testbed.experiment import resolve
+
+    resolved = resolve(args.experiment, overrides_from_args(args))
+    if args.dry_run:
+        exp = resolved.experiment
+        print(json.dumps(resolved.as_dict() | {"runs": [t.as_dict() for t in run.targets(exp)],
+                                               "estimate_s": round(run.estimate_s(exp))}, indent=1))
+        _stderr(f"estimated wall time: {run.estimate_text(exp)}")
+        return 0
+    return run.run_experiment(resolved, Path(args.out), log=_stderr)
+
+
+def cmd_sweep(args) -> int:
+    from testbed import sweep
+
+    if not args.param:
+        raise TestbedError("sweep needs --param KEY=V1,V2 (one or two), e.g. --param link.rate=3mbit,4mbit")
+    params = [sweep.parse_param(p) for p in args.param]
+    overrides = overrides_from_args(args)
+    if args.dry_run:
+        points = sweep.resolve_points(args.experiment, overrides, params)
+        print(json.dumps([{"point": sweep.point_name(p), "experiment": r.experiment.model_dump(mode="json")}
+                          for p, r in points], indent=1))
+        return 0
+    return sweep.run_sweep(args.experiment, overrides, params, Path(args.out), log=_stderr)
+
+
+def _experiment_options(p, add_fabric_options, add_link_options) -> None:
+    from testbed.fabric.routing import POLICIES
+    from testbed.replay_cli import REPORTS
+    from traffic import placement, schedule
+
+    before = {a.dest for a in p._actions}
+    add_fabric_options(p)
+    add_link_options(p)
+    borrowed = [a.dest for a in p._actions if a.dest not in before]
+    p.add_argument("experiment", nargs="?", metavar="EXPERIMENT.yaml",
+                   help="experiment file (default: the built-in defaults, as experiments/default.yaml)")
+    p.add_argument("--fabrics", help="comma list, e.g. zcube,roft")
+    p.add_argument("--pfc", choices=["on", "off"], help="priority flow control")
+    p.add_argument("--trace", help="trace file (relative to the current folder)")
+    p.add_argument("--start", help="trace time where the slice starts, e.g. 600s")
+    p.add_argument("--duration", help="trace time replayed, e.g. 120s")
+    p.add_argument("--first", type=int, help="at most this many requests")
+    p.add_argument("--speed", type=float, help="replay the trace this many times faster")
+    p.add_argument("--model")
+    p.add_argument("--prefill-tp", type=int)
+    p.add_argument("--decode-tp", type=int)
+    p.add_argument("--prefill-fraction", type=float, help="share of the servers running prefill")
+    p.add_argument("--scheduler", choices=list(placement.POLICIES))
+    p.add_argument("--mode", choices=list(schedule.MODES))
+    p.add_argument("--chunk", help="slice size in emulated bytes (0: no slicing)")
+    p.add_argument("--policy", choices=list(POLICIES))
+    p.add_argument("--seed", type=int, help="seed of repetition 1 (repetition r: seed + r - 1)")
+    p.add_argument("--reps", type=int, help="repetitions")
+    p.add_argument("--cross", type=int, metavar="N", help="background iperf3 flows")
+    p.add_argument("--name", help="run-id suffix (default: the experiment file's name)")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help="any experiment key, e.g. --set pfc.xoff_bytes=30000 (repeatable; applied last)")
+    p.add_argument("--out", default=str(REPORTS), help="where run directories go (default reports/)")
+    p.add_argument("--dry-run", action="store_true", help="print the resolved experiment and exit")
+    p.set_defaults(_borrowed=borrowed, **{d: None for d in borrowed})
+
+
+def register(sub, add_fabric_options, add_link_options) -> None:
+    p = sub.add_parser("run", conflict_handler="resolve",
+                       help="run an experiment: the same trace slice on every fabric, repeated; report.html")
+    _experiment_options(p, add_fabric_options, add_link_options)
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("sweep", conflict_handler="resolve",
+                       help="one run per point of a grid: sweep EXP.yaml --param link.rate=3mbit,4mbit")
+    _experiment_options(p, add_fabric_options, add_link_options)
+    p.add_argument("--param", action="append", metavar="KEY=V1,V2",
+                   help="a dotted experiment key and its values (one or two --param)")
+    p.set_defaults(func=cmd_sweep)
