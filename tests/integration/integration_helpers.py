@@ -31,6 +31,10 @@ def leftovers() -> list[str]:
                 continue
             if cmd[1:3] == [b"-m", b"controller"]:
                 found.append(f"controller pid {entry}")
+            if cmd[1:3] == [b"-m", b"controller.pfc.pfcd"]:
+                found.append(f"PFC helper pid {entry}")
+    found += [f"pinned map {n}" for n in ("tb_queues", "tb_enq_slot", "tb_deq_slot")
+              if os.path.exists(f"/sys/fs/bpf/tc/globals/{n}")]
     return found
 
 
