@@ -27,7 +27,7 @@ def test_run_smoke_experiment(tmp_path):
         rep = run_dir / "runs" / fabric / "rep1"
         rows = list(csv.DictReader(open(rep / "transfers.csv")))
         assert summary[fabric]["transfers"] == len(rows) > 0
-        assert summary[fabric]["verified"] == sum(r["verified"] == "true" for r in rows) == len(rows)
+        assert summary[fabric]["verified"] == sum(r["verified"].lower() == "true" for r in rows) == len(rows)
         replay = json.loads((rep / "summary.json").read_text())
         assert replay["pfc"]["enabled"] and replay["pfc"]["lossless_ok"], replay["pfc"]
         assert (rep / "pfc.txt").exists() and (rep / "pfc_ports.csv").exists()
