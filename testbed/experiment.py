@@ -41,43 +41,36 @@ def _not_bool(v: Any, what: str) -> None:
         raise ValueError(f"expected {what}, not a boolean")
 
 
+def _parse_text(v: Any, what: str, parse) -> Any:
+    """Strings go through the CLI's own parser (its error becomes a schema error); numbers pass."""
+    _not_bool(v, what)
+    if isinstance(v, str):
+        try:
+            return parse(v)
+        except TestbedError as exc:
+            raise ValueError(str(exc)) from None
+    return v
+
+
 def _rate(v: Any) -> Any:
     """'3mbit' / '500k' / '2' (Mbit/s, as on the CLI) or a number of bit/s."""
     from testbed.emulation.cli import parse_rate
 
-    _not_bool(v, "a rate such as 3mbit or a number of bit/s")
-    if isinstance(v, str):
-        try:
-            return parse_rate(v)
-        except TestbedError as exc:
-            raise ValueError(str(exc)) from None
-    return v
+    return _parse_text(v, "a rate such as 3mbit or a number of bit/s", parse_rate)
 
 
 def _size(v: Any) -> Any:
     """60000 / '60kb' / '64KiB' -> bytes."""
     from testbed.emulation.cli import parse_size
 
-    _not_bool(v, "a size in bytes such as 60000 or 64KiB")
-    if isinstance(v, str):
-        try:
-            return parse_size(v)
-        except TestbedError as exc:
-            raise ValueError(str(exc)) from None
-    return v
+    return _parse_text(v, "a size in bytes such as 60000 or 64KiB", parse_size)
 
 
 def _seconds(v: Any) -> Any:
     """120 / '120s' / '2m' -> seconds."""
     from testbed.replay_cli import parse_seconds
 
-    _not_bool(v, "a duration such as 120 or 2m")
-    if isinstance(v, str):
-        try:
-            return parse_seconds(v)
-        except TestbedError as exc:
-            raise ValueError(str(exc)) from None
-    return v
+    return _parse_text(v, "a duration such as 120 or 2m", parse_seconds)
 
 
 _UNIT_STRING = {"type": "string", "pattern": r"^\s*[0-9.]+\s*[a-zA-Z]*\s*$"}

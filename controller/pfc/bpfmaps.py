@@ -1,6 +1,6 @@
 """The queue-watch BPF maps from Python, without a BPF library: the bpf(2)
 syscall through ctypes for the two calls we need (open a pinned map, update
-or delete a hash entry) and mmap for the counters, so the PFC helper reads
+a hash entry) and mmap for the counters, so the PFC helper reads
 every queue's state with plain memory loads.
 
 The layout of ``struct qstate`` mirrors queue_watch.bpf.c.
@@ -22,7 +22,7 @@ QSTATE_WORDS = 16  # 12 fields + 4 pad, u64 each
 F = {name: i for i, name in enumerate(FIELDS)}
 
 _SYS_BPF = 321  # x86_64
-_BPF_MAP_UPDATE_ELEM, _BPF_MAP_DELETE_ELEM, _BPF_OBJ_GET = 2, 3, 7
+_BPF_MAP_UPDATE_ELEM, _BPF_OBJ_GET = 2, 7
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.syscall.restype = ctypes.c_long
 
@@ -54,14 +54,6 @@ def open_pinned(name: str) -> int:
 def set_slot(map_fd: int, ifindex: int, slot: int) -> None:
     key, value = ctypes.c_uint32(ifindex), ctypes.c_uint32(slot)
     _bpf(_BPF_MAP_UPDATE_ELEM, _MapElem(map_fd=map_fd, key=ctypes.addressof(key), value=ctypes.addressof(value)))
-
-
-def clear_slot(map_fd: int, ifindex: int) -> None:
-    key = ctypes.c_uint32(ifindex)
-    try:
-        _bpf(_BPF_MAP_DELETE_ELEM, _MapElem(map_fd=map_fd, key=ctypes.addressof(key)))
-    except FileNotFoundError:
-        pass
 
 
 class QueueTable:

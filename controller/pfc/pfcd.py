@@ -60,7 +60,6 @@ class Transmitter:
         self.resume_msg = tbfmsg.tbf_change(ifindex, rate_bps, burst, q["limit"])
         self.xon_frame = tbfmsg.pfc_frame(b"\x02\xff\x00\x00\x00\x02", 0)
         self.holders = 0
-        self.paused_at = 0
         self.pause_cross_ns = 0  # XOFF crossing that paused it, until its pause latency is measured
 
 
@@ -127,7 +126,6 @@ class Helper:
         self.netlink_errors = 0
         self.resyncs = 0
         self.frame = policy["mtu"] + 14
-        self.started_ns = time.monotonic_ns()
 
     # ------------------------------------------------------------------ loop
     def step(self) -> None:
@@ -155,7 +153,6 @@ class Helper:
             tx.holders += 1
             if tx.holders == 1:
                 tx.sock.send(tx.pause_msg)
-                tx.paused_at = now
                 tx.pause_cross_ns = crossed
                 self.pauses += 1
                 fresh.append(tx)
@@ -328,9 +325,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{policy['poll_us']} us, scheduling {sched}", file=sys.stderr, flush=True)
     next_status = time.monotonic() + 1.0
     parent = os.getppid()
-    ipr = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE)
-    ipr.bind((0, 0))
-    ipr.settimeout(0.05)
+    ipr = tbfmsg.route_socket(timeout=0.05)  # blocking: resync waits for each answer
     next_resync = time.monotonic() + 0.1
     try:
         while not stop["flag"]:

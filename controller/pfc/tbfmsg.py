@@ -54,11 +54,12 @@ def pfc_frame(src_mac: bytes, pause_quanta: int) -> bytes:
     return (head + body).ljust(60, b"\0")
 
 
-def route_socket() -> socket.socket:
-    """A NETLINK_ROUTE socket in the calling thread's current network namespace."""
+def route_socket(timeout: float | None = 0.0) -> socket.socket:
+    """A NETLINK_ROUTE socket in the calling thread's current network namespace
+    (non-blocking by default: pause/resume sends never wait for an answer)."""
     sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE)
     sock.bind((0, 0))
-    sock.setblocking(False)
+    sock.settimeout(timeout)
     return sock
 
 
