@@ -34,6 +34,7 @@ from testbed.emulation.plan import DatapathConfig, netns_of
 from testbed.errors import TestbedError
 from testbed.fabric import Fabric, addressing, build_fabric
 from testbed.fabric.maxmin import all_link_capacities, flow_links, max_min
+from testbed.bench import ecmp_probe
 from testbed.fabric.routing import forwarding_tables, walk
 
 BASE_PORT = 5201
@@ -89,40 +90,40 @@ def ideal_rates(fabric: Fabric, flows: dict[str, tuple[tuple[int, int], tuple[in
                    all_link_capacities(fabric, rate_bps))
 
 
-def port_tx(switches) -> dict[tuple[str, int], int]:
-    """OVS's own per-port transmit packet counters."""
-    import re
-
-    out = {}
-    for sw in switches:
-        text = subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "--no-names", "dump-ports", sw],
-                              capture_output=True, text=True, check=True).stdout
-        for port, tx in re.findall(r"port\s+(\d+):.*?tx pkts=(\d+)", text, re.S):
-            out[(sw, int(port))] = int(tx)
-    return out
+ECMP_MODES = ("spread", "hashed")
 
 
-def observed_links(fabric: Fabric, src: tuple[int, int], dst: tuple[int, int], cport: int, dport: int,
-                   tables) -> list[str] | None:
-    """Which of the model's ECMP paths OVS's hash gives one TCP 5-tuple: send
-    its SYN (nothing listens yet, a RST comes back) and see which candidate
-    path's ports all counted it. None if no single candidate did."""
-    candidates = walk(fabric, tables, src, dst)
-    switches = sorted({sw for hops, _ in candidates for sw in hops})
-    before = port_tx(switches)
-    code = ("import socket,sys\n"
-            "s=socket.socket();s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1)\n"
-            "s.bind((sys.argv[1],int(sys.argv[2])));s.settimeout(2);s.connect_ex((sys.argv[3],int(sys.argv[4])))\n")
-    subprocess.run(["ip", "netns", "exec", netns_of(src[0]), "python3", "-c", code, addressing.ip_of(*src),
-                    str(cport), addressing.ip_of(*dst), str(dport)], check=True)
-    time.sleep(0.05)
-    after = port_tx(switches)
-    hit = [(hops, outs) for hops, outs in candidates
-           if all(after[(sw, p)] > before.get((sw, p), 0) for sw, p in zip(hops, outs))]
-    if len(hit) != 1:
-        return None
-    hops, outs = hit[0]
-    return [f"gpu{src[0]}:p{src[1]}"] + [f"{sw}:{p}" for sw, p in zip(hops, outs)]
+def ecmp_paths(fabric: Fabric, pairs: list[tuple[int, int]], rate: float, ecmp: str,
+               log=print) -> tuple[dict, dict, bool]:
+    """Client ports and ideal shares for a permutation on an ECMP fabric.
+
+    ``spread``: client ports are chosen by probing so that no two flows share
+    a switch port (every ideal is the link rate); flows the probing could not
+    place in time keep a learnt, possibly shared path. ``hashed``: fixed
+    client ports, paths learnt as OVS's hash gives them (ideal: max-min over
+    the learnt paths). Returns ({(src, sp): cport}, {flow: ideal}, ideal_known)."""
+    if ecmp not in ECMP_MODES:
+        raise TestbedError(f"ecmp mode {ecmp!r} is unknown: expected {', '.join(ECMP_MODES)}")
+    tables = forwarding_tables(fabric)
+    flows = {f"{s}>{d}:p{sp}": ((s, sp), (d, 3 - sp), BASE_PORT + sp) for s, d in pairs for sp in (1, 2)}
+    candidates = {k: walk(fabric, tables, src, dst) for k, (src, dst, _) in flows.items()}
+    prober = ecmp_probe.Prober(flows, candidates)
+    fresh = iter(range(CLIENT_PORT, 65000))
+    try:
+        placed = {}
+        if ecmp == "spread":
+            placed, rounds = ecmp_probe.spread(candidates, prober, fresh)
+            log(f"ecmp spread: {len(placed)} of {len(flows)} flows on disjoint paths after {rounds} probe rounds")
+        rest = {k: next(fresh) for k in flows if k not in placed}
+        learnt = placed | ecmp_probe.learn({k: candidates[k] for k in rest}, prober, rest)
+    finally:
+        prober.close()
+    cport = {flows[k][0]: port for k, (port, _) in learnt.items()} | {flows[k][0]: p for k, p in rest.items()
+                                                                      if k not in learnt}
+    if len(learnt) < len(flows):  # some probe never showed a single path: fall back to the collision-free bound
+        return cport, permutation(fabric, rate)[1], False
+    links = {k: ecmp_probe.path_links(flows[k][0], path) for k, (_, path) in learnt.items()}
+    return cport, max_min(links, all_link_capacities(fabric, rate)), True
 
 
 def _cpu_sample() -> tuple[float, float, float]:
@@ -168,7 +169,7 @@ def _pattern_summary(flows: list[dict], cpu: dict, retransmits: int | None) -> d
             "cpu": cpu, "cpu_saturated": _saturated(cpu)}
 
 
-def run_permutation(st: dict, duration: int, omit: int) -> tuple[list[dict], dict, None]:
+def run_permutation(st: dict, duration: int, omit: int, ecmp: str = "spread", log=print) -> tuple[list[dict], dict, None]:
     """iperf3, one client and server per flow; returns (flows, cpu, None: retransmits are per flow)."""
     fabric = fabricctl.fabric_of_state(st)
     rate = st["config"]["rate_bps"]
@@ -176,13 +177,8 @@ def run_permutation(st: dict, duration: int, omit: int) -> tuple[list[dict], dic
     eff = payload_efficiency(st["config"]["mtu"])
     cport = {(src, sp): CLIENT_PORT + 2 * i + sp for i, (src, _) in enumerate(pairs) for sp in (1, 2)}
     known = fabric.kind == "zcube"
-    if not known:  # ECMP: learn each flow's path from OVS before the flow exists
-        tables = forwarding_tables(fabric)
-        links = {f"{s_}>{d}:p{sp}": observed_links(fabric, (s_, sp), (d, 3 - sp), cport[(s_, sp)],
-                                                   BASE_PORT + sp, tables) for s_, d in pairs for sp in (1, 2)}
-        if all(links.values()):
-            ideal = max_min(links, all_link_capacities(fabric, rate))
-            known = True
+    if not known:  # ECMP: choose (spread) or learn (hashed) each flow's path from OVS before the flow exists
+        cport, ideal, known = ecmp_paths(fabric, pairs, rate, ecmp, log)
     servers, clients = [], []
     try:
         for src, dst in pairs:
@@ -281,7 +277,7 @@ def _drops(st: dict) -> int:
 
 
 def bench(fabric_args: dict, config: DatapathConfig, duration: int = 16, omit: int = 3, log=print,
-          patterns: tuple[str, ...] = ("permutation", "all-to-all")) -> dict:
+          patterns: tuple[str, ...] = ("permutation", "all-to-all"), ecmp: str = "spread") -> dict:
     """Bring a fabric up (or use the one that is up, if it matches), run each
     pattern in turn on it, bring it down if we brought it up."""
     unknown = [p for p in patterns if p not in PATTERNS]
@@ -298,11 +294,13 @@ def bench(fabric_args: dict, config: DatapathConfig, duration: int = 16, omit: i
         if own:
             st = fabricctl.up(fabric_args, config, log=log)
         summary.update(rate_bps=st["config"]["rate_bps"], mtu=st["config"]["mtu"], duration_s=duration,
-                       fabric=st["fabric"], bringup_s=st["timings"].get("up_s"))
+                       fabric=st["fabric"], bringup_s=st["timings"].get("up_s"),
+                       ecmp=ecmp if st["fabric"]["kind"] != "zcube" else None)
         for pattern in patterns:
             log(f"{pattern}: {duration} s of TCP traffic")
             before = _drops(st)
-            flows, cpu, retransmits = PATTERNS[pattern](st, duration, omit)
+            extra = {"ecmp": ecmp, "log": log} if pattern == "permutation" else {}
+            flows, cpu, retransmits = PATTERNS[pattern](st, duration, omit, **extra)
             result["flows"] += flows
             summary[pattern] = _pattern_summary(flows, cpu, retransmits) | {"drops": _drops(st) - before}
         summary["cpu_saturated"] = any(summary[p]["cpu_saturated"] for p in patterns)
@@ -315,13 +313,14 @@ def bench(fabric_args: dict, config: DatapathConfig, duration: int = 16, omit: i
     return result
 
 
-def sweep(fabric_args: dict, base: DatapathConfig, rates_bps: list[float], duration: int, omit: int, log=print) -> dict:
+def sweep(fabric_args: dict, base: DatapathConfig, rates_bps: list[float], duration: int, omit: int, log=print,
+          ecmp: str = "spread") -> dict:
     from dataclasses import replace
 
     rows = []
     for rate in rates_bps:
         res = bench(fabric_args, replace(base, rate_bps=rate, tcp_limit_output_bytes=0), duration, omit, log,
-                    patterns=("permutation",))
+                    patterns=("permutation",), ecmp=ecmp)
         s = res["summary"]
         rows.append({"rate_bps": rate, **s["permutation"], "targets_met": s["targets_met"]})
         log(f"  {rate / 1e6:g} Mbit/s: median {s['permutation']['median_ratio']:.3f} min {s['permutation']['min_ratio']:.3f} "

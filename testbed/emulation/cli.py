@@ -168,7 +168,7 @@ def cmd_bench(args) -> int:
     log = (lambda m: print(m, file=sys.stderr))
     if args.sweep:
         rates = [parse_rate(r) for r in args.sweep.split(",")]
-        doc = fidelity.sweep(fargs, cfg, rates, args.duration, args.omit, log)
+        doc = fidelity.sweep(fargs, cfg, rates, args.duration, args.omit, log, ecmp=args.ecmp)
         if args.json:
             print(json.dumps(doc, indent=1))
         else:
@@ -177,7 +177,7 @@ def cmd_bench(args) -> int:
                   + (f" at {best / 1e6:g} Mbit/s links" if best else " (no rate met the targets)"))
         return 0
     patterns = tuple(args.pattern.split(",")) if args.pattern else ("permutation", "all-to-all")
-    doc = fidelity.bench(fargs, cfg, args.duration, args.omit, log, patterns)
+    doc = fidelity.bench(fargs, cfg, args.duration, args.omit, log, patterns, ecmp=args.ecmp)
     if args.json:
         print(json.dumps(doc, indent=1))
         return 0
@@ -187,7 +187,7 @@ def cmd_bench(args) -> int:
                   f"{f['goodput_bps'] / 1e6:6.3f}  ideal {f['ideal_bps'] / 1e6:6.3f} Mbit/s  ratio {f['ratio']:.3f}")
     s = doc["summary"]
     print(f"{args.fabric} n={args.gpus} at {s['rate_bps'] / 1e6:g} Mbit/s, MTU {s['mtu']}, {s['duration_s']} s per pattern"
-          )
+          + (f", ECMP {s['ecmp']}" if s.get("ecmp") else ""))
     for name in patterns:
         p = s[name]
         print(f"  {name:<11} {p['flows']:>5} flows: median {p['median_ratio']:.3f}, min {p['min_ratio']:.3f}, aggregate "
@@ -242,6 +242,9 @@ def register(sub, add_fabric_options) -> None:
     p.add_argument("--sweep", help="comma-separated link rates, e.g. 2,3,4,5 (Mbit/s); permutation only")
     p.add_argument("--pattern", help="comma-separated patterns (default permutation,all-to-all)")
     p.add_argument("--flows", action="store_true", help="print every flow, not only the summary")
+    p.add_argument("--ecmp", choices=["spread", "hashed"], default="spread",
+                   help="ROFT permutation: client ports probed so ECMP spreads the flows without collisions "
+                        "(spread, default) or OVS's hash as it falls, ideal learnt per flow (hashed)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_bench)
 
