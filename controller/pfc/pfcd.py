@@ -11,8 +11,9 @@ promise that. Split:
 * this loop: reads the marks from the mmapped BPF array every ``poll_us``;
   on XOFF of queue C it pauses every feeder of C (reference-counted: a feeder
   held by several congested queues resumes when the last lets go), on XON it
-  resumes them; pause/resume = one pre-built netlink message (tbfmsg), resume
-  also sends a PFC XON frame into the queue's device to wake its qdisc;
+  resumes them; pause/resume = one pre-built netlink message (tbfmsg), then a
+  PFC XOFF/XON frame sent into the queue's device runs its qdisc at once (a
+  paused bucket lets the frame already due go now, not at tbf's next timer);
 * log: ``pfc.txt`` (HPCC-like, one event a line) and a status JSON once a
   second (paused transmitters, counts, measured pause/resume latencies).
 
@@ -29,9 +30,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import queue
 import signal
 import socket
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -59,8 +62,24 @@ class Transmitter:
         self.pause_msg = tbfmsg.tbf_change(ifindex, tbfmsg.PAUSE_RATE_BPS, frame, q["limit"])
         self.resume_msg = tbfmsg.tbf_change(ifindex, rate_bps, burst, q["limit"])
         self.xon_frame = tbfmsg.pfc_frame(b"\x02\xff\x00\x00\x00\x02", 0)
+        self.xoff_frame = tbfmsg.pfc_frame(b"\x02\xff\x00\x00\x00\x02", 0xFFFF)
+        # what is left of the one-frame pause bucket after a lone XOFF frame, but for 59 B
+        self.eater_frame = self.xoff_frame.ljust(frame - len(self.xoff_frame) - 59, b"\0")
         self.holders = 0
         self.pause_cross_ns = 0  # XOFF crossing that paused it, until its pause latency is measured
+        self.pause_notice_ns = 0  # when the loop saw that crossing
+        self.pause_cause = ""
+
+
+    def send_frame(self, frame: bytes) -> None:
+        """Send a PFC frame into the device: it runs the qdisc now. A tbf change
+        does not, so without it the one frame a paused bucket lets through would
+        wait for tbf's timer (up to one frame time at the old rate: 8 ms at
+        3 Mbit/s), and a resumed queue would wait for its next packet."""
+        try:
+            self.kick.send(frame)
+        except OSError:
+            pass
 
 
 def _in_netns(name: str | None, fn):
@@ -117,14 +136,18 @@ class Helper:
             t[self.slot[qid], F["xon"]] = self.queues[qid]["xon"]
             t[self.slot[qid], F["xoff"]] = self.queues[qid]["xoff"]  # xoff last: it arms the crossing
         self.last_over = np.zeros(len(self.watched), dtype=np.uint64)
-        self.log = open(policy["log"], "a", buffering=1 << 16)
-        self.pending: list[tuple] = []  # (due_ns, kind, cause_ts, feeders)
+        self.log: list[str] = []  # pfc.txt lines not yet handed to the writer
+        self.lat_log: list[str] = []  # pfc_latency.txt lines
+        self.pending: list[tuple] = []  # (due_ns, kind, crossed_ns, feeders, cause, noticed_ns)
         self.pause_lat_ms: list[float] = []
         self.resume_lat_ms: list[float] = []
         self.stalls = 0
         self.pauses = self.resumes = self.xoffs = 0
         self.netlink_errors = 0
         self.resyncs = 0
+        self.eaten = 0  # pauses of an empty queue whose bucket had to be eaten
+        self.gaps: dict[str, int] = {}  # loop phase -> times it kept the helper away over 2 ms
+        self.gap_max_ms: dict[str, float] = {}
         self.frame = policy["mtu"] + 14
 
     # ------------------------------------------------------------------ loop
@@ -152,13 +175,27 @@ class Helper:
             tx = self.tx[f]
             tx.holders += 1
             if tx.holders == 1:
-                tx.sock.send(tx.pause_msg)
-                tx.pause_cross_ns = crossed
+                self._pause(tx)
+                tx.pause_cross_ns, tx.pause_notice_ns, tx.pause_cause = crossed, now, cause
                 self.pauses += 1
                 fresh.append(tx)
-                self.log.write(f"{now} {tx.node} {tx.node_type} {tx.port} 1 {cause}\n")
+                self.log.append(f"{now} {tx.node} {tx.node_type} {tx.port} 1 {cause}\n")
         if fresh:
-            self.pending.append((now + MEASURE_AFTER_NS, "pause", crossed, fresh))
+            self.pending.append((now + MEASURE_AFTER_NS, "pause", crossed, fresh, cause, now))
+
+    def _pause(self, tx: Transmitter) -> None:
+        """Pause = a one-frame bucket at a crawl, then an XOFF frame to run the
+        qdisc now: the frame already due leaves at once and empties the bucket.
+        If the XOFF frame left alone (the queue was empty), most of the bucket
+        is still there and a later short frame could slip out while paused, so
+        a padded frame eats it (down to 59 B: less than any frame)."""
+        deq = self.table.table[tx.slot, F["deq_bytes"]]
+        before = int(deq)
+        tx.sock.send(tx.pause_msg)
+        tx.send_frame(tx.xoff_frame)
+        if int(self.table.table[tx.slot, F["deq_bytes"]]) - before == len(tx.xoff_frame):
+            tx.send_frame(tx.eater_frame)
+            self.eaten += 1
 
     def _xon(self, cause: str, now: int) -> None:
         t = self.table.table
@@ -174,23 +211,36 @@ class Helper:
                 t[tx.slot, F["first_deq_ns"]] = 0
                 t[tx.slot, F["resume_mark"]] = 1
                 tx.sock.send(tx.resume_msg)
-                try:
-                    tx.kick.send(tx.xon_frame)
-                except OSError:
-                    pass
+                tx.send_frame(tx.xon_frame)
                 self.resumes += 1
                 fresh.append((tx, self._backlog(tx)))
-                self.log.write(f"{now} {tx.node} {tx.node_type} {tx.port} 0 {cause}\n")
+                self.log.append(f"{now} {tx.node} {tx.node_type} {tx.port} 0 {cause}\n")
         if fresh:
-            self.pending.append((now + MEASURE_AFTER_NS, "resume", crossed, fresh))
+            self.pending.append((now + MEASURE_AFTER_NS, "resume", crossed, fresh, cause, now))
 
     def _pause_latency(self, tx: Transmitter) -> None:
         """Last departure after the XOFF crossing that paused ``tx`` (0: it sent nothing after it)."""
         if not tx.pause_cross_ns:
             return
         last = int(self.table.table[tx.slot, F["last_deq_ns"]])
-        self.pause_lat_ms.append((last - tx.pause_cross_ns) / 1e6 if last > tx.pause_cross_ns else 0.0)
+        lat = (last - tx.pause_cross_ns) / 1e6 if last > tx.pause_cross_ns else 0.0
+        self.pause_lat_ms.append(lat)
+        self._latency_line("pause", tx, tx.pause_cause, tx.pause_cross_ns, tx.pause_notice_ns, last, lat)
         tx.pause_cross_ns = 0
+
+    def note_gap(self, phase: str, seconds: float) -> None:
+        """A loop phase that took over 2 ms (or a sleep that overslept by that
+        much): the helper was not watching. Counted, and the longest kept."""
+        if seconds > 0.002:
+            self.gaps[phase] = self.gaps.get(phase, 0) + 1
+            self.gap_max_ms[phase] = max(self.gap_max_ms.get(phase, 0.0), round(seconds * 1e3, 3))
+
+    def _latency_line(self, kind: str, tx: Transmitter, cause: str, crossed: int, noticed: int, seen: int,
+                      lat_ms: float) -> None:
+        """One measured latency: which transmitter, the crossing, when the loop saw
+        it, the departure that ends the latency (0: none), so a tail can be split
+        into reaction (noticed - crossed) and datapath."""
+        self.lat_log.append(f"{kind} {tx.qid} {cause} {crossed} {noticed} {seen} {lat_ms:.3f}\n")
 
     def resync(self, ipr) -> None:
         """A queue that dropped (PFC too slow, or bad thresholds) counts more backlog
@@ -222,7 +272,7 @@ class Helper:
         now = time.monotonic_ns()
         t = self.table.table
         while self.pending and self.pending[0][0] <= now:
-            _, kind, crossed, items = self.pending.pop(0)
+            _, kind, crossed, items, cause, noticed = self.pending.pop(0)
             if kind == "pause":
                 for tx in items:
                     self._pause_latency(tx)
@@ -230,10 +280,14 @@ class Helper:
                 for tx, backlog in items:
                     first = int(t[tx.slot, F["first_deq_ns"]])
                     if first:
-                        self.resume_lat_ms.append(max(0, first - crossed) / 1e6)
+                        lat = max(0, first - crossed) / 1e6
                     elif backlog:
                         self.stalls += 1  # had backlog, sent nothing for 30 ms after resume
-                        self.resume_lat_ms.append(STALL_NS / 1e6)
+                        lat = STALL_NS / 1e6
+                    else:
+                        continue
+                    self.resume_lat_ms.append(lat)
+                    self._latency_line("resume", tx, cause, crossed, noticed, first, lat)
 
     # ---------------------------------------------------------------- status
     def status(self) -> dict:
@@ -258,16 +312,20 @@ class Helper:
                                   "p99": pct(self.resume_lat_ms, 99), "max": max(self.resume_lat_ms, default=None)},
             "resume_stalls": self.stalls,
             "backlog_resyncs": self.resyncs,
+            "empty_pauses": self.eaten,
+            "loop_gaps": self.gaps,
+            "loop_gap_max_ms": self.gap_max_ms,
             "netlink_errors": self.netlink_errors,
             "max_backlog": {q: int(t[self.slot[q], F["max_backlog"]]) for q in self.watched
                             if t[self.slot[q], F["max_backlog"]]},
         }
 
-    def write_status(self, path: str) -> None:
-        tmp = path + ".tmp"
-        with open(tmp, "w") as fh:
-            json.dump(self.status(), fh)
-        os.replace(tmp, path)
+    def hand_over(self, writer: "Writer") -> None:
+        """Status and new log lines to the writer thread (no file I/O here)."""
+        doc = self.status()
+        lines, lat = self.log, self.lat_log
+        self.log, self.lat_log = [], []
+        writer.put(doc, lines, lat)
 
     def release_all(self) -> None:
         """Resume everything still paused (on exit: never leave a queue held)."""
@@ -276,12 +334,44 @@ class Helper:
             if tx.holders:
                 tx.holders = 0
                 tx.sock.send(tx.resume_msg)
-                try:
-                    tx.kick.send(tx.xon_frame)
-                except OSError:
-                    pass
-                self.log.write(f"{now} {tx.node} {tx.node_type} {tx.port} 0 exit\n")
-        self.log.flush()
+                tx.send_frame(tx.xon_frame)
+                self.log.append(f"{now} {tx.node} {tx.node_type} {tx.port} 0 exit\n")
+
+
+class Writer(threading.Thread):
+    """Writes the status JSON and appends the logs, off the fast loop: on a disk
+    /run, ext4 flushes a file renamed over another at once, which held the loop
+    for up to 0.5 s while it wrote status in line (blocking I/O releases the GIL)."""
+
+    def __init__(self, policy: dict) -> None:
+        super().__init__(name="pfcd-writer", daemon=True)
+        self.status_path = policy["status"]
+        self.log_path = policy["log"]
+        self.lat_path = os.path.join(os.path.dirname(policy["log"]), "pfc_latency.txt")
+        self.inbox: queue.SimpleQueue = queue.SimpleQueue()
+
+    def put(self, doc: dict, lines: list[str], lat: list[str]) -> None:
+        self.inbox.put((doc, lines, lat))
+
+    def run(self) -> None:
+        with open(self.log_path, "a") as log, open(self.lat_path, "a") as lat_log:
+            while True:
+                item = self.inbox.get()
+                if item is None:
+                    return
+                doc, lines, lat = item
+                log.writelines(lines)
+                log.flush()
+                lat_log.writelines(lat)
+                lat_log.flush()
+                tmp = self.status_path + ".tmp"
+                with open(tmp, "w") as fh:
+                    json.dump(doc, fh)
+                os.replace(tmp, self.status_path)
+
+    def close(self) -> None:
+        self.inbox.put(None)
+        self.join(timeout=10)
 
 
 def _real_backlog(sock: socket.socket, dev: str) -> int | None:
@@ -318,9 +408,11 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     helper = Helper(policy)
+    sys.setswitchinterval(0.0005)  # the loop gets the GIL back from the writer within 0.5 ms, not 5
+    writer = Writer(policy)
+    writer.start()  # before _realtime: the writer thread stays SCHED_OTHER
     sched = _realtime()
-    status_path = policy["status"]
-    helper.write_status(status_path)
+    helper.hand_over(writer)
     print(f"pfcd: watching {len(helper.watched)} queues, {len(helper.tx)} transmitters, poll "
           f"{policy['poll_us']} us, scheduling {sched}", file=sys.stderr, flush=True)
     next_status = time.monotonic() + 1.0
@@ -328,15 +420,20 @@ def main(argv: list[str] | None = None) -> int:
     ipr = tbfmsg.route_socket(timeout=0.05)  # blocking: resync waits for each answer
     next_resync = time.monotonic() + 0.1
     try:
+        prev = time.monotonic()
         while not stop["flag"]:
+            t0 = time.monotonic()
+            helper.note_gap("loop", t0 - prev - helper.poll_s)  # the whole last round, beyond the poll sleep
+            prev = t0
             helper.step()
             now = time.monotonic()
             if now >= next_resync:
                 helper.resync(ipr)
+                helper.note_gap("resync", time.monotonic() - now)
                 next_resync = now + 0.1
             if now >= next_status:
-                helper.write_status(status_path)
-                helper.log.flush()
+                helper.hand_over(writer)
+                helper.note_gap("status", time.monotonic() - now)
                 next_status = now + 1.0
                 if os.getppid() != parent:
                     print("pfcd: the controller is gone; resuming every queue and exiting", file=sys.stderr)
@@ -344,7 +441,8 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(helper.poll_s)
     finally:
         helper.release_all()
-        helper.write_status(status_path)
+        helper.hand_over(writer)
+        writer.close()
     return 0
 
 

@@ -153,14 +153,43 @@ def cmd_cli(args) -> int:
     return attach.run_cli(args.cmd)
 
 
+def cmd_bench_pfc(args) -> int:
+    from testbed.bench import pfc as pfc_bench
+
+    fargs = fabric_kwargs(args) | {"kind": args.fabric or "zcube"}
+    doc = pfc_bench.bench(fargs, datapath_config(args), pfc_config(args), senders=args.senders,
+                          seconds=args.duration, log=lambda m: print(m, file=sys.stderr))
+    if args.json:
+        print(json.dumps(doc, indent=1))
+        return 0
+    on, off = doc["incast"]["pfc_on"], doc["incast"]["pfc_off"]
+
+    def lat(key):
+        d = doc[key]
+        return f"p50 {d['p50']} ms, p99 {d['p99']} ms, max {d['max']} ms ({d['n']} events)"
+
+    print(f"{fargs['kind']} n={fargs['gpus']} at {doc['rate_bps'] / 1e6:g} Mbit/s: incast "
+          f"{len(doc['incast']['senders'])} senders -> {doc['incast']['victim']}, {doc['incast']['seconds']} s")
+    print(f"  pause latency   {lat('pause_latency_ms')}  (helper reaction p99 {doc['reaction_ms']['p99']} ms)")
+    print(f"  resume latency  {lat('resume_latency_ms')}")
+    print(f"  target: p99 within {doc['target_ms']} ms, never above 5 ms: {'met' if doc['within_target'] else 'MISSED'}")
+    for name, r in (("PFC on ", on), ("PFC off", off)):
+        print(f"  {name}: {r['drops']} drops, {r['pauses']} pauses, {r['retransmits']} retransmits, goodput "
+              f"{r['goodput_bps'] / 1e6:.2f} Mbit/s" + (f", paused: {' '.join(r['paused_nodes'])}" if r['paused_nodes'] else ""))
+    if not doc["lossless"]:
+        print("LOSSLESS VIOLATION: fabric queues dropped with PFC on", file=sys.stderr)
+        return 1
+    return 0
+
+
 def cmd_bench(args) -> int:
     from testbed.bench import fidelity
     from testbed.emulation import fabricctl
 
     fabricctl.require_root()
     fabricctl.require_ovs()
-    if args.bench != "fidelity":
-        raise TestbedError(f"benchmark {args.bench!r} is unknown: expected fidelity")
+    if args.bench == "pfc":
+        return cmd_bench_pfc(args)
     if args.fabric is None:
         raise TestbedError("bench fidelity needs a fabric: zcube or roft")
     fargs = fabric_kwargs(args) | {"kind": args.fabric}
@@ -232,12 +261,14 @@ def register(sub, add_fabric_options) -> None:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_status)
 
-    p = sub.add_parser("bench", help="benchmarks: bench fidelity zcube|roft [--sweep 2,3,4]")
-    p.add_argument("bench", choices=["fidelity"])
+    p = sub.add_parser("bench", help="benchmarks: bench fidelity zcube|roft [--sweep 2,3,4]; bench pfc [zcube|roft]")
+    p.add_argument("bench", choices=["fidelity", "pfc"])
     p.add_argument("fabric", nargs="?", choices=FABRICS)
     add_fabric_options(p)
     add_link_options(p)
     p.add_argument("--duration", type=int, default=16, help="seconds of traffic (default 16)")
+    p.add_argument("--senders", type=int, default=8, help="bench pfc: incast senders (default 8)")
+    add_pfc_options(p, default="on")
     p.add_argument("--omit", type=int, default=3, help="seconds of slow start left out (default 3)")
     p.add_argument("--sweep", help="comma-separated link rates, e.g. 2,3,4,5 (Mbit/s); permutation only")
     p.add_argument("--pattern", help="comma-separated patterns (default permutation,all-to-all)")
