@@ -37,13 +37,19 @@ IPERF_PORT = 5400
 TARGET_CAP_MS = 5.0
 
 
-def incast_senders(n_gpus: int, victim: int, count: int) -> list[int]:
-    """``count`` GPUs other than ``victim``, evenly strided so they sit on different switches."""
-    others = [g for g in range(1, n_gpus + 1) if g != victim]
+def incast_senders(fabric, victim: tuple[int, int], count: int) -> list[int]:
+    """``count`` GPUs other than the victim, taken round robin over the switches
+    their sending port (the victim's other port number) sits on, so the
+    incast arrives over as many different cables as it can."""
+    port = 3 - victim[1]
+    others = [g for g in fabric.gpus() if g != victim[0]]
     if not 1 <= count <= len(others):
         raise TestbedError(f"incast senders {count} is out of range: expected 1 .. {len(others)}")
-    stride = max(1, len(others) // count)
-    return others[::stride][:count]
+    groups: dict[str, list[int]] = {}
+    for g in others:
+        groups.setdefault(fabric.switch_of(g, port), []).append(g)
+    order = [grp[i] for i in range(max(map(len, groups.values()))) for grp in groups.values() if i < len(grp)]
+    return sorted(order[:count])
 
 
 def target_ms(rate_bps: float, mtu: int) -> float:
@@ -145,7 +151,9 @@ def bench(fabric_args: dict, config: DatapathConfig, pfc, senders: int = 8, seco
     if fabricctl.load_state() is not None:
         raise TestbedError("a fabric is up: bench pfc brings its own up twice; run 'testbed down' first")
     config = config.validate()
-    who = incast_senders(fabric_args["gpus"], victim[0], senders)
+    from testbed.fabric import build_fabric
+
+    who = incast_senders(build_fabric(**fabric_args), victim, senders)
     log(f"incast: gpu{', gpu'.join(map(str, who))} -> gpu{victim[0]}:p{victim[1]}, {seconds} s, PFC on")
     on = phase(fabric_args, config, replace(pfc, enabled=True), victim, who, seconds, log)
     log(f"incast: the same with PFC off")

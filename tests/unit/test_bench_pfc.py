@@ -1,0 +1,47 @@
+"""bench pfc's pure parts: incast sender choice, targets, latency log parsing."""
+
+import pytest
+
+from testbed.bench import pfc
+from testbed.errors import TestbedError
+from testbed.fabric import build_fabric
+
+
+@pytest.mark.parametrize("kind,n,count", [("zcube", 16, 6), ("zcube", 32, 8), ("roft", 32, 8)])
+def test_incast_senders_spread_over_switches(kind, n, count):
+    fabric = build_fabric(kind, gpus=n)
+    who = pfc.incast_senders(fabric, (1, 2), count)
+    assert len(who) == len(set(who)) == count and 1 not in who
+    switches = [fabric.switch_of(g, 1) for g in who]
+    per = {s: switches.count(s) for s in switches}
+    assert max(per.values()) - min(per.values()) <= 1  # round robin over the senders' switches
+    assert len(per) == min(count, len({fabric.switch_of(g, 1) for g in fabric.gpus() if g != 1}))
+
+
+def test_incast_senders_bad_count_is_one_line():
+    with pytest.raises(TestbedError, match="incast senders 40 is out of range: expected 1 .. 31"):
+        pfc.incast_senders(build_fabric("zcube", gpus=32), (1, 2), 40)
+
+
+def test_target_is_two_frames_capped_at_5ms():
+    assert pfc.target_ms(3e6, 3000) == 5.0  # two 3014-byte frames take 16 ms at 3 Mbit/s
+    assert pfc.target_ms(100e6, 1500) == pytest.approx(2 * 1514 * 8 / 100e6 * 1e3)
+
+
+def test_read_latencies(tmp_path):
+    log = tmp_path / "pfc_latency.txt"
+    log.write_text("pause sw1:9 sw2:1 1000000 1500000 1600000 0.600\n"
+                   "pause gpu2:p1 sw3:9 2000000 2300000 0 0.000\n"
+                   "resume sw1:9 sw2:1 5000000 5400000 6000000 1.000\n"
+                   "garbage\n")
+    got = pfc.read_latencies(log)
+    assert got["pause_latency_ms"] == {"n": 2, "p50": 0.3, "p99": 0.594, "max": 0.6}
+    assert got["resume_latency_ms"]["n"] == 1 and got["resume_latency_ms"]["max"] == 1.0
+    assert got["reaction_ms"]["max"] == 0.5 and got["reaction_ms"]["n"] == 2
+    assert pfc.read_latencies(tmp_path / "missing")["pause_latency_ms"]["n"] == 0
+
+
+def test_paused_nodes(tmp_path):
+    log = tmp_path / "pfc.txt"
+    log.write_text("1 sw1 1 9 1 sw2:1\n2 gpu3 0 1 1 sw1:9\n3 sw1 1 9 0 sw2:1\n")
+    assert pfc.paused_nodes(log) == ["gpu3", "sw1"]
