@@ -176,7 +176,10 @@ def _tc_batch(ns: str | None, lines: list[str]) -> subprocess.Popen:
 def _configure_host(plan: DatapathPlan, host) -> None:
     cfg = plan.config
     with netns.inside(host.netns):
+        # IGMPv2: no membership reports when the NICs come up (IGMPv3 sent a few to
+        # 224.0.0.22, which the switches count as table misses)
         for key, value in (("ipv6/conf/all/disable_ipv6", 1), ("ipv6/conf/default/disable_ipv6", 1),
+                           ("ipv4/conf/all/force_igmp_version", 2), ("ipv4/conf/default/force_igmp_version", 2),
                            ("ipv4/tcp_limit_output_bytes", cfg.tcp_limit_output_bytes)):
             _write(f"/proc/sys/net/{key}", value)
         offloads_off(list(host.nics.values()))

@@ -123,11 +123,23 @@ def cmd_status(args) -> int:
     print(f"{f['kind']} {f['gpus']} GPUs, {doc['config']['rate_bps'] / 1e6:g} Mbit/s links; controller pid "
           f"{c['pid']} {'alive' if c['alive'] else 'DEAD'}, {c['switches_verified']}/{c['switches']} switches "
           f"verified, {c['miss_packets']} table-miss packets")
-    busy = [q for q in doc["queues"] if q.get("backlog") or q.get("drops")]
-    print(f"{len(doc['queues'])} queues; {len(busy)} with backlog or drops:")
+    pfc = doc["pfc"]
+    if pfc.get("enabled"):
+        if not pfc.get("alive"):
+            print("PFC on, but the helper is NOT running: nothing is paused or resumed")
+        else:
+            lat = pfc.get("pause_latency_ms") or {}
+            print(f"PFC on: {pfc['pauses']} pauses, {pfc['resumes']} resumes, {len(pfc['paused_now'] or [])} "
+                  f"transmitters paused now, {len(pfc['over_now'] or [])} queues over XOFF; pause latency p99 "
+                  f"{lat.get('p99')} ms (status {pfc['age_s']} s old)")
+    else:
+        print("PFC off")
+    busy = [q for q in doc["queues"] if q.get("backlog") or q.get("drops") or q.get("paused")]
+    print(f"{len(doc['queues'])} queues; {len(busy)} with backlog, drops or paused:")
     for q in sorted(busy, key=lambda q: -q.get("backlog", 0))[:40]:
+        flags = ("  PAUSED" if q.get("paused") else "") + ("  over XOFF" if q.get("over_xoff") else "")
         print(f"  {q['queue']:<12} -> {q['towards']:<10} backlog {q['backlog']:>7} B  qlen {q['qlen']:>4}  "
-              f"drops {q['drops']}")
+              f"drops {q['drops']}{flags}")
     return 0
 
 

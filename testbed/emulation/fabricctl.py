@@ -404,9 +404,28 @@ class _nullcontext:
         return False
 
 
+def pfc_state(st: dict) -> dict:
+    """The PFC helper's live view (its status file, rewritten once a second)."""
+    if not st.get("pfc", {}).get("enabled"):
+        return {"enabled": False}
+    try:
+        doc = json.loads((Path(st["state_dir"]) / "pfc_status.json").read_text())
+    except (OSError, ValueError):
+        return {"enabled": True, "alive": False}
+    return {"enabled": True, "alive": _alive(doc.get("pid")), "age_s": round(time.time() - doc.get("updated", 0), 1),
+            **{k: doc.get(k) for k in ("pauses", "resumes", "paused_now", "over_now", "pause_latency_ms",
+                                       "resume_latency_ms", "loop_gaps")}}
+
+
 def status() -> dict:
     st = require_state()
     ctrl = controller_status(st) or {}
+    pfc = pfc_state(st)
+    queues = read_queues(st)
+    if pfc.get("enabled"):
+        paused, over = set(pfc.get("paused_now") or []), set(pfc.get("over_now") or [])
+        for q in queues:
+            q["paused"], q["over_xoff"] = q["queue"] in paused, q["queue"] in over
     return {
         "fabric": st["fabric"],
         "config": st["config"],
@@ -415,7 +434,8 @@ def status() -> dict:
                        "switches": len(ctrl.get("switches", {})), "miss_packets": ctrl.get("miss_packets")},
         "timings": st["timings"],
         "warnings": st["warnings"],
-        "queues": read_queues(st),
+        "queues": queues,
+        "pfc": pfc,
     }
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.bench.fidelity import port_tx
+from testbed.bench.ecmp_probe import port_tx
 from testbed.emulation.plan import netns_of
 from testbed.fabric import addressing, build_fabric
 from testbed.fabric.routing import forwarding_tables, walk
@@ -130,7 +130,9 @@ def test_status_shows_queues_and_counts_unexpected_packets(fabric):
     assert len(doc["queues"]) == 2 * f.n_gpus + n_switch_ports
     assert all("backlog" in q and "drops" in q for q in doc["queues"])
     assert doc["controller"]["alive"] and doc["controller"]["switches_verified"] == len(f.switches)
+    assert doc["pfc"] == {"enabled": False}
     before = doc["controller"]["miss_packets"]
+    assert before == 0, f"{before} packets hit table-miss on a healthy fabric (host chatter such as IGMP?)"
     # an address no GPU has: its ARP request reaches a switch and hits table-miss
     subprocess.run(["ip", "netns", "exec", netns_of(1), "ping", "-c1", "-W1", "10.2.0.250"], capture_output=True)
     deadline = time.monotonic() + 5
