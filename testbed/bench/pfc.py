@@ -91,19 +91,19 @@ def paused_nodes(pfc_txt: Path) -> list[str]:
     return sorted(nodes)
 
 
-def run_incast(victim: tuple[int, int], senders: list[int], seconds: int) -> dict:
-    """iperf3 from every sender's port 1 (the other port when the victim is
-    port 1) into the victim's port; goodput and retransmissions of each."""
-    dst_ip = addressing.ip_of(*victim)
-    for i, _ in enumerate(senders):
-        subprocess.run(["ip", "netns", "exec", netns_of(victim[0]), "iperf3", "-s", "-1", "-D", "-p",
-                        str(IPERF_PORT + i)], check=True)
+def start_flows(flows: list[tuple[tuple[int, int], tuple[int, int]]], seconds: int, base_port: int) -> list:
+    """One iperf3 TCP flow per ((src, port), (dst, port)); returns the client processes."""
+    for i, (_, dst) in enumerate(flows):
+        subprocess.run(["ip", "netns", "exec", netns_of(dst[0]), "iperf3", "-s", "-1", "-D", "-p",
+                        str(base_port + i)], check=True)
     time.sleep(0.5)
-    src_port = 3 - victim[1]
-    clients = [subprocess.Popen(["ip", "netns", "exec", netns_of(g), "iperf3", "-c", dst_ip, "-p",
-                                 str(IPERF_PORT + i), "-B", addressing.ip_of(g, src_port), "-t", str(seconds), "-J"],
-                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-               for i, g in enumerate(senders)]
+    return [subprocess.Popen(["ip", "netns", "exec", netns_of(src[0]), "iperf3", "-c", addressing.ip_of(*dst), "-p",
+                              str(base_port + i), "-B", addressing.ip_of(*src), "-t", str(seconds), "-J"],
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+            for i, (src, dst) in enumerate(flows)]
+
+
+def collect(clients: list, seconds: int) -> dict:
     goodput, retrans = [], 0
     for c in clients:
         out, _ = c.communicate(timeout=seconds + 30)
@@ -113,8 +113,59 @@ def run_incast(victim: tuple[int, int], senders: list[int], seconds: int) -> dic
             retrans += end["sum_sent"].get("retransmits", 0)
         except (json.JSONDecodeError, KeyError):
             goodput.append(0.0)
-    return {"goodput_bps": round(sum(goodput)), "per_sender_bps": [round(g) for g in goodput],
+    return {"goodput_bps": round(sum(goodput)), "per_flow_bps": [round(g) for g in goodput],
             "retransmits": retrans}
+
+
+def incast_flows(victim: tuple[int, int], senders: list[int]) -> list:
+    """Every sender's port with the victim's other port number -> the victim's port."""
+    return [((g, 3 - victim[1]), victim) for g in senders]
+
+
+def _lines(path: Path) -> int:
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def paused_queues(pfc_txt: Path, skip: int = 0) -> set[str]:
+    """Queue ids ("sw1:9", "gpu3:p1") paused in pfc.txt after its first ``skip`` lines."""
+    out = set()
+    if pfc_txt.exists():
+        for line in pfc_txt.read_text().splitlines()[skip:]:
+            parts = line.split()
+            if len(parts) >= 5 and parts[4] == "1":
+                out.add(f"{parts[1]}:{'p' if parts[2] == '0' else ''}{parts[3]}")
+    return out
+
+
+def run_incast(victim: tuple[int, int], senders: list[int], seconds: int) -> dict:
+    """iperf3 from every sender into the victim's port; goodput and retransmissions."""
+    return collect(start_flows(incast_flows(victim, senders), seconds, IPERF_PORT), seconds)
+
+
+def bystander_flows(n_gpus: int, victim: tuple[int, int], senders: list[int], count: int = 8) -> list:
+    """Flows that have nothing to do with the incast: GPUs neither sending nor
+    receiving it, paired first half -> second half, same port numbers as the
+    incast. If a pause spreads onto their paths, they are its victims."""
+    free = [g for g in range(1, n_gpus + 1) if g != victim[0] and g not in senders]
+    half = min(count, len(free) // 2)
+    return [((free[i], 3 - victim[1]), (free[half + i], victim[1])) for i in range(half)]
+
+
+def spreading(victim: tuple[int, int], senders: list[int], bystanders: list, seconds: int) -> dict:
+    """Bystander goodput alone, then next to the incast (PFC on): how much the
+    incast's pauses take from flows to other destinations."""
+    alone = collect(start_flows(bystanders, seconds, IPERF_PORT + 100), seconds)
+    clients = start_flows(bystanders, seconds, IPERF_PORT + 100)
+    incast = start_flows(incast_flows(victim, senders), seconds, IPERF_PORT)
+    beside = collect(clients, seconds)
+    collect(incast, seconds)
+    ratios = [b / a if a else 0.0 for a, b in zip(alone["per_flow_bps"], beside["per_flow_bps"])]
+    return {"flows": [f"gpu{s[0]}:p{s[1]}>gpu{d[0]}:p{d[1]}" for s, d in bystanders],
+            "alone_bps": alone["per_flow_bps"], "beside_incast_bps": beside["per_flow_bps"],
+            "ratio": [round(r, 3) for r in ratios],
+            "ratio_median": round(float(np.median(ratios)), 3) if ratios else None,
+            "ratio_min": round(min(ratios), 3) if ratios else None,
+            "slowed": sum(1 for r in ratios if r < 0.8)}
 
 
 def _drops(st: dict) -> int:
@@ -122,7 +173,7 @@ def _drops(st: dict) -> int:
 
 
 def phase(fabric_args: dict, config: DatapathConfig, pfc, victim: tuple[int, int], senders: list[int],
-          seconds: int, log=print) -> dict:
+          seconds: int, log=print, bystanders: list | None = None) -> dict:
     """Bring the fabric up with ``pfc``, run the incast, read counters and logs, bring it down."""
     st = fabricctl.up(fabric_args, config, log=log, pfc=pfc)
     try:
@@ -135,9 +186,17 @@ def phase(fabric_args: dict, config: DatapathConfig, pfc, victim: tuple[int, int
         result.update(pauses=status.get("pauses", 0), resumes=status.get("resumes", 0),
                       resume_stalls=status.get("resume_stalls", 0), netlink_errors=status.get("netlink_errors", 0),
                       paused_nodes=paused_nodes(sdir / "pfc.txt") if pfc.enabled else [])
-        if pfc.enabled:
+        if pfc.enabled:  # the microbenchmark is the incast alone: latencies before the spreading demo
             result["latency"] = read_latencies(sdir / "pfc_latency.txt")
         result["bringup_s"] = st["timings"].get("up_s")
+        if bystanders:
+            log(f"congestion spreading: {len(bystanders)} bystander flows alone, then beside the incast")
+            skip = _lines(sdir / "pfc.txt")
+            result["spreading"] = spreading(victim, senders, bystanders, seconds)
+            time.sleep(1.5)
+            paused = paused_queues(sdir / "pfc.txt", skip)
+            result["spreading"]["bystander_nics_paused"] = sorted({f"gpu{s[0]}:p{s[1]}" for s, _ in bystanders} & paused)
+            result["spreading"]["queues_paused"] = len(paused)
     finally:
         fabricctl.down()
     return result
@@ -155,10 +214,12 @@ def bench(fabric_args: dict, config: DatapathConfig, pfc, senders: int = 8, seco
 
     who = incast_senders(build_fabric(**fabric_args), victim, senders)
     log(f"incast: gpu{', gpu'.join(map(str, who))} -> gpu{victim[0]}:p{victim[1]}, {seconds} s, PFC on")
-    on = phase(fabric_args, config, replace(pfc, enabled=True), victim, who, seconds, log)
+    by = bystander_flows(fabric_args["gpus"], victim, who)
+    on = phase(fabric_args, config, replace(pfc, enabled=True), victim, who, seconds, log, bystanders=by)
     log(f"incast: the same with PFC off")
     off = phase(fabric_args, config, replace(pfc, enabled=False), victim, who, seconds, log)
     lat = on.pop("latency")
+    spread_doc = on.pop("spreading", None)
     target = target_ms(config.rate_bps, config.mtu)
     p99 = max((lat[k]["p99"] or 0.0) for k in ("pause_latency_ms", "resume_latency_ms"))
     worst = max((lat[k]["max"] or 0.0) for k in ("pause_latency_ms", "resume_latency_ms"))
@@ -167,5 +228,6 @@ def bench(fabric_args: dict, config: DatapathConfig, pfc, senders: int = 8, seco
             "lossless": on["drops"] == 0,
             "incast": {"victim": f"gpu{victim[0]}:p{victim[1]}", "senders": [f"gpu{g}" for g in who],
                        "seconds": seconds, "pfc_on": on, "pfc_off": off},
+            "spreading": spread_doc,
             "fabric": {"kind": fabric_args["kind"], "gpus": fabric_args["gpus"]},
             "rate_bps": config.rate_bps, "mtu": config.mtu}

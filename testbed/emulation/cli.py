@@ -188,6 +188,12 @@ def cmd_bench_pfc(args) -> int:
     for name, r in (("PFC on ", on), ("PFC off", off)):
         print(f"  {name}: {r['drops']} drops, {r['pauses']} pauses, {r['retransmits']} retransmits, goodput "
               f"{r['goodput_bps'] / 1e6:.2f} Mbit/s" + (f", paused: {' '.join(r['paused_nodes'])}" if r['paused_nodes'] else ""))
+    sp = doc.get("spreading")
+    if sp:
+        print(f"  congestion spreading (PFC on): {len(sp['flows'])} bystander flows (neither to nor from the incast) "
+              f"keep median {sp['ratio_median']:.2f}, min {sp['ratio_min']:.2f} of their goodput alone; "
+              f"{sp['slowed']} slowed below 0.8; {sp['queues_paused']} queues paused, "
+              f"{len(sp['bystander_nics_paused'])} of them bystanders' NICs")
     if not doc["lossless"]:
         print("LOSSLESS VIOLATION: fabric queues dropped with PFC on", file=sys.stderr)
         return 1

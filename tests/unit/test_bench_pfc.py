@@ -45,3 +45,19 @@ def test_paused_nodes(tmp_path):
     log = tmp_path / "pfc.txt"
     log.write_text("1 sw1 1 9 1 sw2:1\n2 gpu3 0 1 1 sw1:9\n3 sw1 1 9 0 sw2:1\n")
     assert pfc.paused_nodes(log) == ["gpu3", "sw1"]
+
+
+def test_paused_queues_after_skip(tmp_path):
+    log = tmp_path / "pfc.txt"
+    log.write_text("1 sw1 1 9 1 sw2:1\n2 gpu3 0 1 1 sw1:9\n3 sw1 1 9 0 sw2:1\n4 leaf2 1 12 1 spine1:3\n")
+    assert pfc.paused_queues(log) == {"sw1:9", "gpu3:p1", "leaf2:12"}
+    assert pfc.paused_queues(log, skip=2) == {"leaf2:12"}
+
+
+def test_bystanders_avoid_the_incast():
+    senders = [2, 3, 4, 5, 6, 7, 8, 9]
+    flows = pfc.bystander_flows(32, (1, 2), senders)
+    assert len(flows) == 8
+    gpus = [g for (s, _), (d, _) in flows for g in (s, d)]
+    assert len(set(gpus)) == 16 and not set(gpus) & set(senders + [1])
+    assert all(sp == 1 and dp == 2 for (_, sp), (_, dp) in flows)
