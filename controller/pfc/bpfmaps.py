@@ -16,6 +16,7 @@ import numpy as np
 
 PIN_DIR = "/sys/fs/bpf/tc/globals"  # where tc's libbpf loader pins maps declared LIBBPF_PIN_BY_NAME
 MAX_QUEUES = 2048
+MAX_NICS = 256
 FIELDS = ("enq_bytes", "deq_bytes", "drop_adjust", "xoff", "xon", "over", "xoff_ns", "xon_ns", "last_deq_ns",
           "resume_mark", "first_deq_ns", "max_backlog")
 QSTATE_WORDS = 16  # 12 fields + 4 pad, u64 each
@@ -56,14 +57,23 @@ def set_slot(map_fd: int, ifindex: int, slot: int) -> None:
     _bpf(_BPF_MAP_UPDATE_ELEM, _MapElem(map_fd=map_fd, key=ctypes.addressof(key), value=ctypes.addressof(value)))
 
 
-class QueueTable:
-    """tb_queues mapped into this process: ``table[slot, F['enq_bytes']]``."""
+def ip_key(ip: str) -> int:
+    """An IPv4 address as the u32 the BPF program reads from the header (network byte order in memory)."""
+    import socket
+    import struct
 
-    def __init__(self) -> None:
-        self.fd = open_pinned("tb_queues")
-        size = MAX_QUEUES * QSTATE_WORDS * 8
+    return struct.unpack("=I", socket.inet_aton(ip))[0]
+
+
+class QueueTable:
+    """A pinned BPF array mapped into this process as a 2-D u64 table: tb_queues
+    (``table[slot, F['enq_bytes']]``) or tb_seen (``table[slot, nic]``)."""
+
+    def __init__(self, name: str = "tb_queues", columns: int = QSTATE_WORDS) -> None:
+        self.fd = open_pinned(name)
+        size = MAX_QUEUES * columns * 8
         self._mm = mmap.mmap(self.fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
-        self.table = np.frombuffer(self._mm, dtype=np.uint64).reshape(MAX_QUEUES, QSTATE_WORDS)
+        self.table = np.frombuffer(self._mm, dtype=np.uint64).reshape(MAX_QUEUES, columns)
 
     def close(self) -> None:
         del self.table

@@ -40,15 +40,20 @@ def helper_policy(fabric, datapath: dict, pfc: dict, state_dir: str) -> dict:
     cfg = with_burst_headroom(cfg, dp.rate_bps, dp.mtu, dp.burst_bytes)
     resolved = pfc_policy.resolve(cfg, dp.rate_bps, dp.mtu, dp.buffer_bytes)
     th = pfc_policy.thresholds(fabric, resolved)
+    sources = pfc_policy.sources_via(fabric)
     queues = {}
     for q in plan.queues:
         entry = {"kind": q.kind, "dev": q.dev, "netns": q.netns, "peer": q.peer,
                  "limit": dp.nic_buffer_bytes if q.kind == "nic" else dp.buffer_bytes}
         if q.qid in th:
             entry.update(xoff=th[q.qid]["xoff"], xon=th[q.qid]["xon"], limit=th[q.qid]["limit"],
-                         feeders=th[q.qid]["feeders"])
+                         feeders=th[q.qid]["feeders"],
+                         sources={f: sorted(nics) for f, nics in sources[q.qid].items()})
         queues[q.qid] = entry
-    return {"rate_bps": dp.rate_bps, "burst_bytes": dp.burst_bytes, "mtu": dp.mtu, "poll_us": resolved.poll_us,
+    from testbed.fabric import addressing
+
+    nics = {f"gpu{g}:p{p}": addressing.ip_of(g, p) for g, p in sorted(fabric.attachment)}
+    return {"rate_bps": dp.rate_bps, "nics": nics, "burst_bytes": dp.burst_bytes, "mtu": dp.mtu, "poll_us": resolved.poll_us,
             "log": os.path.join(state_dir, "pfc.txt"), "status": os.path.join(state_dir, "pfc_status.json"),
             "resolved": pfc_policy.policy_doc(fabric, resolved).get("config"), "queues": queues}
 

@@ -45,6 +45,7 @@ from controller.pfc.bpfmaps import F
 
 MEASURE_AFTER_NS = 30_000_000  # look at departures 30 ms after a pause/resume
 STALL_NS = 30_000_000
+EXTEND_EVERY_NS = 2_000_000  # how often queues over XOFF look for newly active sources
 
 
 class Transmitter:
@@ -136,6 +137,23 @@ class Helper:
             t[self.slot[qid], F["xon"]] = self.queues[qid]["xon"]
             t[self.slot[qid], F["xoff"]] = self.queues[qid]["xoff"]  # xoff last: it arms the crossing
         self.last_over = np.zeros(len(self.watched), dtype=np.uint64)
+        # ingress accounting: which NICs' packets are in a queue (kernel: tb_src, tb_seen)
+        nic_index = {nic: i for i, nic in enumerate(sorted(policy.get("nics", {})))}
+        self.seen = bpfmaps.QueueTable("tb_seen", bpfmaps.MAX_NICS)
+        src_map = bpfmaps.open_pinned("tb_src")
+        for nic, ip in policy.get("nics", {}).items():
+            bpfmaps.set_slot(src_map, bpfmaps.ip_key(ip), nic_index[nic])
+        os.close(src_map)
+        for qid in self.watched:
+            self.seen.table[self.slot[qid], :] = 0
+        self.sources = {qid: [(f, frozenset(nic_index[n] for n in self.queues[qid].get("sources", {}).get(f, [])
+                                                if n in nic_index))
+                              for f in self.queues[qid]["feeders"]] for qid in self.watched}
+        self.next_extend_ns = 0
+        # packets that entered within the time the queue takes to drain XOFF bytes (x1.5) are still in it
+        self.window_ns = {qid: int(1.5 * self.queues[qid]["xoff"] * 8 / policy["rate_bps"] * 1e9)
+                          for qid in self.watched}
+        self.held: dict[str, set[str]] = {}  # congested queue -> the feeders it holds
         self.log: list[str] = []  # pfc.txt lines not yet handed to the writer
         self.lat_log: list[str] = []  # pfc_latency.txt lines
         self.pending: list[tuple] = []  # (due_ns, kind, crossed_ns, feeders, cause, noticed_ns)
@@ -164,14 +182,33 @@ class Helper:
                 else:
                     self._xon(cause, now)
             self.last_over = over.copy()
+        if self.held and time.monotonic_ns() >= self.next_extend_ns:
+            self.extend()
+            self.next_extend_ns = time.monotonic_ns() + EXTEND_EVERY_NS
         if self.pending and self.pending[0][0] <= time.monotonic_ns():
             self._measure()
+
+    def _active_feeders(self, cause: str, since_ns: int) -> list[str]:
+        """Feeders of ``cause`` through which some NIC whose packets entered it
+        after ``since_ns`` came."""
+        active = set(np.flatnonzero(self.seen.table[self.slot[cause]] >= since_ns).tolist())
+        return [f for f, nics in self.sources[cause] if not nics.isdisjoint(active)]
 
     def _xoff(self, cause: str, now: int) -> None:
         self.xoffs += 1
         crossed = int(self.table.table[self.slot[cause], F["xoff_ns"]])
+        self.held[cause] = set()
+        active = self._active_feeders(cause, crossed - self.window_ns[cause])
+        self._hold(cause, active or list(self.queues[cause]["feeders"]), crossed, now)  # none known: all
+
+    def _hold(self, cause: str, feeders: list[str], crossed: int, now: int) -> None:
+        """Pause those of ``feeders`` that ``cause`` does not hold yet."""
+        held = self.held[cause]
         fresh = []
-        for f in self.queues[cause]["feeders"]:
+        for f in feeders:
+            if f in held:
+                continue
+            held.add(f)
             tx = self.tx[f]
             tx.holders += 1
             if tx.holders == 1:
@@ -182,6 +219,17 @@ class Helper:
                 self.log.append(f"{now} {tx.node} {tx.node_type} {tx.port} 1 {cause}\n")
         if fresh:
             self.pending.append((now + MEASURE_AFTER_NS, "pause", crossed, fresh, cause, now))
+
+    def extend(self) -> None:
+        """While a queue stays over XOFF, NICs that start sending into it get
+        their feeders paused too (a real switch would pause their ingress port
+        once their bytes piled up)."""
+        now = time.monotonic_ns()
+        for cause, held in self.held.items():
+            if len(held) < len(self.queues[cause]["feeders"]):
+                active = self._active_feeders(cause, now - self.window_ns[cause])
+                if not set(active) <= held:
+                    self._hold(cause, active, now, now)
 
     def _pause(self, tx: Transmitter) -> None:
         """Pause = a one-frame bucket at a crawl, then an XOFF frame to run the
@@ -201,7 +249,7 @@ class Helper:
         t = self.table.table
         crossed = int(t[self.slot[cause], F["xon_ns"]])
         fresh = []
-        for f in self.queues[cause]["feeders"]:
+        for f in sorted(self.held.pop(cause, ())):
             tx = self.tx[f]
             if tx.holders == 0:
                 continue
@@ -330,6 +378,7 @@ class Helper:
     def release_all(self) -> None:
         """Resume everything still paused (on exit: never leave a queue held)."""
         now = time.monotonic_ns()
+        self.held.clear()
         for tx in self.tx.values():
             if tx.holders:
                 tx.holders = 0

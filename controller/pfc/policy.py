@@ -271,6 +271,34 @@ def _feeders(fabric: Fabric) -> dict[str, tuple[str, ...]]:
     return out
 
 
+def sources_via(fabric: Fabric) -> dict[str, dict[str, frozenset[str]]]:
+    """Switch queue id -> {feeder queue id -> NIC queue ids whose traffic can
+    enter the queue through that feeder}, from every host-routed path.
+
+    What real PFC's ingress accounting needs: a switch pauses an ingress port
+    only for bytes that came in on it. The helper, seeing which NICs' packets
+    sit in a congested queue (the kernel stamps each NIC's last arrival per
+    queue), pauses only the feeders those NICs' traffic came through, not
+    every link that could have carried some."""
+    return _cached(fabric, "sources_via", lambda: _sources_via(fabric))
+
+
+def _sources_via(fabric: Fabric) -> dict[str, dict[str, frozenset[str]]]:
+    from testbed.fabric.routing import walk
+
+    tables = tables_of(fabric)
+    out: dict[str, dict[str, set[str]]] = {f"{n}:{p}": {} for n, sw in fabric.switches.items() for p in sw.ports}
+    by_ip = {addressing.ip_of(g, p): (g, p) for g in fabric.gpus() for p in (1, 2)}
+    for (gpu, port) in fabric.attachment:
+        nic = f"gpu{gpu}:p{port}"
+        for d in host_destinations(fabric, gpu, port):
+            for hops, outs in walk(fabric, tables, (gpu, port), by_ip[d]):
+                chain = [nic] + [f"{sw}:{o}" for sw, o in zip(hops, outs)]
+                for upstream, queue in zip(chain, chain[1:]):
+                    out[queue].setdefault(upstream, set()).add(nic)
+    return {q: {f: frozenset(n) for f, n in feeds.items()} for q, feeds in out.items()}
+
+
 def queue_sort_key(qid: str) -> tuple:
     """Natural order of queue ids: gpu2:p1 < gpu10:p1, sw2:3 < sw10:1, leaf*/spine* by name."""
     node, _, port = qid.partition(":")

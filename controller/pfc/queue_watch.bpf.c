@@ -12,12 +12,22 @@
  * the queue is marked "over" with the time; when a departure takes it below
  * XON the mark is cleared with the time. The helper mmaps tb_queues and polls
  * the marks; it alone pauses and resumes transmitters.
+ *
+ * Ingress accounting: on enqueue into a watched queue, the IPv4 source address
+ * names the GPU NIC the packet came from (tb_src); its arrival time is kept
+ * per (queue, NIC) in tb_seen, so at XOFF the helper pauses only the feeders
+ * that NICs with packets in the queue came through, as a real switch pauses
+ * only the ingress ports whose bytes fill its buffer.
  */
 #include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/ip.h>
 #include <linux/pkt_cls.h>
+#include <bpf/bpf_endian.h>
 #include <bpf/bpf_helpers.h>
 
 #define MAX_QUEUES 2048
+#define MAX_NICS 256
 
 struct qstate {
 	__u64 enq_bytes;
@@ -61,23 +71,66 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } tb_deq_slot SEC(".maps");
 
-static __always_inline struct qstate *queue_of(void *slots, __u32 ifindex)
+/* IPv4 source address (network order) -> NIC index */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_NICS);
+	__type(key, __u32);
+	__type(value, __u32);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} tb_src SEC(".maps");
+
+/* slot * MAX_NICS + NIC index -> last time a packet of that NIC entered the queue */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MAX_QUEUES * MAX_NICS);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} tb_seen SEC(".maps");
+
+static __always_inline struct qstate *queue_of(void *slots, __u32 ifindex, __u32 *slot_out)
 {
 	__u32 *slot = bpf_map_lookup_elem(slots, &ifindex);
 
 	if (!slot)
 		return 0;
+	*slot_out = *slot;
 	return bpf_map_lookup_elem(&tb_queues, slot);
+}
+
+static __always_inline void note_source(struct __sk_buff *skb, __u32 slot, __u64 now)
+{
+	void *data = (void *)(long)skb->data;
+	void *end = (void *)(long)skb->data_end;
+	struct ethhdr *eth = data;
+	struct iphdr *ip = data + sizeof(*eth);
+	__u32 *nic, key;
+	__u64 *seen;
+
+	if ((void *)(ip + 1) > end || eth->h_proto != bpf_htons(ETH_P_IP))
+		return;
+	nic = bpf_map_lookup_elem(&tb_src, &ip->saddr);
+	if (!nic || *nic >= MAX_NICS || slot >= MAX_QUEUES)
+		return;
+	key = slot * MAX_NICS + *nic;
+	seen = bpf_map_lookup_elem(&tb_seen, &key);
+	if (seen)
+		*seen = now;
 }
 
 SEC("tc/enqueue")
 int on_enqueue(struct __sk_buff *skb)
 {
-	struct qstate *q = queue_of(&tb_enq_slot, skb->ifindex);
+	__u32 slot = 0;
+	struct qstate *q = queue_of(&tb_enq_slot, skb->ifindex, &slot);
 	__u64 enq, backlog;
 
 	if (!q)
 		return TC_ACT_OK;
+	if (q->xoff)
+		note_source(skb, slot, bpf_ktime_get_ns());
 	enq = __sync_fetch_and_add(&q->enq_bytes, skb->len) + skb->len;
 	backlog = enq - q->deq_bytes - q->drop_adjust;
 	if (backlog > q->max_backlog && backlog < (1ULL << 40))
@@ -92,7 +145,8 @@ int on_enqueue(struct __sk_buff *skb)
 SEC("tc/dequeue")
 int on_dequeue(struct __sk_buff *skb)
 {
-	struct qstate *q = queue_of(&tb_deq_slot, skb->ifindex);
+	__u32 slot = 0;
+	struct qstate *q = queue_of(&tb_deq_slot, skb->ifindex, &slot);
 	__u64 deq, backlog, now;
 
 	if (!q)
