@@ -60,6 +60,7 @@ class Transmitter:
         self.port = int(port.lstrip("p"))
         self.sock, self.kick = sock, kick
         frame = mtu + 14
+        self.ifindex = ifindex
         self.pause_msg = tbfmsg.tbf_change(ifindex, tbfmsg.PAUSE_RATE_BPS, frame, q["limit"])
         self.resume_msg = tbfmsg.tbf_change(ifindex, rate_bps, burst, q["limit"])
         self.xon_frame = tbfmsg.pfc_frame(b"\x02\xff\x00\x00\x00\x02", 0)
@@ -70,7 +71,11 @@ class Transmitter:
         self.pause_cross_ns = 0  # XOFF crossing that paused it, until its pause latency is measured
         self.pause_notice_ns = 0  # when the loop saw that crossing
         self.pause_cause = ""
+        self.resumes = 0  # resumes so far: a resume's measurement is tied to its number
+        self.cut_short = -1  # number of the last resume that a new pause ended before any frame left
 
+
+    kick_errors = 0  # frames the kernel refused (class-wide: reported in the status)
 
     def send_frame(self, frame: bytes) -> None:
         """Send a PFC frame into the device: it runs the qdisc now. A tbf change
@@ -80,7 +85,7 @@ class Transmitter:
         try:
             self.kick.send(frame)
         except OSError:
-            pass
+            Transmitter.kick_errors += 1
 
 
 def _in_netns(name: str | None, fn):
@@ -107,6 +112,7 @@ class Helper:
         enq, deq = bpfmaps.open_pinned("tb_enq_slot"), bpfmaps.open_pinned("tb_deq_slot")
         t = self.table.table
         socks: dict[str | None, socket.socket] = {}
+        self.ask: dict[str, socket.socket] = {}
         self.tx: dict[str, Transmitter] = {}
         for qid in self.qids:
             q = self.queues[qid]
@@ -118,10 +124,15 @@ class Helper:
             ns = q["netns"]
             if ns not in socks:
                 socks[ns] = _in_netns(ns, tbfmsg.route_socket)
+                if ns is not None:  # blocking, for reading a NIC queue's backlog (see _backlog)
+                    self.ask[ns] = _in_netns(ns, lambda: tbfmsg.route_socket(timeout=0.05))
             ifindex = _in_netns(ns, lambda: _ifindex(q["dev"]))
 
             def kick_socket(dev=q["dev"]):
                 k = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+                # frames held in a paused queue keep counting against the socket's send
+                # buffer; with the default one a later kick would fail (EAGAIN) unseen
+                k.setsockopt(socket.SOL_SOCKET, 32, 1 << 22)  # SO_SNDBUFFORCE (root): 4 MB
                 k.bind((dev, 0))
                 k.setblocking(False)
                 return k
@@ -164,6 +175,7 @@ class Helper:
         self.netlink_errors = 0
         self.resyncs = 0
         self.eaten = 0  # pauses of an empty queue whose bucket had to be eaten
+        self.cut_short = 0  # resumes ended by a new pause before any frame left (not measured)
         self.gaps: dict[str, int] = {}  # loop phase -> times it kept the helper away over 2 ms
         self.gap_max_ms: dict[str, float] = {}
         self.frame = policy["mtu"] + 14
@@ -237,11 +249,14 @@ class Helper:
         If the XOFF frame left alone (the queue was empty), most of the bucket
         is still there and a later short frame could slip out while paused, so
         a padded frame eats it (down to 59 B: less than any frame)."""
-        deq = self.table.table[tx.slot, F["deq_bytes"]]
-        before = int(deq)
+        t = self.table.table
+        if t[tx.slot, F["resume_mark"]]:  # resumed, but no frame has left since: that resume measures nothing
+            tx.cut_short = tx.resumes
+            self.cut_short += 1
+        before = int(t[tx.slot, F["deq_bytes"]])
         tx.sock.send(tx.pause_msg)
         tx.send_frame(tx.xoff_frame)
-        if int(self.table.table[tx.slot, F["deq_bytes"]]) - before == len(tx.xoff_frame):
+        if int(t[tx.slot, F["deq_bytes"]]) - before == len(tx.xoff_frame):
             tx.send_frame(tx.eater_frame)
             self.eaten += 1
 
@@ -261,10 +276,12 @@ class Helper:
                 tx.sock.send(tx.resume_msg)
                 tx.send_frame(tx.xon_frame)
                 self.resumes += 1
-                fresh.append((tx, self._backlog(tx)))
+                tx.resumes += 1
+                fresh.append(tx)
                 self.log.append(f"{now} {tx.node} {tx.node_type} {tx.port} 0 {cause}\n")
-        if fresh:
-            self.pending.append((now + MEASURE_AFTER_NS, "resume", crossed, fresh, cause, now))
+        if fresh:  # backlogs after every resume went out (a NIC's costs a netlink read)
+            items = [(tx, self._backlog(tx), tx.resumes) for tx in fresh]
+            self.pending.append((now + MEASURE_AFTER_NS, "resume", crossed, items, cause, now))
 
     def _pause_latency(self, tx: Transmitter) -> None:
         """Last departure after the XOFF crossing that paused ``tx`` (0: it sent nothing after it)."""
@@ -311,8 +328,18 @@ class Helper:
                 row[F["over"]] = 0
 
     def _backlog(self, tx: Transmitter) -> int | None:
+        """Bytes in the queue. Switch queues: the kernel counters. NIC queues are
+        not counted on enqueue (their device is in a namespace): one netlink
+        read (~75 us), taken after the resume went out, so it does not delay it;
+        a frame that already left counts as backlog (first_deq is set)."""
         if tx.kind != "switch":
-            return None  # NIC queues are not counted on enqueue (their device is in a namespace)
+            if self.table.table[tx.slot, F["first_deq_ns"]]:
+                return 1
+            try:
+                stats = tbfmsg.queue_stats(self.ask[self.queues[tx.qid]["netns"]], tx.ifindex)
+            except (OSError, KeyError):
+                return None
+            return stats["backlog"] if stats else None
         row = self.table.table[tx.slot]
         return int(row[F["enq_bytes"]]) - int(row[F["deq_bytes"]]) - int(row[F["drop_adjust"]])
 
@@ -325,14 +352,18 @@ class Helper:
                 for tx in items:
                     self._pause_latency(tx)
             else:
-                for tx, backlog in items:
+                for tx, backlog, epoch in items:
                     first = int(t[tx.slot, F["first_deq_ns"]])
+                    if tx.cut_short == epoch:  # paused again before its first frame left: nothing to measure
+                        continue
                     if first:
                         lat = max(0, first - crossed) / 1e6
                     elif backlog:
                         self.stalls += 1  # had backlog, sent nothing for 30 ms after resume
                         lat = STALL_NS / 1e6
                     else:
+                        continue
+                    if not backlog:  # nothing was waiting: the first frame is new traffic, not the resume
                         continue
                     self.resume_lat_ms.append(lat)
                     self._latency_line("resume", tx, cause, crossed, noticed, first, lat)
@@ -361,6 +392,8 @@ class Helper:
             "resume_stalls": self.stalls,
             "backlog_resyncs": self.resyncs,
             "empty_pauses": self.eaten,
+            "kick_errors": Transmitter.kick_errors,
+            "resumes_cut_short": self.cut_short,
             "loop_gaps": self.gaps,
             "loop_gap_max_ms": self.gap_max_ms,
             "netlink_errors": self.netlink_errors,
@@ -403,6 +436,12 @@ class Writer(threading.Thread):
         self.inbox.put((doc, lines, lat))
 
     def run(self) -> None:
+        # real-time too, one step below the loop: a normal thread descheduled while it
+        # holds the GIL kept the loop waiting for the GIL (gaps of 10+ ms)
+        try:
+            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(5))
+        except (OSError, AttributeError):
+            pass
         with open(self.log_path, "a") as log, open(self.lat_path, "a") as lat_log:
             while True:
                 item = self.inbox.get()
@@ -429,6 +468,26 @@ def _real_backlog(sock: socket.socket, dev: str) -> int | None:
     except OSError:
         return None
     return stats["backlog"] if stats else None
+
+
+def _away_from_pmd() -> str:
+    """Run the loop on a core OVS's PMD thread does not poll: a FIFO thread
+    sharing the PMD's core waited behind its long kernel sends (loop gaps of
+    10-20 ms). Nothing changes on a one-core machine or if OVS does not say."""
+    import re
+    import subprocess
+
+    try:
+        out = subprocess.run(["ovs-appctl", "dpif-netdev/pmd-rxq-show"], capture_output=True, text=True,
+                             timeout=5).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return "any core"
+    pmd = {int(c) for c in re.findall(r"core_id (\d+)", out)}
+    free = os.sched_getaffinity(0) - pmd
+    if not pmd or not free:
+        return "any core"
+    os.sched_setaffinity(0, free)
+    return f"cores {','.join(map(str, sorted(free)))} (PMD on {','.join(map(str, sorted(pmd)))})"
 
 
 def _realtime() -> str:
@@ -460,7 +519,7 @@ def main(argv: list[str] | None = None) -> int:
     sys.setswitchinterval(0.0005)  # the loop gets the GIL back from the writer within 0.5 ms, not 5
     writer = Writer(policy)
     writer.start()  # before _realtime: the writer thread stays SCHED_OTHER
-    sched = _realtime()
+    sched = _realtime() + ", " + _away_from_pmd()
     helper.hand_over(writer)
     print(f"pfcd: watching {len(helper.watched)} queues, {len(helper.tx)} transmitters, poll "
           f"{policy['poll_us']} us, scheduling {sched}", file=sys.stderr, flush=True)

@@ -40,15 +40,22 @@ TARGET_CAP_MS = 5.0
 def incast_senders(fabric, victim: tuple[int, int], count: int) -> list[int]:
     """``count`` GPUs other than the victim, taken round robin over the switches
     their sending port (the victim's other port number) sits on, so the
-    incast arrives over as many different cables as it can."""
+    incast arrives over as many different cables as it can. GPUs whose
+    victim-side port shares the victim's switch come last: they are left for
+    the bystanders that share the hot switch (see ``bystander_flows``)."""
     port = 3 - victim[1]
+    hot = fabric.switch_of(*victim)
     others = [g for g in fabric.gpus() if g != victim[0]]
     if not 1 <= count <= len(others):
         raise TestbedError(f"incast senders {count} is out of range: expected 1 .. {len(others)}")
-    groups: dict[str, list[int]] = {}
-    for g in others:
-        groups.setdefault(fabric.switch_of(g, port), []).append(g)
-    order = [grp[i] for i in range(max(map(len, groups.values()))) for grp in groups.values() if i < len(grp)]
+    order = []
+    for pool in ([g for g in others if fabric.switch_of(g, victim[1]) != hot],
+                 [g for g in others if fabric.switch_of(g, victim[1]) == hot]):
+        groups: dict[str, list[int]] = {}
+        for g in pool:
+            groups.setdefault(fabric.switch_of(g, port), []).append(g)
+        order += [grp[i] for i in range(max(map(len, groups.values()), default=0))
+                  for grp in groups.values() if i < len(grp)]
     return sorted(order[:count])
 
 
@@ -142,16 +149,24 @@ def run_incast(victim: tuple[int, int], senders: list[int], seconds: int) -> dic
     return collect(start_flows(incast_flows(victim, senders), seconds, IPERF_PORT), seconds)
 
 
-def bystander_flows(n_gpus: int, victim: tuple[int, int], senders: list[int], count: int = 8) -> list:
-    """Flows that have nothing to do with the incast: GPUs neither sending nor
-    receiving it, paired first half -> second half, same port numbers as the
-    incast. If a pause spreads onto their paths, they are its victims."""
-    free = [g for g in range(1, n_gpus + 1) if g != victim[0] and g not in senders]
-    half = min(count, len(free) // 2)
-    return [((free[i], 3 - victim[1]), (free[half + i], victim[1])) for i in range(half)]
+def bystander_flows(fabric, victim: tuple[int, int], senders: list[int], count: int = 8) -> list:
+    """Flows that neither send to nor come from the incast: pairs of GPUs that
+    take no part in it, with the incast's port numbers. First those whose
+    destination sits on the victim's (hot) switch, so they cross the links the
+    incast congests towards it (the classic PFC victims: another destination,
+    the same paused queues), then pairs elsewhere in the fabric."""
+    hot = fabric.switch_of(*victim)
+    free = [g for g in fabric.gpus() if g != victim[0] and g not in senders]
+    near = [g for g in free if fabric.switch_of(g, victim[1]) == hot][:count // 2]
+    rest = [g for g in free if g not in near]
+    flows = [((rest.pop(0), 3 - victim[1]), (d, victim[1])) for d in near if rest]
+    half = min(count - len(flows), len(rest) // 2)
+    flows += [((rest[i], 3 - victim[1]), (rest[half + i], victim[1])) for i in range(half)]
+    return flows
 
 
-def spreading(victim: tuple[int, int], senders: list[int], bystanders: list, seconds: int) -> dict:
+def spreading(victim: tuple[int, int], senders: list[int], bystanders: list, seconds: int,
+              hot_switch_dsts: set[int] = frozenset()) -> dict:
     """Bystander goodput alone, then next to the incast (PFC on): how much the
     incast's pauses take from flows to other destinations."""
     alone = collect(start_flows(bystanders, seconds, IPERF_PORT + 100), seconds)
@@ -165,21 +180,43 @@ def spreading(victim: tuple[int, int], senders: list[int], bystanders: list, sec
             "ratio": [round(r, 3) for r in ratios],
             "ratio_median": round(float(np.median(ratios)), 3) if ratios else None,
             "ratio_min": round(min(ratios), 3) if ratios else None,
-            "slowed": sum(1 for r in ratios if r < 0.8)}
+            "slowed": sum(1 for r in ratios if r < 0.8),
+            "to_hot_switch": [d[0] in hot_switch_dsts for _, d in bystanders]}
 
 
 def _drops(st: dict) -> int:
     return sum(q.get("drops", 0) for q in fabricctl.read_queues(st))
 
 
+def save_logs(sdir: Path, out: Path, t0_ns: int, t1_ns: int) -> dict:
+    """The helper's logs of the incast into ``out`` (pfc.txt, pfc_latency.txt,
+    pfc_status.json, pfc_policy.json) plus pfc_ports.csv over [t0, t1]; returns
+    how far the pauses spread."""
+    import shutil
+
+    from controller.pfc import analysis
+
+    out.mkdir(parents=True, exist_ok=True)
+    for name in ("pfc.txt", "pfc_latency.txt", "pfc_status.json", "pfc_policy.json"):
+        if (sdir / name).exists():
+            shutil.copy(sdir / name, out / name)
+    events = analysis.read_events(out / "pfc.txt")
+    analysis.write_port_stats_csv(out / "pfc_ports.csv", analysis.port_stats(events, t0_ns, t1_ns))
+    sp = analysis.spread(events)
+    return {"max_hops": sp["max_hops"], "roots": sp["roots"]}
+
+
 def phase(fabric_args: dict, config: DatapathConfig, pfc, victim: tuple[int, int], senders: list[int],
-          seconds: int, log=print, bystanders: list | None = None) -> dict:
+          seconds: int, log=print, bystanders: list | None = None, hot_dsts: frozenset = frozenset(),
+          out: Path | None = None) -> dict:
     """Bring the fabric up with ``pfc``, run the incast, read counters and logs, bring it down."""
     st = fabricctl.up(fabric_args, config, log=log, pfc=pfc)
     try:
         sdir = Path(st["state_dir"])
         before = _drops(st)
+        t0 = time.monotonic_ns()
         result = run_incast(victim, senders, seconds)
+        t1 = time.monotonic_ns()
         time.sleep(1.5)  # the helper writes its status and logs once a second
         result["drops"] = _drops(st) - before
         status = json.loads((sdir / "pfc_status.json").read_text()) if pfc.enabled else {}
@@ -188,13 +225,17 @@ def phase(fabric_args: dict, config: DatapathConfig, pfc, victim: tuple[int, int
                       paused_nodes=paused_nodes(sdir / "pfc.txt") if pfc.enabled else [])
         if pfc.enabled:  # the microbenchmark is the incast alone: latencies before the spreading demo
             result["latency"] = read_latencies(sdir / "pfc_latency.txt")
+            if out is not None:
+                result["spread"] = save_logs(sdir, out / "incast", t0, t1)
         result["bringup_s"] = st["timings"].get("up_s")
         if bystanders:
             log(f"congestion spreading: {len(bystanders)} bystander flows alone, then beside the incast")
             skip = _lines(sdir / "pfc.txt")
-            result["spreading"] = spreading(victim, senders, bystanders, seconds)
+            result["spreading"] = spreading(victim, senders, bystanders, seconds, hot_dsts)
             time.sleep(1.5)
             paused = paused_queues(sdir / "pfc.txt", skip)
+            if out is not None:
+                save_logs(sdir, out / "spreading", t1, time.monotonic_ns())
             result["spreading"]["bystander_nics_paused"] = sorted({f"gpu{s[0]}:p{s[1]}" for s, _ in bystanders} & paused)
             result["spreading"]["queues_paused"] = len(paused)
     finally:
@@ -203,7 +244,7 @@ def phase(fabric_args: dict, config: DatapathConfig, pfc, victim: tuple[int, int
 
 
 def bench(fabric_args: dict, config: DatapathConfig, pfc, senders: int = 8, seconds: int = 15,
-          victim: tuple[int, int] = (1, 2), log=print) -> dict:
+          victim: tuple[int, int] = (1, 2), log=print, out: Path | None = None) -> dict:
     """The incast with PFC on (the given settings), then off; the figures the issue asks for."""
     from dataclasses import replace
 
@@ -212,10 +253,13 @@ def bench(fabric_args: dict, config: DatapathConfig, pfc, senders: int = 8, seco
     config = config.validate()
     from testbed.fabric import build_fabric
 
-    who = incast_senders(build_fabric(**fabric_args), victim, senders)
+    fabric = build_fabric(**fabric_args)
+    who = incast_senders(fabric, victim, senders)
     log(f"incast: gpu{', gpu'.join(map(str, who))} -> gpu{victim[0]}:p{victim[1]}, {seconds} s, PFC on")
-    by = bystander_flows(fabric_args["gpus"], victim, who)
-    on = phase(fabric_args, config, replace(pfc, enabled=True), victim, who, seconds, log, bystanders=by)
+    by = bystander_flows(fabric, victim, who)
+    hot = frozenset(g for g in fabric.gpus() if fabric.switch_of(g, victim[1]) == fabric.switch_of(*victim))
+    on = phase(fabric_args, config, replace(pfc, enabled=True), victim, who, seconds, log, bystanders=by,
+               hot_dsts=hot, out=out)
     log(f"incast: the same with PFC off")
     off = phase(fabric_args, config, replace(pfc, enabled=False), victim, who, seconds, log)
     lat = on.pop("latency")
@@ -230,4 +274,4 @@ def bench(fabric_args: dict, config: DatapathConfig, pfc, senders: int = 8, seco
                        "seconds": seconds, "pfc_on": on, "pfc_off": off},
             "spreading": spread_doc,
             "fabric": {"kind": fabric_args["kind"], "gpus": fabric_args["gpus"]},
-            "rate_bps": config.rate_bps, "mtu": config.mtu}
+            "rate_bps": config.rate_bps, "mtu": config.mtu, "logs": str(out) if out else None}

@@ -168,9 +168,17 @@ def cmd_cli(args) -> int:
 def cmd_bench_pfc(args) -> int:
     from testbed.bench import pfc as pfc_bench
 
+    import time
+    from pathlib import Path
+
+    from testbed.replay_cli import REPORTS
+
     fargs = fabric_kwargs(args) | {"kind": args.fabric or "zcube"}
+    out = Path(args.logs) if args.logs else REPORTS / f"bench-pfc-{fargs['kind']}{fargs['gpus']}-{time.strftime('%Y%m%d-%H%M%S')}"
     doc = pfc_bench.bench(fargs, datapath_config(args), pfc_config(args), senders=args.senders,
-                          seconds=args.duration, log=lambda m: print(m, file=sys.stderr))
+                          seconds=args.duration, log=lambda m: print(m, file=sys.stderr), out=out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "bench.json").write_text(json.dumps(doc, indent=1))
     if args.json:
         print(json.dumps(doc, indent=1))
         return 0
@@ -190,10 +198,14 @@ def cmd_bench_pfc(args) -> int:
               f"{r['goodput_bps'] / 1e6:.2f} Mbit/s" + (f", paused: {' '.join(r['paused_nodes'])}" if r['paused_nodes'] else ""))
     sp = doc.get("spreading")
     if sp:
-        print(f"  congestion spreading (PFC on): {len(sp['flows'])} bystander flows (neither to nor from the incast) "
-              f"keep median {sp['ratio_median']:.2f}, min {sp['ratio_min']:.2f} of their goodput alone; "
-              f"{sp['slowed']} slowed below 0.8; {sp['queues_paused']} queues paused, "
-              f"{len(sp['bystander_nics_paused'])} of them bystanders' NICs")
+        print(f"  congestion spreading (PFC on): bystander flows, neither to nor from the incast, beside it / alone:")
+        for label, want in (("to other GPUs on the hot switch", True), ("elsewhere", False)):
+            r = [x for x, hot in zip(sp["ratio"], sp["to_hot_switch"]) if hot == want]
+            if r:
+                print(f"    {label:<33} {len(r)} flows: median {sorted(r)[len(r) // 2]:.2f}, min {min(r):.2f}")
+        print(f"    {sp['queues_paused']} queues paused, {len(sp['bystander_nics_paused'])} of them bystanders' NICs")
+    print(f"  pauses spread {doc['incast']['pfc_on'].get('spread', {}).get('max_hops')} hops from "
+          f"{', '.join(doc['incast']['pfc_on'].get('spread', {}).get('roots', []))}; logs and per-port figures: {out}")
     if not doc["lossless"]:
         print("LOSSLESS VIOLATION: fabric queues dropped with PFC on", file=sys.stderr)
         return 1
@@ -286,6 +298,7 @@ def register(sub, add_fabric_options) -> None:
     add_link_options(p)
     p.add_argument("--duration", type=int, default=16, help="seconds of traffic (default 16)")
     p.add_argument("--senders", type=int, default=8, help="bench pfc: incast senders (default 8)")
+    p.add_argument("--logs", help="bench pfc: where the pause logs and figures go (default reports/bench-pfc-...)")
     add_pfc_options(p, default="on")
     p.add_argument("--omit", type=int, default=3, help="seconds of slow start left out (default 3)")
     p.add_argument("--sweep", help="comma-separated link rates, e.g. 2,3,4,5 (Mbit/s); permutation only")
