@@ -128,7 +128,7 @@ class Trace(_Section):
     start_s: Seconds = Field(0.0, ge=0, description="trace time where the slice starts")
     duration_s: Seconds = Field(120.0, gt=0, description="trace time replayed (wall time = duration / speed)")
     first_n: Optional[int] = Field(None, ge=1, description="at most this many requests of the slice")
-    speed: float = Field(1.0, gt=0, description="replay the slice this many times faster")
+    speed: float = Field(2.0, gt=0, description="replay the slice this many times faster")
     skip_bad: bool = False
 
     @field_validator("path")
@@ -147,11 +147,12 @@ class Trace(_Section):
 class Serving(_Section):
     """The serving deployment the KV cache moves in: model, placement, transfer timing."""
 
-    model: str = Field("deepseek-v3", json_schema_extra={"enum": list(models.MODELS)},
-                       description="MLA (deepseek-v3): one prefill rank sends a full copy to every decode rank")
+    model: str = Field("llama-3.1-70b", json_schema_extra={"enum": list(models.MODELS)},
+                       description="GQA models split heads over TP ranks; MLA (deepseek-v3): one prefill rank "
+                                   "sends a full copy to every decode rank")
     dtype: DType = "bf16"
     prefill_tp: int = Field(8, ge=1, description="GPUs per prefill instance (a divisor of 8)")
-    decode_tp: int = Field(8, ge=1, description="GPUs per decode instance (a divisor of 8)")
+    decode_tp: int = Field(2, ge=1, description="GPUs per decode instance (a divisor of 8)")
     prefill_fraction: float = Field(0.5, gt=0, lt=1, description="share of the servers running prefill")
     scheduler: SchedulerName = "round_robin"
     mode: Mode = Field("whole", description="whole: after prefill; layerwise: one chunk per layer during it")

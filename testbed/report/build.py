@@ -72,9 +72,38 @@ def _figures(exp: Experiment, figures: Path) -> dict:
     return out
 
 
+def traffic_sentence(config: dict) -> str:
+    """What traffic ran, in one sentence: the slice, the model and how its TP
+    ranks map (the asymmetry the experiment chose), the transfer mode."""
+    e = (config or {}).get("experiment") or {}
+    t, s = e.get("trace") or {}, e.get("serving") or {}
+    if not t or not s:
+        return ""
+    from traffic import models
+
+    spec = models.MODELS.get(s.get("model"))
+    p, d = s.get("prefill_tp"), s.get("decode_tp")
+    if spec is not None and spec.attention == "mla":
+        mapping = "MLA: one prefill rank sends a full copy to every decode rank (one-to-many)"
+    elif p and d and p > d:
+        mapping = f"each decode rank gathers its heads from {p // d} prefill ranks ({p // d}-to-1, mostly across rails)"
+    elif p and d and p < d:
+        mapping = f"each prefill rank splits its heads over {d // p} decode ranks"
+    else:
+        mapping = "rank i sends to rank i"
+    trace = Path(t.get("path") or "the default Mooncake trace").name
+    return (f"Traffic: {trace}, {t.get('duration_s'):g} s from {t.get('start_s'):g} s replayed at speed "
+            f"{t.get('speed'):g}; {s.get('model')} {s.get('dtype')}, prefill TP {p} -> decode TP {d}: {mapping}; "
+            f"{s.get('mode')} transfers, NIC port policy {s.get('policy')}.")
+
+
 def _headline_section(doc: dict, exp: Experiment) -> str:
     reps = doc["reps"]
-    parts = [H.headline_table(doc, exp.fabrics)]
+    parts = []
+    sentence = traffic_sentence(exp.config)
+    if sentence:
+        parts.append(f"<p>{H.escape(sentence)}</p>")
+    parts.append(H.headline_table(doc, exp.fabrics))
     parts.append('<p class="note">' + (f"Medians over {reps} repetitions, [min, max] in brackets. " if reps > 1 else
                                        "One repetition per fabric: no spread to judge noise by. ")
                  + "FCT and goodput are recomputed from transfers.csv; the TTFT proxy comes from the replay "

@@ -59,7 +59,9 @@ def test_default_yaml_is_exactly_the_defaults_of_run():
 def test_examples_say_what_they_claim():
     by = {p.stem: resolve(p).experiment for p in EXAMPLES}
     assert by["default"].fabrics == ["zcube", "roft"] and by["default"].gpus == 32
-    assert by["default"].serving.model == "deepseek-v3" and by["default"].trace.duration_s == 120
+    assert by["default"].serving.model == "llama-3.1-70b" and by["default"].trace.duration_s == 120
+    assert by["default"].serving.prefill_tp == 8 and by["default"].serving.decode_tp == 2  # the asymmetry
+    assert by["default"].trace.speed == 2
     assert by["incast"].serving.prefill_fraction == 0.75 and by["incast"].trace.speed > 1
     assert by["tp-mismatch"].serving.prefill_tp != by["tp-mismatch"].serving.decode_tp
     assert by["layerwise"].serving.mode == "layerwise" and by["layerwise"].serving.chunk_bytes == 65536
@@ -79,7 +81,9 @@ def test_committed_schema_is_the_generated_one():
     ({"trace": {"speed": -1}}, "experiment.yaml: trace.speed: must be > 0 (got -1)"),
     ({"trace": {"duration_s": "2h"}}, "trace.duration_s: duration '2h' is not understood"),
     ({"serving": {"model": "gpt-5"}}, "serving.model: model 'gpt-5' is not known; expected one of"),
-    ({"serving": {"decode_tp": 3}}, "serving.decode_tp: decode_tp 3 does not divide gpus_per_server 8"),
+    ({"serving": {"decode_tp": 3, "model": "deepseek-v3"}},
+     "serving.decode_tp: decode_tp 3 does not divide gpus_per_server 8"),
+    ({"serving": {"decode_tp": 3}}, "serving.decode_tp: TP 3 does not split 8 kv heads of llama-3.1-70b evenly"),
     ({"serving": {"prefill_tp": 16}}, "serving.prefill_tp: prefill_tp 16 does not divide"),
     ({"serving": {"mode": "streamed"}}, "serving.mode: must be 'whole' or 'layerwise' (got 'streamed')"),
     ({"link": {"rate": "3mbps"}}, "link.rate: rate '3mbps' is not understood"),

@@ -399,3 +399,18 @@ def test_one_repetition_uses_the_fct_confidence_intervals():
     doc["roft"]["spread"] = {"fct_ms.p99": [10.0, 10.0]}
     doc["roft"]["ci95"] = {"fct_ms.p99": [7.0, 12.0]}
     assert verdict.resolvable(doc, "fct_ms.p99")[0] is False
+
+
+def test_traffic_sentence_states_the_asymmetry():
+    from testbed.report.build import traffic_sentence
+
+    def cfg(model, p, d):
+        return {"experiment": {"trace": {"path": "/x/mooncake.jsonl", "start_s": 0, "duration_s": 120, "speed": 2},
+                               "serving": {"model": model, "dtype": "bf16", "prefill_tp": p, "decode_tp": d,
+                                           "mode": "whole", "policy": "striped"}}}
+    assert "gathers its heads from 4 prefill ranks" in traffic_sentence(cfg("llama-3.1-70b", 8, 2))
+    assert "speed 2" in traffic_sentence(cfg("llama-3.1-70b", 8, 2))
+    assert "one prefill rank sends a full copy" in traffic_sentence(cfg("deepseek-v3", 8, 8))
+    assert "rank i sends to rank i" in traffic_sentence(cfg("llama-3.1-70b", 8, 8))
+    assert "splits its heads over 2" in traffic_sentence(cfg("llama-3.1-70b", 4, 8))
+    assert traffic_sentence({}) == ""
