@@ -20,15 +20,15 @@ pytestmark = pytest.mark.integration
 RATE = 3e6
 
 
-def _bench(kind: str) -> dict:
+def _bench(kind: str, logs) -> dict:
     out = run_testbed("bench", "pfc", kind, "--gpus", "16", "--senders", "6", "--duration", "6", "--json",
-                      check=True).stdout
+                      "--logs", str(logs), check=True).stdout
     return json.loads(out)
 
 
 @pytest.mark.parametrize("kind,upstream", [("zcube", {"sw1", "sw3"}), ("roft", {"spine1", "spine2"})])
-def test_incast_lossless_with_pfc_and_lossy_without(kind, upstream):
-    doc = _bench(kind)
+def test_incast_lossless_with_pfc_and_lossy_without(kind, upstream, tmp_path):
+    doc = _bench(kind, tmp_path)
     on, off = doc["incast"]["pfc_on"], doc["incast"]["pfc_off"]
     assert on["drops"] == 0 and doc["lossless"], f"PFC on, yet fabric queues dropped {on['drops']} packets"
     assert on["pauses"] > 0 and on["resumes"] == on["pauses"], on
@@ -42,4 +42,6 @@ def test_incast_lossless_with_pfc_and_lossy_without(kind, upstream):
     assert all(d["n"] > 0 and d["p50"] is not None and d["p50"] <= d["p99"] <= d["max"] for d in lat), lat
     assert off["drops"] > 0 and off["pauses"] == 0, "PFC off: the same incast should overflow the last-hop queue"
     assert off["retransmits"] > on["retransmits"], (on, off)
+    assert (tmp_path / "bench.json").is_file() and (tmp_path / "incast" / "pfc_ports.csv").is_file()
+    assert (tmp_path / "incast" / "pfc.txt").read_text().strip(), "the pause log is empty"
     assert leftovers() == []
