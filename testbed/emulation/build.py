@@ -107,7 +107,9 @@ def build(plan: DatapathPlan, controller_port: int, created: Created, timings: d
             ipr.link("add", ifname=a, kind="veth", mtu=cfg.mtu, peer=peer)
             created.links.append(a)
         for br in plan.bridges:
-            ipr.link("add", ifname=br, kind="bridge", br_stp_state=0, br_forward_delay=0, br_ageing_time=0)
+            # no multicast snooping: a snooping bridge sends router-discovery (224.0.0.106) into the switch
+            ipr.link("add", ifname=br, kind="bridge", br_stp_state=0, br_forward_delay=0, br_ageing_time=0,
+                     br_mcast_snooping=0)
             created.links.append(br)
         lines = []
         for br, slaves in plan.bridges.items():
@@ -123,6 +125,8 @@ def build(plan: DatapathPlan, controller_port: int, created: Created, timings: d
         offloads_off([d for d in plan.root_devices if d not in plan.bridges])
         for dev in plan.root_devices:
             _write(f"/proc/sys/net/ipv6/conf/{dev}/disable_ipv6", 1)
+            # no IGMPv3 membership reports when it comes up: sent into a switch port, they were table misses
+            _write(f"/proc/sys/net/ipv4/conf/{dev}/force_igmp_version", 2)
             ipr.link("set", index=ipr.link_lookup(ifname=dev)[0], state="up")
     finally:
         ipr.close()
@@ -176,7 +180,7 @@ def _tc_batch(ns: str | None, lines: list[str]) -> subprocess.Popen:
 def _configure_host(plan: DatapathPlan, host) -> None:
     cfg = plan.config
     with netns.inside(host.netns):
-        # IGMPv2: no membership reports when the NICs come up (IGMPv3 sent a few to
+        # IGMPv2: no membership reports when the NICs come up (IGMPv3 sends them to
         # 224.0.0.22, which the switches count as table misses)
         for key, value in (("ipv6/conf/all/disable_ipv6", 1), ("ipv6/conf/default/disable_ipv6", 1),
                            ("ipv4/conf/all/force_igmp_version", 2), ("ipv4/conf/default/force_igmp_version", 2),
