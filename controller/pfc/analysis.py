@@ -36,6 +36,8 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from controller.pfc.policy import queue_sort_key, tables_of
 from testbed.errors import TestbedError
 from testbed.fabric import addressing
@@ -67,6 +69,15 @@ class PauseEvent:
 
 def queue_id(node: str, node_type: int, port: int) -> str:
     return f"{node}:{port}" if node_type == 1 else f"{node}:p{port}"
+
+
+def percentiles(values) -> dict:
+    """{"n", "p50", "p99", "max"} of a list of latencies, rounded to 3 decimals (None when empty)."""
+    if not len(values):
+        return {"n": 0, "p50": None, "p99": None, "max": None}
+    a = np.asarray(values, dtype=float)
+    return {"n": len(a), "p50": round(float(np.percentile(a, 50)), 3),
+            "p99": round(float(np.percentile(a, 99)), 3), "max": round(float(a.max()), 3)}
 
 
 # ---------------------------------------------------------------------- I/O

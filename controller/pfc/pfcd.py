@@ -41,6 +41,7 @@ from pathlib import Path
 import numpy as np
 
 from controller.pfc import bpfmaps, tbfmsg
+from controller.pfc.analysis import percentiles
 from controller.pfc.bpfmaps import F
 
 MEASURE_AFTER_NS = 30_000_000  # look at departures 30 ms after a pause/resume
@@ -370,9 +371,6 @@ class Helper:
 
     # ---------------------------------------------------------------- status
     def status(self) -> dict:
-        def pct(values, p):
-            return round(float(np.percentile(values, p)), 3) if values else None
-
         for s in self.socks:
             self.netlink_errors += len(tbfmsg.drain_errors(s))
         t = self.table.table
@@ -385,10 +383,8 @@ class Helper:
             "resumes": self.resumes,
             "paused_now": sorted(q for q, tx in self.tx.items() if tx.holders),
             "over_now": [q for q, o in zip(self.watched, t[self.watched_slots, F["over"]]) if o],
-            "pause_latency_ms": {"n": len(self.pause_lat_ms), "p50": pct(self.pause_lat_ms, 50),
-                                 "p99": pct(self.pause_lat_ms, 99), "max": max(self.pause_lat_ms, default=None)},
-            "resume_latency_ms": {"n": len(self.resume_lat_ms), "p50": pct(self.resume_lat_ms, 50),
-                                  "p99": pct(self.resume_lat_ms, 99), "max": max(self.resume_lat_ms, default=None)},
+            "pause_latency_ms": percentiles(self.pause_lat_ms),
+            "resume_latency_ms": percentiles(self.resume_lat_ms),
             "resume_stalls": self.stalls,
             "backlog_resyncs": self.resyncs,
             "empty_pauses": self.eaten,

@@ -1,0 +1,15 @@
+"""Benchmarks of the emulated fabric: fidelity (goodput vs the model) and PFC."""
+
+from __future__ import annotations
+
+import json
+
+
+def iperf3_result(text: str) -> tuple[float, int | None]:
+    """(goodput in bit/s at the receiver, sender retransmits) of an ``iperf3 -J``
+    client's output; (0.0, None) when it printed no result (the flow failed)."""
+    try:
+        end = json.loads(text)["end"]
+        return end["sum_received"]["bits_per_second"], end["sum_sent"].get("retransmits", 0)
+    except (json.JSONDecodeError, KeyError):
+        return 0.0, None

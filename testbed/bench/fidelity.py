@@ -34,7 +34,7 @@ from testbed.emulation.plan import DatapathConfig, netns_of
 from testbed.errors import TestbedError
 from testbed.fabric import Fabric, addressing, build_fabric
 from testbed.fabric.maxmin import all_link_capacities, flow_links, max_min
-from testbed.bench import ecmp_probe
+from testbed.bench import ecmp_probe, iperf3_result
 from testbed.fabric.routing import forwarding_tables, walk
 
 BASE_PORT = 5201
@@ -206,12 +206,7 @@ def run_permutation(st: dict, duration: int, omit: int, ecmp: str = "spread", lo
                 proc.wait()
     flows = []
     for (src, dst, sp), out in outputs:
-        try:
-            end = json.loads(out)["end"]
-            goodput = end["sum_received"]["bits_per_second"]
-            retrans = end["sum_sent"].get("retransmits", 0)
-        except (json.JSONDecodeError, KeyError):
-            goodput, retrans = 0.0, None
+        goodput, retrans = iperf3_result(out)
         flows.append(_flow_row(fabric, "permutation", src, sp, dst, goodput, ideal[f"{src}>{dst}:p{sp}"] * eff,
                                retrans, known))
     return flows, _cpu_between(c1, c2), None
@@ -272,10 +267,6 @@ def targets_met(result: dict) -> bool | None:
     return (not s["cpu_saturated"]) and s["median_ratio"] >= 0.95 and s["min_ratio"] >= 0.85
 
 
-def _drops(st: dict) -> int:
-    return sum(q.get("drops", 0) for q in fabricctl.read_queues(st))
-
-
 def bench(fabric_args: dict, config: DatapathConfig, duration: int = 16, omit: int = 3, log=print,
           patterns: tuple[str, ...] = ("permutation", "all-to-all"), ecmp: str = "spread") -> dict:
     """Bring a fabric up (or use the one that is up, if it matches), run each
@@ -298,11 +289,11 @@ def bench(fabric_args: dict, config: DatapathConfig, duration: int = 16, omit: i
                        ecmp=ecmp if st["fabric"]["kind"] != "zcube" else None)
         for pattern in patterns:
             log(f"{pattern}: {duration} s of TCP traffic")
-            before = _drops(st)
+            before = fabricctl.total_drops(st)
             extra = {"ecmp": ecmp, "log": log} if pattern == "permutation" else {}
             flows, cpu, retransmits = PATTERNS[pattern](st, duration, omit, **extra)
             result["flows"] += flows
-            summary[pattern] = _pattern_summary(flows, cpu, retransmits) | {"drops": _drops(st) - before}
+            summary[pattern] = _pattern_summary(flows, cpu, retransmits) | {"drops": fabricctl.total_drops(st) - before}
         summary["cpu_saturated"] = any(summary[p]["cpu_saturated"] for p in patterns)
         summary["cpu"] = summary[patterns[0]]["cpu"]
         summary["drops"] = sum(summary[p]["drops"] for p in patterns)

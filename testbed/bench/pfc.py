@@ -28,6 +28,9 @@ from pathlib import Path
 
 import numpy as np
 
+from controller.pfc import analysis
+from controller.pfc.analysis import percentiles
+from testbed.bench import iperf3_result
 from testbed.emulation import fabricctl
 from testbed.emulation.plan import DatapathConfig, netns_of
 from testbed.errors import TestbedError
@@ -64,14 +67,6 @@ def target_ms(rate_bps: float, mtu: int) -> float:
     return min(2 * (mtu + 14) * 8 / rate_bps * 1e3, TARGET_CAP_MS)
 
 
-def percentiles(values: list[float]) -> dict:
-    if not values:
-        return {"n": 0, "p50": None, "p99": None, "max": None}
-    a = np.asarray(values, dtype=float)
-    return {"n": len(values), "p50": round(float(np.percentile(a, 50)), 3),
-            "p99": round(float(np.percentile(a, 99)), 3), "max": round(float(a.max()), 3)}
-
-
 def read_latencies(path: Path) -> dict:
     """pfc_latency.txt -> pause / resume latencies and the helper's reaction, in ms."""
     pause, resume, reaction = [], [], []
@@ -88,14 +83,14 @@ def read_latencies(path: Path) -> dict:
             "reaction_ms": percentiles(reaction)}
 
 
-def paused_nodes(pfc_txt: Path) -> list[str]:
-    nodes = set()
-    if pfc_txt.exists():
-        for line in pfc_txt.read_text().splitlines():
-            parts = line.split()
-            if len(parts) >= 5 and parts[4] == "1":
-                nodes.add(parts[1])
-    return sorted(nodes)
+def paused_nodes(events) -> list[str]:
+    """Nodes (switches, GPUs) with a transmitter paused in these pfc.txt events."""
+    return sorted({e.node for e in events if e.event == 1})
+
+
+def paused_queues(events) -> set[str]:
+    """Queue ids ("sw1:9", "gpu3:p1") paused in these pfc.txt events."""
+    return {e.queue for e in events if e.event == 1}
 
 
 def start_flows(flows: list[tuple[tuple[int, int], tuple[int, int]]], seconds: int, base_port: int) -> list:
@@ -113,13 +108,9 @@ def start_flows(flows: list[tuple[tuple[int, int], tuple[int, int]]], seconds: i
 def collect(clients: list, seconds: int) -> dict:
     goodput, retrans = [], 0
     for c in clients:
-        out, _ = c.communicate(timeout=seconds + 30)
-        try:
-            end = json.loads(out)["end"]
-            goodput.append(end["sum_received"]["bits_per_second"])
-            retrans += end["sum_sent"].get("retransmits", 0)
-        except (json.JSONDecodeError, KeyError):
-            goodput.append(0.0)
+        bps, r = iperf3_result(c.communicate(timeout=seconds + 30)[0])
+        goodput.append(bps)
+        retrans += r or 0
     return {"goodput_bps": round(sum(goodput)), "per_flow_bps": [round(g) for g in goodput],
             "retransmits": retrans}
 
@@ -127,21 +118,6 @@ def collect(clients: list, seconds: int) -> dict:
 def incast_flows(victim: tuple[int, int], senders: list[int]) -> list:
     """Every sender's port with the victim's other port number -> the victim's port."""
     return [((g, 3 - victim[1]), victim) for g in senders]
-
-
-def _lines(path: Path) -> int:
-    return len(path.read_text().splitlines()) if path.exists() else 0
-
-
-def paused_queues(pfc_txt: Path, skip: int = 0) -> set[str]:
-    """Queue ids ("sw1:9", "gpu3:p1") paused in pfc.txt after its first ``skip`` lines."""
-    out = set()
-    if pfc_txt.exists():
-        for line in pfc_txt.read_text().splitlines()[skip:]:
-            parts = line.split()
-            if len(parts) >= 5 and parts[4] == "1":
-                out.add(f"{parts[1]}:{'p' if parts[2] == '0' else ''}{parts[3]}")
-    return out
 
 
 def run_incast(victim: tuple[int, int], senders: list[int], seconds: int) -> dict:
@@ -184,17 +160,11 @@ def spreading(victim: tuple[int, int], senders: list[int], bystanders: list, sec
             "to_hot_switch": [d[0] in hot_switch_dsts for _, d in bystanders]}
 
 
-def _drops(st: dict) -> int:
-    return sum(q.get("drops", 0) for q in fabricctl.read_queues(st))
-
-
 def save_logs(sdir: Path, out: Path, t0_ns: int, t1_ns: int) -> dict:
     """The helper's logs of the incast into ``out`` (pfc.txt, pfc_latency.txt,
     pfc_status.json, pfc_policy.json) plus pfc_ports.csv over [t0, t1]; returns
     how far the pauses spread."""
     import shutil
-
-    from controller.pfc import analysis
 
     out.mkdir(parents=True, exist_ok=True)
     for name in ("pfc.txt", "pfc_latency.txt", "pfc_status.json", "pfc_policy.json"):
@@ -213,16 +183,16 @@ def phase(fabric_args: dict, config: DatapathConfig, pfc, victim: tuple[int, int
     st = fabricctl.up(fabric_args, config, log=log, pfc=pfc)
     try:
         sdir = Path(st["state_dir"])
-        before = _drops(st)
+        before = fabricctl.total_drops(st)
         t0 = time.monotonic_ns()
         result = run_incast(victim, senders, seconds)
         t1 = time.monotonic_ns()
         time.sleep(1.5)  # the helper writes its status and logs once a second
-        result["drops"] = _drops(st) - before
+        result["drops"] = fabricctl.total_drops(st) - before
         status = json.loads((sdir / "pfc_status.json").read_text()) if pfc.enabled else {}
         result.update(pauses=status.get("pauses", 0), resumes=status.get("resumes", 0),
                       resume_stalls=status.get("resume_stalls", 0), netlink_errors=status.get("netlink_errors", 0),
-                      paused_nodes=paused_nodes(sdir / "pfc.txt") if pfc.enabled else [])
+                      paused_nodes=paused_nodes(analysis.read_events(sdir / "pfc.txt")) if pfc.enabled else [])
         if pfc.enabled:  # the microbenchmark is the incast alone: latencies before the spreading demo
             result["latency"] = read_latencies(sdir / "pfc_latency.txt")
             if out is not None:
@@ -230,10 +200,10 @@ def phase(fabric_args: dict, config: DatapathConfig, pfc, victim: tuple[int, int
         result["bringup_s"] = st["timings"].get("up_s")
         if bystanders:
             log(f"congestion spreading: {len(bystanders)} bystander flows alone, then beside the incast")
-            skip = _lines(sdir / "pfc.txt")
+            skip = len(analysis.read_events(sdir / "pfc.txt"))
             result["spreading"] = spreading(victim, senders, bystanders, seconds, hot_dsts)
             time.sleep(1.5)
-            paused = paused_queues(sdir / "pfc.txt", skip)
+            paused = paused_queues(analysis.read_events(sdir / "pfc.txt")[skip:])
             if out is not None:
                 save_logs(sdir, out / "spreading", t1, time.monotonic_ns())
             result["spreading"]["bystander_nics_paused"] = sorted({f"gpu{s[0]}:p{s[1]}" for s, _ in bystanders} & paused)

@@ -368,6 +368,11 @@ def exec_argv(host: str, argv: list[str]) -> list[str]:
 
 
 # ------------------------------------------------------------------- status
+def total_drops(st: dict) -> int:
+    """Packets every queue of the fabric has dropped so far."""
+    return sum(q.get("drops", 0) for q in read_queues(st))
+
+
 def read_queues(st: dict) -> list[dict]:
     """Backlog, drops and sent counters of every queue, through netlink."""
     from pyroute2 import IPRoute

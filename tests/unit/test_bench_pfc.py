@@ -2,6 +2,7 @@
 
 import pytest
 
+from controller.pfc import analysis
 from testbed.bench import pfc
 from testbed.errors import TestbedError
 from testbed.fabric import build_fabric
@@ -43,14 +44,14 @@ def test_read_latencies(tmp_path):
 def test_paused_nodes(tmp_path):
     log = tmp_path / "pfc.txt"
     log.write_text("1 sw1 1 9 1 sw2:1\n2 gpu3 0 1 1 sw1:9\n3 sw1 1 9 0 sw2:1\n")
-    assert pfc.paused_nodes(log) == ["gpu3", "sw1"]
+    assert pfc.paused_nodes(analysis.read_events(log)) == ["gpu3", "sw1"]
 
 
 def test_paused_queues_after_skip(tmp_path):
     log = tmp_path / "pfc.txt"
     log.write_text("1 sw1 1 9 1 sw2:1\n2 gpu3 0 1 1 sw1:9\n3 sw1 1 9 0 sw2:1\n4 leaf2 1 12 1 spine1:3\n")
-    assert pfc.paused_queues(log) == {"sw1:9", "gpu3:p1", "leaf2:12"}
-    assert pfc.paused_queues(log, skip=2) == {"leaf2:12"}
+    assert pfc.paused_queues(analysis.read_events(log)) == {"sw1:9", "gpu3:p1", "leaf2:12"}
+    assert pfc.paused_queues(analysis.read_events(log)[2:]) == {"leaf2:12"}
 
 
 @pytest.mark.parametrize("kind", ["zcube", "roft"])
