@@ -52,8 +52,9 @@ def open_pinned(name: str) -> int:
     return _bpf(_BPF_OBJ_GET, attr)
 
 
-def set_slot(map_fd: int, ifindex: int, slot: int) -> None:
-    key, value = ctypes.c_uint32(ifindex), ctypes.c_uint32(slot)
+def update_u32(map_fd: int, key: int, value: int) -> None:
+    """Set a u32 -> u32 hash entry (ifindex -> slot, IPv4 source -> NIC index)."""
+    key, value = ctypes.c_uint32(key), ctypes.c_uint32(value)
     _bpf(_BPF_MAP_UPDATE_ELEM, _MapElem(map_fd=map_fd, key=ctypes.addressof(key), value=ctypes.addressof(value)))
 
 

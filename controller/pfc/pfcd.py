@@ -75,8 +75,12 @@ class Transmitter:
         self.resumes = 0  # resumes so far: a resume's measurement is tied to its number
         self.cut_short = -1  # number of the last resume that a new pause ended before any frame left
 
-
     kick_errors = 0  # frames the kernel refused (class-wide: reported in the status)
+
+    def resume(self) -> None:
+        """Back to the link rate with a full bucket, and an XON frame to run the qdisc now."""
+        self.sock.send(self.resume_msg)
+        self.send_frame(self.xon_frame)
 
     def send_frame(self, frame: bytes) -> None:
         """Send a PFC frame into the device: it runs the qdisc now. A tbf change
@@ -120,8 +124,8 @@ class Helper:
             s = self.slot[qid]
             t[s, :] = 0
             if q["kind"] == "switch":
-                bpfmaps.set_slot(enq, _ifindex(q["dev"]), s)
-            bpfmaps.set_slot(deq, _ifindex(q["peer"]), s)
+                bpfmaps.update_u32(enq, _ifindex(q["dev"]), s)
+            bpfmaps.update_u32(deq, _ifindex(q["peer"]), s)
             ns = q["netns"]
             if ns not in socks:
                 socks[ns] = _in_netns(ns, tbfmsg.route_socket)
@@ -154,7 +158,7 @@ class Helper:
         self.seen = bpfmaps.QueueTable("tb_seen", bpfmaps.MAX_NICS)
         src_map = bpfmaps.open_pinned("tb_src")
         for nic, ip in policy.get("nics", {}).items():
-            bpfmaps.set_slot(src_map, bpfmaps.ip_key(ip), nic_index[nic])
+            bpfmaps.update_u32(src_map, bpfmaps.ip_key(ip), nic_index[nic])
         os.close(src_map)
         for qid in self.watched:
             self.seen.table[self.slot[qid], :] = 0
@@ -274,8 +278,7 @@ class Helper:
                 self._pause_latency(tx)  # before it sends again
                 t[tx.slot, F["first_deq_ns"]] = 0
                 t[tx.slot, F["resume_mark"]] = 1
-                tx.sock.send(tx.resume_msg)
-                tx.send_frame(tx.xon_frame)
+                tx.resume()
                 self.resumes += 1
                 tx.resumes += 1
                 fresh.append(tx)
@@ -318,7 +321,7 @@ class Helper:
             row = t[slot]
             if not row[F["over"]] or now - int(row[F["xoff_ns"]]) < 50_000_000:
                 continue
-            counted = int(row[F["enq_bytes"]]) - int(row[F["deq_bytes"]]) - int(row[F["drop_adjust"]])
+            counted = _counted_backlog(row)
             real = _real_backlog(ipr, self.queues[qid]["dev"])
             if real is None or counted - real <= self.frame:
                 continue
@@ -341,8 +344,7 @@ class Helper:
             except (OSError, KeyError):
                 return None
             return stats["backlog"] if stats else None
-        row = self.table.table[tx.slot]
-        return int(row[F["enq_bytes"]]) - int(row[F["deq_bytes"]]) - int(row[F["drop_adjust"]])
+        return _counted_backlog(self.table.table[tx.slot])
 
     def _measure(self) -> None:
         now = time.monotonic_ns()
@@ -354,18 +356,16 @@ class Helper:
                     self._pause_latency(tx)
             else:
                 for tx, backlog, epoch in items:
-                    first = int(t[tx.slot, F["first_deq_ns"]])
-                    if tx.cut_short == epoch:  # paused again before its first frame left: nothing to measure
+                    # paused again before its first frame left, or nothing was waiting (a first
+                    # frame would be new traffic): no resume latency to measure
+                    if tx.cut_short == epoch or not backlog:
                         continue
+                    first = int(t[tx.slot, F["first_deq_ns"]])
                     if first:
                         lat = max(0, first - crossed) / 1e6
-                    elif backlog:
+                    else:
                         self.stalls += 1  # had backlog, sent nothing for 30 ms after resume
                         lat = STALL_NS / 1e6
-                    else:
-                        continue
-                    if not backlog:  # nothing was waiting: the first frame is new traffic, not the resume
-                        continue
                     self.resume_lat_ms.append(lat)
                     self._latency_line("resume", tx, cause, crossed, noticed, first, lat)
 
@@ -411,8 +411,7 @@ class Helper:
         for tx in self.tx.values():
             if tx.holders:
                 tx.holders = 0
-                tx.sock.send(tx.resume_msg)
-                tx.send_frame(tx.xon_frame)
+                tx.resume()
                 self.log.append(f"{now} {tx.node} {tx.node_type} {tx.port} 0 exit\n")
 
 
@@ -456,6 +455,11 @@ class Writer(threading.Thread):
     def close(self) -> None:
         self.inbox.put(None)
         self.join(timeout=10)
+
+
+def _counted_backlog(row) -> int:
+    """A switch queue's backlog from the kernel counters (as queue_watch.bpf.c computes it)."""
+    return int(row[F["enq_bytes"]]) - int(row[F["deq_bytes"]]) - int(row[F["drop_adjust"]])
 
 
 def _real_backlog(sock: socket.socket, dev: str) -> int | None:

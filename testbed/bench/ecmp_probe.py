@@ -61,25 +61,36 @@ def which_path(candidates: list[Path], before: dict, after: dict) -> Path | None
     return hit[0] if len(hit) == 1 else None
 
 
+def _candidate_ports(candidates: dict[Hashable, list[Path]]) -> dict[Hashable, set[tuple[str, int]]]:
+    """Every (switch, output port) any candidate path of a flow uses."""
+    return {k: {(sw, p) for hops, outs in c for sw, p in zip(hops, outs)} for k, c in candidates.items()}
+
+
+def _disjoint(cand_ports: dict[Hashable, set], todo: list[Hashable]) -> list[Hashable]:
+    """Flows of ``todo``, in order, whose candidate ports overlap none taken
+    before them: probed together, their counters cannot be confused."""
+    batch, taken = [], set()
+    for k in todo:
+        if not cand_ports[k] & taken:
+            batch.append(k)
+            taken |= cand_ports[k]
+    return batch
+
+
 def spread(candidates: dict[Hashable, list[Path]], probe: Callable[[dict[Hashable, int]], dict[Hashable, Path | None]],
            ports: Iterable[int], max_rounds: int = 150) -> tuple[dict[Hashable, tuple[int, Path]], int]:
     """Greedy: each round, probe a fresh client port for every unplaced flow
     whose candidate ports overlap no other probed flow's; keep it if its path
     shares no switch port with a placed flow. Returns ({flow: (port, path)},
     rounds used); flows left unplaced after ``max_rounds`` are missing."""
-    cand_ports = {k: {(sw, p) for hops, outs in c for sw, p in zip(hops, outs)} for k, c in candidates.items()}
+    cand_ports = _candidate_ports(candidates)
     fresh = iter(ports)
     used: Counter = Counter()
     placed: dict[Hashable, tuple[int, Path]] = {}
     rounds = 0
     while len(placed) < len(candidates) and rounds < max_rounds:
         rounds += 1
-        batch, taken = {}, set()
-        for k in candidates:
-            if k in placed or cand_ports[k] & taken:
-                continue
-            batch[k] = next(fresh)
-            taken |= cand_ports[k]
+        batch = {k: next(fresh) for k in _disjoint(cand_ports, [k for k in candidates if k not in placed])}
         for k, path in probe(batch).items():
             if path is None:
                 continue
@@ -94,14 +105,10 @@ def learn(candidates: dict[Hashable, list[Path]], probe: Callable[[dict[Hashable
           ports: dict[Hashable, int], max_rounds: int = 30) -> dict[Hashable, tuple[int, Path]]:
     """The path each flow's own client port hashes to, collisions allowed
     (flows whose candidate ports overlap go in different rounds)."""
-    cand_ports = {k: {(sw, p) for hops, outs in c for sw, p in zip(hops, outs)} for k, c in candidates.items()}
+    cand_ports = _candidate_ports(candidates)
     learnt: dict[Hashable, tuple[int, Path]] = {}
     for _ in range(max_rounds):
-        batch, taken = {}, set()
-        for k in candidates:
-            if k not in learnt and not cand_ports[k] & taken:
-                batch[k] = ports[k]
-                taken |= cand_ports[k]
+        batch = {k: ports[k] for k in _disjoint(cand_ports, [k for k in candidates if k not in learnt])}
         if not batch:
             break
         learnt.update({k: (ports[k], path) for k, path in probe(batch).items() if path is not None})
