@@ -190,9 +190,10 @@ def phase(fabric_args: dict, config: DatapathConfig, pfc, victim: tuple[int, int
         time.sleep(1.5)  # the helper writes its status and logs once a second
         result["drops"] = fabricctl.total_drops(st) - before
         status = json.loads((sdir / "pfc_status.json").read_text()) if pfc.enabled else {}
+        events = analysis.read_events(sdir / "pfc.txt") if pfc.enabled else []
         result.update(pauses=status.get("pauses", 0), resumes=status.get("resumes", 0),
                       resume_stalls=status.get("resume_stalls", 0), netlink_errors=status.get("netlink_errors", 0),
-                      paused_nodes=paused_nodes(analysis.read_events(sdir / "pfc.txt")) if pfc.enabled else [])
+                      paused_nodes=paused_nodes(events))
         if pfc.enabled:  # the microbenchmark is the incast alone: latencies before the spreading demo
             result["latency"] = read_latencies(sdir / "pfc_latency.txt")
             if out is not None:
@@ -200,7 +201,7 @@ def phase(fabric_args: dict, config: DatapathConfig, pfc, victim: tuple[int, int
         result["bringup_s"] = st["timings"].get("up_s")
         if bystanders:
             log(f"congestion spreading: {len(bystanders)} bystander flows alone, then beside the incast")
-            skip = len(analysis.read_events(sdir / "pfc.txt"))
+            skip = len(events)
             result["spreading"] = spreading(victim, senders, bystanders, seconds, hot_dsts)
             time.sleep(1.5)
             paused = paused_queues(analysis.read_events(sdir / "pfc.txt")[skip:])
