@@ -167,7 +167,7 @@ def save_logs(sdir: Path, out: Path, t0_ns: int, t1_ns: int) -> dict:
     import shutil
 
     out.mkdir(parents=True, exist_ok=True)
-    for name in ("pfc.txt", "pfc_latency.txt", "pfc_status.json", "pfc_policy.json"):
+    for name in ("pfc.txt", "pfc_latency.txt", "pfc_gaps.txt", "pfc_status.json", "pfc_policy.json"):
         if (sdir / name).exists():
             shutil.copy(sdir / name, out / name)
     events = analysis.read_events(out / "pfc.txt")

@@ -113,7 +113,7 @@ def up(fabric_args: dict, config: DatapathConfig, miswire: tuple[str, str] | Non
     t0 = time.monotonic()
     sdir = state_dir()
     sdir.mkdir(parents=True, exist_ok=True)
-    for leftover in ("status.json", "controller.log", "pfc.txt", "pfc_latency.txt", "pfc_status.json", "pfcd.log"):
+    for leftover in ("status.json", "controller.log", "pfc.txt", "pfc_latency.txt", "pfc_gaps.txt", "pfc_status.json", "pfcd.log"):
         (sdir / leftover).unlink(missing_ok=True)
     created = build.Created()
     port = _free_port()
