@@ -20,7 +20,7 @@ from controller.pfc.bpfmaps import PIN_DIR
 from testbed.errors import EnvironmentProblem
 
 SOURCE = Path(__file__).with_name("queue_watch.bpf.c")
-MAPS = ("tb_queues", "tb_enq_slot", "tb_deq_slot", "tb_src", "tb_seen")
+MAPS = ("tb_queues", "tb_enq_slot", "tb_deq_slot", "tb_src", "tb_seen", "tb_bell")
 
 
 def compile_object(out: Path) -> Path:

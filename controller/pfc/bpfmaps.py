@@ -1,7 +1,7 @@
 """The queue-watch BPF maps from Python, without a BPF library: the bpf(2)
 syscall through ctypes for the two calls we need (open a pinned map, update
 a hash entry) and mmap for the counters, so the PFC helper reads
-every queue's state with plain memory loads.
+every queue's state with plain memory loads, and for the doorbell ring.
 
 The layout of ``struct qstate`` mirrors queue_watch.bpf.c.
 """
@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import mmap
 import os
+import select
 
 import numpy as np
 
@@ -79,4 +80,39 @@ class QueueTable:
     def close(self) -> None:
         del self.table
         self._mm.close()
+        os.close(self.fd)
+
+
+class Doorbell:
+    """The tb_bell ring buffer, used only to be woken: the kernel writes a
+    record at every XOFF/XON crossing, ``wait`` returns as soon as one is
+    there (or after the timeout) and skips every record. Ring layout (kernel
+    ABI): page 0 holds the reader's position (writable), page 1 the writer's."""
+
+    def __init__(self, name: str = "tb_bell") -> None:
+        self.fd = open_pinned(name)
+        page = mmap.PAGESIZE
+        self._reader = mmap.mmap(self.fd, page, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+        self._writer = mmap.mmap(self.fd, page, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ, offset=page)
+        self.read_pos = np.frombuffer(self._reader, dtype=np.uint64, count=1)
+        self.write_pos = np.frombuffer(self._writer, dtype=np.uint64, count=1)
+        self.rings = 0
+
+    def wait(self, timeout_s: float) -> bool:
+        """Block until a crossing rang or ``timeout_s`` passed (select: microsecond
+        timeouts, where epoll has milliseconds). True if it rang."""
+        ready, _, _ = select.select([self.fd], [], [], timeout_s)
+        if ready:
+            self.skip()
+            self.rings += 1
+        return bool(ready)
+
+    def skip(self) -> None:
+        """Mark every record read (the queue table, not the ring, says what changed)."""
+        self.read_pos[0] = self.write_pos[0]
+
+    def close(self) -> None:
+        del self.read_pos, self.write_pos
+        self._reader.close()
+        self._writer.close()
         os.close(self.fd)

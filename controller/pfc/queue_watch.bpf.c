@@ -18,6 +18,11 @@
  * per (queue, NIC) in tb_seen, so at XOFF the helper pauses only the feeders
  * that NICs with packets in the queue came through, as a real switch pauses
  * only the ingress ports whose bytes fill its buffer.
+ *
+ * Doorbell: every crossing also writes a record to the tb_bell ring buffer,
+ * which wakes the helper at once (it waits on the ring, not on a timer: in a
+ * VM a timer wake-up can come milliseconds late). The helper skips the
+ * records; the marks in tb_queues say what changed.
  */
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
@@ -90,6 +95,19 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } tb_seen SEC(".maps");
 
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 16384);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} tb_bell SEC(".maps");
+
+static __always_inline void ring_bell(__u32 slot)
+{
+	/* forced: the helper skips records, so the ring's own "wake only when the
+	 * reader has caught up" rule must not hold a wake-up back */
+	bpf_ringbuf_output(&tb_bell, &slot, sizeof(slot), BPF_RB_FORCE_WAKEUP);
+}
+
 static __always_inline struct qstate *queue_of(void *slots, __u32 ifindex, __u32 *slot_out)
 {
 	__u32 *slot = bpf_map_lookup_elem(slots, &ifindex);
@@ -138,6 +156,7 @@ int on_enqueue(struct __sk_buff *skb)
 	if (q->xoff && !q->over && backlog >= q->xoff && backlog < (1ULL << 40)) {
 		q->xoff_ns = bpf_ktime_get_ns();
 		q->over = 1;
+		ring_bell(slot);
 	}
 	return TC_ACT_OK;
 }
@@ -162,6 +181,7 @@ int on_dequeue(struct __sk_buff *skb)
 	if (q->over && (backlog < q->xon || backlog >= (1ULL << 40))) {
 		q->xon_ns = now;
 		q->over = 0;
+		ring_bell(slot);
 	}
 	return TC_ACT_UNSPEC; /* go on to the next filter (the mirred redirect, if any) */
 }
