@@ -78,6 +78,7 @@ class Transmitter:
         self.resumes = 0  # resumes so far: a resume's measurement is tied to its number
         self.cut_short = -1  # number of the last resume that a new pause ended before any frame left
         self.kicked_ns = 0  # when the last pause's XOFF frame was sent
+        self.deq_after_kick = 0  # departure counter right after it (bytes that left later show in the log)
 
     kick_errors = 0  # frames the kernel refused (class-wide: reported in the status)
 
@@ -305,7 +306,8 @@ class Helper:
         tx.kicked_ns = time.monotonic_ns()
         tx.send_frame(tx.xoff_frame)
         self.unconfirmed.append(tx)
-        if int(t[tx.slot, F["deq_bytes"]]) - before == len(tx.xoff_frame):
+        tx.deq_after_kick = int(t[tx.slot, F["deq_bytes"]])
+        if tx.deq_after_kick - before == len(tx.xoff_frame):
             tx.send_frame(tx.eater_frame)
             self.eaten += 1
 
@@ -338,7 +340,8 @@ class Helper:
         last = int(self.table.table[tx.slot, F["last_deq_ns"]])
         lat = (last - tx.pause_cross_ns) / 1e6 if last > tx.pause_cross_ns else 0.0
         self.pause_lat_ms.append(lat)
-        self._latency_line("pause", tx, tx.pause_cause, tx.pause_cross_ns, tx.pause_notice_ns, last, lat)
+        later = int(self.table.table[tx.slot, F["deq_bytes"]]) - tx.deq_after_kick
+        self._latency_line("pause", tx, tx.pause_cause, tx.pause_cross_ns, tx.pause_notice_ns, last, lat, later)
         tx.pause_cross_ns = 0
 
     def note_gap(self, phase: str, seconds: float, at_ns: int | None = None) -> None:
@@ -350,11 +353,11 @@ class Helper:
             self.gap_log.append(f"{at_ns or time.monotonic_ns()} {phase} {seconds * 1e3:.3f}\n")
 
     def _latency_line(self, kind: str, tx: Transmitter, cause: str, crossed: int, noticed: int, seen: int,
-                      lat_ms: float) -> None:
+                      lat_ms: float, later: int = 0) -> None:
         """One measured latency: which transmitter, the crossing, when the loop saw
         it, the departure that ends the latency (0: none), so a tail can be split
         into reaction (noticed - crossed) and datapath."""
-        self.lat_log.append(f"{kind} {tx.qid} {cause} {crossed} {noticed} {seen} {lat_ms:.3f}\n")
+        self.lat_log.append(f"{kind} {tx.qid} {cause} {crossed} {noticed} {seen} {lat_ms:.3f} {later}\n")
 
     def resync(self, ipr) -> None:
         """A queue that dropped (PFC too slow, or bad thresholds) counts more backlog

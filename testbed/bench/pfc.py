@@ -73,7 +73,7 @@ def read_latencies(path: Path) -> dict:
     if path.exists():
         for line in path.read_text().splitlines():
             parts = line.split()
-            if len(parts) != 7:
+            if len(parts) < 7:
                 continue
             kind, crossed, noticed, lat = parts[0], int(parts[3]), int(parts[4]), float(parts[6])
             (pause if kind == "pause" else resume).append(lat)
@@ -81,6 +81,40 @@ def read_latencies(path: Path) -> dict:
                 reaction.append(max(0, noticed - crossed) / 1e6)
     return {"pause_latency_ms": percentiles(pause), "resume_latency_ms": percentiles(resume),
             "reaction_ms": percentiles(reaction)}
+
+
+def cpu_times() -> dict[str, list[int]]:
+    """Per CPU, the /proc/stat counters (user .. steal, in clock ticks)."""
+    out = {}
+    with open("/proc/stat") as fh:
+        for line in fh:
+            f = line.split()
+            if f[0].startswith("cpu") and f[0] != "cpu":
+                out[f[0]] = [int(x) for x in f[1:9]]
+    return out
+
+
+def steal_pct(before: dict[str, list[int]], after: dict[str, list[int]]) -> float | None:
+    """The highest share of time, over the CPUs, that the hypervisor ran
+    something else while this VM's CPU wanted to run (field 8, steal): a
+    stolen CPU stalls the helper and the datapath alike."""
+    worst = None
+    for cpu, a in after.items():
+        d = [x - y for x, y in zip(a, before.get(cpu, a))]
+        if sum(d) > 0:
+            worst = max(worst or 0.0, 100.0 * d[7] / sum(d))
+    return None if worst is None else round(worst, 2)
+
+
+def helper_health(status: dict) -> dict:
+    """What pfcd says of its own loop: how it is scheduled, how often the
+    kernel's doorbell woke it, how often it was held up over 2 ms (and the
+    longest), and pauses that needed a second XOFF frame."""
+    gaps = status.get("loop_gaps", {})
+    return {"scheduling": status.get("scheduling"), "doorbell_rings": status.get("doorbell_rings", 0),
+            "loop_gaps": sum(gaps.values()), "loop_gap_max_ms": max(status.get("loop_gap_max_ms", {}).values(),
+                                                                    default=0.0),
+            "pauses_kicked_twice": status.get("pauses_kicked_twice", 0)}
 
 
 def paused_nodes(events) -> list[str]:
@@ -184,9 +218,10 @@ def phase(fabric_args: dict, config: DatapathConfig, pfc, victim: tuple[int, int
     try:
         sdir = Path(st["state_dir"])
         before = fabricctl.total_drops(st)
-        t0 = time.monotonic_ns()
+        t0, cpu0 = time.monotonic_ns(), cpu_times()
         result = run_incast(victim, senders, seconds)
         t1 = time.monotonic_ns()
+        result["vcpu_steal_pct"] = steal_pct(cpu0, cpu_times())
         time.sleep(1.5)  # the helper writes its status and logs once a second
         result["drops"] = fabricctl.total_drops(st) - before
         status = json.loads((sdir / "pfc_status.json").read_text()) if pfc.enabled else {}
@@ -196,6 +231,7 @@ def phase(fabric_args: dict, config: DatapathConfig, pfc, victim: tuple[int, int
                       paused_nodes=paused_nodes(events))
         if pfc.enabled:  # the microbenchmark is the incast alone: latencies before the spreading demo
             result["latency"] = read_latencies(sdir / "pfc_latency.txt")
+            result["helper"] = helper_health(status)
             if out is not None:
                 result["spread"] = save_logs(sdir, out / "incast", t0, t1)
         result["bringup_s"] = st["timings"].get("up_s")

@@ -33,6 +33,7 @@ def test_incast_lossless_with_pfc_and_lossy_without(kind, upstream, tmp_path):
     assert on["drops"] == 0 and doc["lossless"], f"PFC on, yet fabric queues dropped {on['drops']} packets"
     assert on["pauses"] > 0 and on["resumes"] == on["pauses"], on
     assert on["netlink_errors"] == 0 and on["resume_stalls"] == 0, on
+    assert on["helper"]["doorbell_rings"] > 0, f"the kernel's doorbell never woke the helper: {on['helper']}"
     paused = set(on["paused_nodes"])
     assert paused & upstream, f"the switches feeding the hot queue were never paused: {sorted(paused)}"
     assert any(n.startswith("gpu") for n in paused), f"the pause did not spread to the senders' NICs: {paused}"

@@ -67,3 +67,18 @@ def test_bystanders_avoid_the_incast_and_some_share_its_hot_switch(kind):
     assert all(sp == 1 and dp == 2 for (_, sp), (_, dp) in flows)
     near = [d for _, (d, _) in flows if fabric.switch_of(d, 2) == hot]
     assert 1 <= len(near) <= 4
+
+
+def test_steal_is_the_worst_cpus_share_of_stolen_time():
+    before = {"cpu0": [0] * 8, "cpu1": [0] * 8}
+    after = {"cpu0": [50, 0, 10, 40, 0, 0, 0, 0], "cpu1": [60, 0, 0, 20, 0, 0, 0, 20]}
+    assert pfc.steal_pct(before, after) == 20.0
+    assert pfc.steal_pct(after, after) is None  # no time passed
+
+
+def test_helper_health_sums_the_gaps_and_keeps_the_longest():
+    doc = pfc.helper_health({"scheduling": "fifo", "doorbell_rings": 7, "pauses_kicked_twice": 1,
+                             "loop_gaps": {"sleep": 3, "step": 2}, "loop_gap_max_ms": {"sleep": 2.5, "step": 4.1}})
+    assert doc == {"scheduling": "fifo", "doorbell_rings": 7, "loop_gaps": 5, "loop_gap_max_ms": 4.1,
+                   "pauses_kicked_twice": 1}
+    assert pfc.helper_health({})["loop_gap_max_ms"] == 0.0
