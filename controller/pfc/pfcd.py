@@ -69,8 +69,6 @@ class Transmitter:
         self.resume_msg = tbfmsg.tbf_change(ifindex, rate_bps, burst, q["limit"])
         self.xon_frame = tbfmsg.pfc_frame(b"\x02\xff\x00\x00\x00\x02", 0)
         self.xoff_frame = tbfmsg.pfc_frame(b"\x02\xff\x00\x00\x00\x02", 0xFFFF)
-        # what is left of the one-frame pause bucket after a lone XOFF frame, but for 59 B
-        self.eater_frame = self.xoff_frame.ljust(frame - len(self.xoff_frame) - 59, b"\0")
         self.holders = 0
         self.pause_cross_ns = 0  # XOFF crossing that paused it, until its pause latency is measured
         self.pause_notice_ns = 0  # when the loop saw that crossing
@@ -294,9 +292,10 @@ class Helper:
     def _pause(self, tx: Transmitter) -> None:
         """Pause = a one-frame bucket at a crawl, then an XOFF frame to run the
         qdisc now: the frame already due leaves at once and empties the bucket.
-        If the XOFF frame left alone (the queue was empty), most of the bucket
-        is still there and a later short frame could slip out while paused, so
-        a padded frame eats it (down to 59 B: less than any frame)."""
+        If the XOFF frame itself left (the kernel stamps MAC control frames),
+        the queue ran dry with part of the bucket unused, and a later short
+        frame (an ACK) could slip out while paused, so a padded frame eats what
+        is left, down to 59 B: less than any frame."""
         t = self.table.table
         if t[tx.slot, F["resume_mark"]]:  # resumed, but no frame has left since: that resume measures nothing
             tx.cut_short = tx.resumes
@@ -307,8 +306,9 @@ class Helper:
         tx.send_frame(tx.xoff_frame)
         self.unconfirmed.append(tx)
         tx.deq_after_kick = int(t[tx.slot, F["deq_bytes"]])
-        if tx.deq_after_kick - before == len(tx.xoff_frame):
-            tx.send_frame(tx.eater_frame)
+        left = self.frame - (tx.deq_after_kick - before)  # bucket still unused
+        if int(t[tx.slot, F["ctl_deq_ns"]]) >= tx.kicked_ns and left - 59 >= len(tx.xoff_frame):
+            tx.send_frame(tx.xoff_frame.ljust(left - 59, b"\0"))
             self.eaten += 1
 
     def _xon(self, cause: str, now: int) -> None:

@@ -47,7 +47,8 @@ struct qstate {
 	__u64 resume_mark;   /* set by the helper on resume; cleared by the next departure */
 	__u64 first_deq_ns;  /* time of the first departure after resume_mark was set */
 	__u64 max_backlog;   /* high-water mark, reset by the helper */
-	__u64 pad[4];
+	__u64 ctl_deq_ns;    /* time the last MAC control (PFC) frame left: the helper's own */
+	__u64 pad[3];
 };
 
 struct {
@@ -138,6 +139,16 @@ static __always_inline void note_source(struct __sk_buff *skb, __u32 slot, __u64
 		*seen = now;
 }
 
+static __always_inline int is_mac_control(struct __sk_buff *skb)
+{
+	void *data = (void *)(long)skb->data;
+	struct ethhdr *eth = data;
+
+	if ((void *)(eth + 1) > (void *)(long)skb->data_end)
+		return 0;
+	return eth->h_proto == bpf_htons(0x8808);
+}
+
 SEC("tc/enqueue")
 int on_enqueue(struct __sk_buff *skb)
 {
@@ -178,6 +189,8 @@ int on_dequeue(struct __sk_buff *skb)
 		q->first_deq_ns = now;
 		q->resume_mark = 0;
 	}
+	if (is_mac_control(skb))
+		q->ctl_deq_ns = now;
 	if (q->over && (backlog < q->xon || backlog >= (1ULL << 40))) {
 		q->xon_ns = now;
 		q->over = 0;
