@@ -27,8 +27,11 @@ def one_line_error(proc: subprocess.CompletedProcess, status: int, *words: str) 
 
 
 def start_up(*args: str) -> subprocess.Popen:
+    # SIGINT back to its default in the child: a test run started in the background by a
+    # non-interactive shell inherits SIGINT ignored, and 'up' would then never see the Ctrl-C
     return subprocess.Popen([sys.executable, "-m", "testbed", "up", *args], cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def wait_until_building(proc: subprocess.Popen, what: str, timeout: float = 30) -> None:
