@@ -33,8 +33,10 @@ def leftovers() -> list[str]:
                 found.append(f"controller pid {entry}")
             if cmd[1:3] == [b"-m", b"controller.pfc.pfcd"]:
                 found.append(f"PFC helper pid {entry}")
-    found += [f"pinned map {n}" for n in ("tb_queues", "tb_enq_slot", "tb_deq_slot")
-              if os.path.exists(f"/sys/fs/bpf/tc/globals/{n}")]
+    from controller.pfc.attach import MAPS
+    from controller.pfc.bpfmaps import PIN_DIR
+
+    found += [f"pinned map {n}" for n in MAPS if os.path.exists(os.path.join(PIN_DIR, n))]
     return found
 
 
