@@ -19,10 +19,11 @@ promise that. Split:
 * log: ``pfc.txt`` (HPCC-like, one event a line) and a status JSON once a
   second (paused transmitters, counts, measured pause/resume latencies).
 
-Latency, measured from kernel timestamps: pause latency = last departure of
-a paused feeder - the XOFF crossing of its cause (feeders that sent nothing
-after the crossing count 0); resume latency = first departure of a resumed
-feeder that still had backlog - the XON crossing.
+Latency, measured from kernel timestamps of traffic (the helper's own XOFF/XON
+frames are stamped apart): pause latency = last departure of a paused feeder
+- the XOFF crossing of its cause (feeders that sent nothing after the
+crossing count 0); resume latency = first departure of a resumed feeder that
+still had backlog - the XON crossing.
 
 Run: ``python -m controller.pfc.pfcd --policy policy.json`` (root).
 """
@@ -49,7 +50,6 @@ from controller.pfc.bpfmaps import F
 MEASURE_AFTER_NS = 30_000_000  # look at departures 30 ms after a pause/resume
 STALL_NS = 30_000_000
 EXTEND_EVERY_NS = 2_000_000  # how often queues over XOFF look for newly active sources
-RECHECK_NS = 300_000  # a pause whose XOFF frame made nothing leave by then is kicked again
 
 
 class Transmitter:
@@ -75,7 +75,7 @@ class Transmitter:
         self.pause_cause = ""
         self.resumes = 0  # resumes so far: a resume's measurement is tied to its number
         self.cut_short = -1  # number of the last resume that a new pause ended before any frame left
-        self.kicked_ns = 0  # when the last pause's XOFF frame was sent
+        self.kicked_ns = 0  # when the last pause's XOFF frame was sent (did it leave? see _pause)
         self.deq_after_kick = 0  # departure counter right after it (bytes that left later show in the log)
 
     kick_errors = 0  # frames the kernel refused (class-wide: reported in the status)
@@ -195,8 +195,6 @@ class Helper:
         self.netlink_errors = 0
         self.resyncs = 0
         self.eaten = 0  # pauses of an empty queue whose bucket had to be eaten
-        self.unconfirmed: list[Transmitter] = []  # paused, no departure since the XOFF frame yet
-        self.rekicks = 0  # pauses that needed a second XOFF frame (see _confirm_pauses)
         self.cut_short = 0  # resumes ended by a new pause before any frame left (not measured)
         self.gaps: dict[str, int] = {}  # loop phase -> times it kept the helper away over 2 ms
         self.gap_max_ms: dict[str, float] = {}
@@ -222,29 +220,8 @@ class Helper:
         if self.held and time.monotonic_ns() >= self.next_extend_ns:
             self.extend()
             self.next_extend_ns = time.monotonic_ns() + EXTEND_EVERY_NS
-        if self.unconfirmed:
-            self._confirm_pauses()
         if self.pending and self.pending[0][0] <= time.monotonic_ns():
             self._measure()
-
-    def _confirm_pauses(self) -> None:
-        """Every pause's XOFF frame should make a frame leave (the one due, or
-        itself). A pause with no departure RECHECK_NS after its XOFF frame gets
-        a second one, in case the first did not run the qdisc. It does not cure
-        the rare pause ~1 ms after a resume whose due frame leaves one frame
-        time (8 ms at 3 Mbit/s) later: that cause is still open."""
-        now = time.monotonic_ns()
-        t = self.table.table
-        still = []
-        for tx in self.unconfirmed:
-            if t[tx.slot, F["last_deq_ns"]] >= tx.kicked_ns or not tx.holders:
-                continue
-            if now - tx.kicked_ns < RECHECK_NS:
-                still.append(tx)
-                continue
-            tx.send_frame(tx.xoff_frame)
-            self.rekicks += 1
-        self.unconfirmed = still
 
     def _active_feeders(self, cause: str, since_ns: int) -> list[str]:
         """Feeders of ``cause`` through which some NIC whose packets entered it
@@ -290,12 +267,14 @@ class Helper:
                     self._hold(cause, active, now, now)
 
     def _pause(self, tx: Transmitter) -> None:
-        """Pause = a one-frame bucket at a crawl, then an XOFF frame to run the
-        qdisc now: the frame already due leaves at once and empties the bucket.
-        If the XOFF frame itself left (the kernel stamps MAC control frames),
-        the queue ran dry with part of the bucket unused, and a later short
-        frame (an ACK) could slip out while paused, so a padded frame eats what
-        is left, down to 59 B: less than any frame."""
+        """Pause = a one-frame bucket at 1 byte/s, then an XOFF frame to run
+        the qdisc now: the frame already due leaves at once, then any that fit
+        in the rest of the bucket; one that does not fit waits a second per
+        missing byte. The XOFF frame queues behind them (it is not traffic: the
+        kernel stamps it apart, in ctl_deq_ns). If it left too, the queue ran
+        dry with part of the bucket unused, and a later short frame (an ACK)
+        could slip out while paused, so a padded frame eats what is left, down
+        to 59 B: less than any frame."""
         t = self.table.table
         if t[tx.slot, F["resume_mark"]]:  # resumed, but no frame has left since: that resume measures nothing
             tx.cut_short = tx.resumes
@@ -304,7 +283,6 @@ class Helper:
         tx.change(tx.pause_msg)
         tx.kicked_ns = time.monotonic_ns()
         tx.send_frame(tx.xoff_frame)
-        self.unconfirmed.append(tx)
         tx.deq_after_kick = int(t[tx.slot, F["deq_bytes"]])
         left = self.frame - (tx.deq_after_kick - before)  # bucket still unused
         if int(t[tx.slot, F["ctl_deq_ns"]]) >= tx.kicked_ns and left - 59 >= len(tx.xoff_frame):
@@ -436,7 +414,6 @@ class Helper:
             "resume_stalls": self.stalls,
             "backlog_resyncs": self.resyncs,
             "empty_pauses": self.eaten,
-            "pauses_kicked_twice": self.rekicks,
             "kick_errors": Transmitter.kick_errors,
             "resumes_cut_short": self.cut_short,
             "scheduling": self.scheduling,

@@ -43,9 +43,9 @@ struct qstate {
 	__u64 over;          /* 1 from an XOFF crossing to the next XON crossing */
 	__u64 xoff_ns;       /* time of the last XOFF crossing (CLOCK_MONOTONIC) */
 	__u64 xon_ns;        /* time of the last XON crossing */
-	__u64 last_deq_ns;   /* time of the last departure */
-	__u64 resume_mark;   /* set by the helper on resume; cleared by the next departure */
-	__u64 first_deq_ns;  /* time of the first departure after resume_mark was set */
+	__u64 last_deq_ns;   /* time of the last departure of traffic (not of a MAC control frame) */
+	__u64 resume_mark;   /* set by the helper on resume; cleared by the next traffic departure */
+	__u64 first_deq_ns;  /* time of the first traffic departure after resume_mark was set */
 	__u64 max_backlog;   /* high-water mark, reset by the helper */
 	__u64 ctl_deq_ns;    /* time the last MAC control (PFC) frame left: the helper's own */
 	__u64 pad[3];
@@ -184,13 +184,18 @@ int on_dequeue(struct __sk_buff *skb)
 	now = bpf_ktime_get_ns();
 	deq = __sync_fetch_and_add(&q->deq_bytes, skb->len) + skb->len;
 	backlog = q->enq_bytes - deq - q->drop_adjust;
-	q->last_deq_ns = now;
-	if (q->resume_mark) {
-		q->first_deq_ns = now;
-		q->resume_mark = 0;
-	}
-	if (is_mac_control(skb))
+	if (is_mac_control(skb)) {
+		/* the helper's own XOFF/XON frame: its bytes count (they were
+		 * counted in), but it is not the queue's traffic, so it neither
+		 * ends a pause's latency nor starts a resume's */
 		q->ctl_deq_ns = now;
+	} else {
+		q->last_deq_ns = now;
+		if (q->resume_mark) {
+			q->first_deq_ns = now;
+			q->resume_mark = 0;
+		}
+	}
 	if (q->over && (backlog < q->xon || backlog >= (1ULL << 40))) {
 		q->xon_ns = now;
 		q->over = 0;

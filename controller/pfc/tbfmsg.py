@@ -2,9 +2,11 @@
 
 A queue is tbf (rate R, burst B) over a bfifo. Changing a tbf refills its
 bucket, so:
-* pause  = change to rate PAUSE_RATE with a one-frame burst: at most the one
-  frame the fresh bucket allows leaves, then the next would take
-  frame/PAUSE_RATE (about 24 s for 3 KB), i.e. the queue holds;
+* pause  = change to rate PAUSE_RATE with a one-frame burst: the frame that
+  is due leaves on the fresh bucket (and any that fit in what it leaves);
+  a frame that does not fit waits for the missing bytes at 1 byte/s, so even
+  one byte short it stays put for a second (at 1 kbit/s that was 8 ms, and
+  such frames left well inside a pause), i.e. the queue holds;
 * resume = change back to (R, B): a full bucket, no deficit to pay off.
 
 The messages (RTM_NEWQDISC without CREATE/REPLACE = change, handle 1:, root)
@@ -26,7 +28,8 @@ TCA_KIND, TCA_OPTIONS = 1, 2
 TCA_TBF_PARMS, TCA_TBF_BURST = 1, 6
 TC_H_ROOT = 0xFFFFFFFF
 TC_LINKLAYER_ETHERNET = 1
-PAUSE_RATE_BPS = 1000  # 1 kbit/s: low enough to hold, high enough for tc's 32-bit time fields
+PAUSE_RATE_BPS = 8  # 1 byte/s, the lowest tbf takes. The kernel keeps the bucket in
+# 64-bit ns (TCA_TBF_BURST); only tc's 32-bit dump overflows: a paused queue shows "burst 265b".
 
 
 def _attr(kind: int, payload: bytes) -> bytes:

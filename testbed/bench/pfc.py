@@ -109,12 +109,11 @@ def steal_pct(before: dict[str, list[int]], after: dict[str, list[int]]) -> floa
 def helper_health(status: dict) -> dict:
     """What pfcd says of its own loop: how it is scheduled, how often the
     kernel's doorbell woke it, how often it was held up over 2 ms (and the
-    longest), and pauses that needed a second XOFF frame."""
+    longest)."""
     gaps = status.get("loop_gaps", {})
     return {"scheduling": status.get("scheduling"), "doorbell_rings": status.get("doorbell_rings", 0),
             "loop_gaps": sum(gaps.values()), "loop_gap_max_ms": max(status.get("loop_gap_max_ms", {}).values(),
-                                                                    default=0.0),
-            "pauses_kicked_twice": status.get("pauses_kicked_twice", 0)}
+                                                                    default=0.0)}
 
 
 def paused_nodes(events) -> list[str]:
