@@ -115,7 +115,8 @@ class Pfc(_Section):
     xoff_bytes: Optional[Size] = Field(None, description="queue depth that sends PAUSE")
     xon_bytes: Optional[Size] = Field(None, description="queue depth that sends RESUME (below xoff_bytes)")
     headroom_bytes: Optional[Size] = Field(None, description="buffer kept for bytes in flight after PAUSE")
-    dynamic_alpha: Optional[float] = Field(None, gt=0, description="dynamic threshold alpha; null: static")
+    dynamic_alpha: Optional[float] = Field(None, ge=1 / 128, le=8, description="dynamic threshold: XOFF = alpha x "
+                                           "the switch's free shared buffer; null: static xoff/xon")
     poll_us: Optional[int] = Field(None, gt=0, description="how often queue depth is polled, microseconds")
 
 

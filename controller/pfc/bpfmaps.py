@@ -19,8 +19,8 @@ PIN_DIR = "/sys/fs/bpf/tc/globals"  # where tc's libbpf loader pins maps declare
 MAX_QUEUES = 2048
 MAX_NICS = 256
 FIELDS = ("enq_bytes", "deq_bytes", "drop_adjust", "xoff", "xon", "over", "xoff_ns", "xon_ns", "last_deq_ns",
-          "resume_mark", "first_deq_ns", "max_backlog", "ctl_deq_ns")
-QSTATE_WORDS = 16  # 13 fields + 3 pad, u64 each
+          "resume_mark", "first_deq_ns", "max_backlog", "ctl_deq_ns", "alpha_x256", "shared", "sw_slot", "xoff_at")
+QSTATE_WORDS = 24  # 17 fields + 7 pad, u64 each
 F = {name: i for i, name in enumerate(FIELDS)}
 
 _SYS_BPF = 321  # x86_64

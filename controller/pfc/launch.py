@@ -49,6 +49,8 @@ def helper_policy(fabric, datapath: dict, pfc: dict, state_dir: str) -> dict:
             entry.update(xoff=th[q.qid]["xoff"], xon=th[q.qid]["xon"], limit=th[q.qid]["limit"],
                          feeders=th[q.qid]["feeders"],
                          sources={f: sorted(nics) for f, nics in sources[q.qid].items()})
+            if "dynamic" in th[q.qid]:
+                entry["dynamic"] = th[q.qid]["dynamic"]
         queues[q.qid] = entry
     from testbed.fabric import addressing
 

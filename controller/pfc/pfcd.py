@@ -164,9 +164,22 @@ class Helper:
         self.socks = list(socks.values())
         self.watched = [qid for qid in self.qids if self.queues[qid].get("xoff")]
         self.watched_slots = np.array([self.slot[q] for q in self.watched], dtype=np.int64)
+        # dynamic thresholds: one extra row per switch counts the bytes in its pool
+        switches = sorted({self.queues[q]["dynamic"]["switch"] for q in self.watched if self.queues[q].get("dynamic")})
+        self.switch_slot = {sw: len(self.qids) + i for i, sw in enumerate(switches)}
+        if len(self.qids) + len(switches) > bpfmaps.MAX_QUEUES:
+            raise SystemExit(f"pfcd: {len(self.qids)} queues and {len(switches)} switch pools do not fit the "
+                             f"kernel's {bpfmaps.MAX_QUEUES} rows")
+        for row in self.switch_slot.values():
+            t[row, :] = 0
         for qid in self.watched:
-            t[self.slot[qid], F["xon"]] = self.queues[qid]["xon"]
-            t[self.slot[qid], F["xoff"]] = self.queues[qid]["xoff"]  # xoff last: it arms the crossing
+            row, q = t[self.slot[qid]], self.queues[qid]
+            if q.get("dynamic"):
+                d = q["dynamic"]
+                row[F["shared"]], row[F["sw_slot"]] = d["shared"], self.switch_slot[d["switch"]]
+                row[F["alpha_x256"]] = max(1, round(d["alpha"] * 256))
+            row[F["xon"]] = q["xon"]
+            row[F["xoff"]] = q["xoff"]  # xoff last: it arms the crossing
         self.last_over = np.zeros(len(self.watched), dtype=np.uint64)
         # ingress accounting: which NICs' packets are in a queue (kernel: tb_src, tb_seen)
         nic_index = {nic: i for i, nic in enumerate(sorted(policy.get("nics", {})))}
@@ -182,8 +195,10 @@ class Helper:
                               for f in self.queues[qid]["feeders"]] for qid in self.watched}
         self.next_extend_ns = 0
         # packets that entered within the time the queue takes to drain XOFF bytes (x1.5) are still in it
-        self.window_ns = {qid: int(1.5 * self.queues[qid]["xoff"] * 8 / policy["rate_bps"] * 1e9)
-                          for qid in self.watched}
+        # (dynamic: the highest XOFF the queue can see)
+        self.window_ns = {qid: int(1.5 * self.queues[qid].get("dynamic", {}).get("xoff_max", self.queues[qid]["xoff"])
+                                   * 8 / policy["rate_bps"] * 1e9) for qid in self.watched}
+        self.xoff_at: list[float] = []  # the XOFF threshold of every crossing (bytes): dynamic ones vary
         self.held: dict[str, set[str]] = {}  # congested queue -> the feeders it holds
         self.log: list[str] = []  # pfc.txt lines not yet handed to the writer
         self.lat_log: list[str] = []  # pfc_latency.txt lines
@@ -232,6 +247,7 @@ class Helper:
     def _xoff(self, cause: str, now: int) -> None:
         self.xoffs += 1
         crossed = int(self.table.table[self.slot[cause], F["xoff_ns"]])
+        self.xoff_at.append(float(self.table.table[self.slot[cause], F["xoff_at"]]))
         self.held[cause] = set()
         active = self._active_feeders(cause, crossed - self.window_ns[cause])
         self._hold(cause, active or list(self.queues[cause]["feeders"]), crossed, now)  # none known: all
@@ -352,6 +368,8 @@ class Helper:
             if real is None or counted - real <= self.frame:
                 continue
             row[F["drop_adjust"]] += counted - real
+            if row[F["alpha_x256"]]:  # the bytes were counted into the switch's pool too
+                t[int(row[F["sw_slot"]]), F["drop_adjust"]] += counted - real
             self.resyncs += 1
             if real < int(row[F["xon"]]):
                 row[F["xon_ns"]] = time.monotonic_ns()
@@ -411,6 +429,7 @@ class Helper:
             "over_now": [q for q, o in zip(self.watched, t[self.watched_slots, F["over"]]) if o],
             "pause_latency_ms": percentiles(self.pause_lat_ms),
             "resume_latency_ms": percentiles(self.resume_lat_ms),
+            "xoff_threshold_bytes": _spread(self.xoff_at),
             "resume_stalls": self.stalls,
             "backlog_resyncs": self.resyncs,
             "empty_pauses": self.eaten,
@@ -492,6 +511,14 @@ class Writer(threading.Thread):
     def close(self) -> None:
         self.inbox.put(None)
         self.join(timeout=10)
+
+
+def _spread(values: list[float]) -> dict:
+    """{"n", "min", "p50", "max"} of byte values (None when empty): static thresholds give one value."""
+    if not values:
+        return {"n": 0, "min": None, "p50": None, "max": None}
+    a = np.asarray(values)
+    return {"n": len(a), "min": int(a.min()), "p50": int(np.median(a)), "max": int(a.max())}
 
 
 def _counted_backlog(row) -> int:

@@ -17,6 +17,14 @@ Sizes (all bytes; ``frame`` = MTU + 14):
   its fresh bucket allows) + what the link carries during the helper's
   worst reaction time (``rate * reaction_ms``);
 * xoff defaults to half the buffer, xon to xoff - 2 frames (at least 1 frame);
+* or, with ``dynamic_alpha`` (Broadcom's dynamic threshold, the one HPCC's
+  switches use): a switch's queues share one pool, ``shared`` = its ports x
+  ``buffer``, and a queue's XOFF is ``alpha x (shared - bytes queued in the
+  whole switch)``, never below 2 frames; XON is 2 frames below it (at least
+  1 frame). The kernel computes it at every enqueue and departure. A queue
+  alone on its switch can reach ``alpha x shared / (1 + alpha)``
+  (``dynamic_xoff_max``); n congested queues each stop at
+  ``alpha x shared / (1 + n alpha)``, so together they stay inside the pool;
 * a queue's byte limit with PFC on is ``xoff + n_feeders * headroom``
   (``queue_limit``): a real switch reserves headroom per ingress port, so the
   bytes that arrive after XOFF from each feeding link still fit and PFC stays
@@ -38,6 +46,7 @@ POLL_US_RANGE = (50, 5000)
 DEFAULT_POLL_US = 500
 DEFAULT_REACTION_MS = 2.0
 MAX_DYNAMIC_ALPHA = 8.0
+MIN_DYNAMIC_ALPHA = 1 / 128  # the kernel keeps alpha in 1/256 steps
 HEADROOM_ROUND = 1000
 ETH_HEADER = 14
 
@@ -50,7 +59,7 @@ class PfcConfig:
     xoff_bytes: int | None = None
     xon_bytes: int | None = None
     headroom_bytes: int | None = None  # per feeding link
-    dynamic_alpha: float | None = None  # HPCC dynamic threshold (xoff = alpha * free buffer): not implemented
+    dynamic_alpha: float | None = None  # dynamic threshold: xoff = alpha x the switch's free shared buffer
     poll_us: int = DEFAULT_POLL_US  # helper poll interval, 50 .. 5000
     reaction_ms: float = DEFAULT_REACTION_MS  # assumed worst reaction time of the helper (sizes the headroom)
 
@@ -81,6 +90,7 @@ class ResolvedPfc:
     mtu: int
     poll_us: int
     reaction_ms: float
+    dynamic_alpha: float | None = None  # None: static xoff/xon; else xoff/xon are the floors
 
 
 def _rate_text(rate_bps: float) -> str:
@@ -105,8 +115,9 @@ def min_headroom(rate_bps: float, mtu: int, reaction_ms: float) -> int:
 def resolve(cfg: PfcConfig, rate_bps: float, mtu: int, buffer_bytes: int) -> ResolvedPfc:
     """Fill in the defaults and check every rule; one-line TestbedError naming the value and the rule.
 
-    Values are checked even with ``enabled=False`` (a bad setting is bad either way), except that
-    ``dynamic_alpha`` is only refused as unimplemented when PFC is on."""
+    Values are checked even with ``enabled=False`` (a bad setting is bad either way). With
+    ``dynamic_alpha`` the thresholds are the kernel's to compute: xoff/xon given as well are
+    refused, and the resolved xoff/xon are the floors (2 frames, 1 frame)."""
     if not rate_bps > 0:
         raise TestbedError(f"link rate {rate_bps!r} bit/s must be > 0 for PFC")
     if isinstance(mtu, bool) or not isinstance(mtu, int) or mtu < 1:
@@ -125,12 +136,17 @@ def resolve(cfg: PfcConfig, rate_bps: float, mtu: int, buffer_bytes: int) -> Res
     reaction_ms = DEFAULT_REACTION_MS if cfg.reaction_ms is None else cfg.reaction_ms
     if isinstance(reaction_ms, bool) or not isinstance(reaction_ms, (int, float)) or not reaction_ms > 0:
         raise TestbedError(f"pfc reaction_ms {reaction_ms!r} must be > 0 (the helper's worst reaction time)")
-    if cfg.dynamic_alpha is not None:
-        a = cfg.dynamic_alpha
-        if isinstance(a, bool) or not isinstance(a, (int, float)) or not 0 < a <= MAX_DYNAMIC_ALPHA:
-            raise TestbedError(f"pfc dynamic_alpha {a!r} is out of range: expected 0 < alpha <= {MAX_DYNAMIC_ALPHA:g}")
-        if cfg.enabled:
-            raise TestbedError("dynamic thresholds (dynamic_alpha) are not implemented: use static xoff/xon")
+    alpha = cfg.dynamic_alpha
+    if alpha is not None:
+        if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or \
+                not MIN_DYNAMIC_ALPHA <= alpha <= MAX_DYNAMIC_ALPHA:
+            raise TestbedError(f"pfc dynamic_alpha {alpha!r} is out of range: expected 1/128 (0.0078125) <= alpha "
+                               f"<= {MAX_DYNAMIC_ALPHA:g}")
+        given = [f"{name} {v} B" for name, v in (("xoff", xoff), ("xon", xon)) if v is not None]
+        if given:
+            raise TestbedError(f"pfc {given[0]} conflicts with dynamic_alpha {alpha:g}: the XOFF threshold is then "
+                               "alpha x the switch's free buffer; leave xoff and xon unset")
+        alpha = float(alpha)
 
     frame = mtu + ETH_HEADER
     need = min_headroom(rate_bps, mtu, reaction_ms)
@@ -140,6 +156,8 @@ def resolve(cfg: PfcConfig, rate_bps: float, mtu: int, buffer_bytes: int) -> Res
         raise TestbedError(
             f"pfc headroom {headroom} B is below the {need} B in flight on one link (2 frames of {frame} B + "
             f"{need - 2 * frame} B at {_rate_text(rate_bps)} in {reaction_ms:g} ms)")
+    if alpha is not None:
+        xoff, xon = 2 * frame, frame  # floors of the kernel's dynamic thresholds
     if xoff is None:
         xoff = buffer_bytes // 2
     if xoff > buffer_bytes:
@@ -153,13 +171,27 @@ def resolve(cfg: PfcConfig, rate_bps: float, mtu: int, buffer_bytes: int) -> Res
         raise TestbedError(f"pfc xon {xon} B must be below xoff {xoff} B")
     return ResolvedPfc(enabled=bool(cfg.enabled), xoff_bytes=xoff, xon_bytes=xon, headroom_bytes=headroom,
                        min_headroom_bytes=need, frame_bytes=frame, buffer_bytes=buffer_bytes,
-                       rate_bps=float(rate_bps), mtu=mtu, poll_us=poll_us, reaction_ms=float(reaction_ms))
+                       rate_bps=float(rate_bps), mtu=mtu, poll_us=poll_us, reaction_ms=float(reaction_ms),
+                       dynamic_alpha=alpha)
 
 
-def queue_limit(resolved: ResolvedPfc, n_feeders: int) -> int:
+def shared_buffer(resolved: ResolvedPfc, n_ports: int) -> int:
+    """A switch's shared pool for dynamic thresholds: its ports' buffers together."""
+    return n_ports * resolved.buffer_bytes
+
+
+def dynamic_xoff_max(resolved: ResolvedPfc, shared: int) -> int:
+    """The highest XOFF a queue can see: alone in its switch, alpha x (shared - b) = b
+    at b = alpha x shared / (1 + alpha) (and never below the 2-frame floor)."""
+    a = resolved.dynamic_alpha
+    return max(resolved.xoff_bytes, math.floor(a * shared / (1 + a)))
+
+
+def queue_limit(resolved: ResolvedPfc, n_feeders: int, xoff_max: int | None = None) -> int:
     """Byte limit of a switch egress queue (its bfifo/tbf limit).
 
-    PFC on: ``xoff + n_feeders * headroom``. Up to XOFF the queue fills like
+    PFC on: ``xoff + n_feeders * headroom`` (with dynamic thresholds, the
+    highest XOFF the queue can see, ``xoff_max``, stands for xoff). Up to XOFF the queue fills like
     any buffer; after XOFF each of its ``n_feeders`` feeding links may still
     deliver up to one headroom (frames in flight plus the helper's reaction
     time), reserved per feeding link as a real switch reserves headroom per
@@ -169,7 +201,7 @@ def queue_limit(resolved: ResolvedPfc, n_feeders: int) -> int:
         raise TestbedError(f"n_feeders {n_feeders} is negative")
     if not resolved.enabled:
         return resolved.buffer_bytes
-    return resolved.xoff_bytes + n_feeders * resolved.headroom_bytes
+    return (xoff_max or resolved.xoff_bytes) + n_feeders * resolved.headroom_bytes
 
 
 # ------------------------------------------------------------------ feeders
@@ -310,12 +342,22 @@ def queue_sort_key(qid: str) -> tuple:
 # --------------------------------------------------------------- thresholds
 def thresholds(fabric: Fabric, resolved: ResolvedPfc) -> dict[str, dict]:
     """Switch queue id -> {"xoff", "xon", "limit", "feeders"} (bytes; limit from ``queue_limit``).
-    With PFC off, xoff and xon are None and limit is the plain buffer."""
+    With PFC off, xoff and xon are None and limit is the plain buffer. With dynamic
+    thresholds xoff/xon are the floors and the entry adds ``"dynamic": {"alpha",
+    "shared", "switch", "xoff_max"}`` (the pool is per switch)."""
     out = {}
+    dynamic = resolved.enabled and resolved.dynamic_alpha is not None
     for qid, feed in feeders(fabric).items():
         on = resolved.enabled
-        out[qid] = {"xoff": resolved.xoff_bytes if on else None, "xon": resolved.xon_bytes if on else None,
-                    "limit": queue_limit(resolved, len(feed)), "feeders": feed}
+        entry = {"xoff": resolved.xoff_bytes if on else None, "xon": resolved.xon_bytes if on else None,
+                 "limit": queue_limit(resolved, len(feed)), "feeders": feed}
+        if dynamic:
+            switch = qid.partition(":")[0]
+            shared = shared_buffer(resolved, len(fabric.switches[switch].ports))
+            top = dynamic_xoff_max(resolved, shared)
+            entry["limit"] = queue_limit(resolved, len(feed), top)
+            entry["dynamic"] = {"alpha": resolved.dynamic_alpha, "shared": shared, "switch": switch, "xoff_max": top}
+        out[qid] = entry
     return out
 
 

@@ -19,6 +19,13 @@
  * that NICs with packets in the queue came through, as a real switch pauses
  * only the ingress ports whose bytes fill its buffer.
  *
+ * Dynamic thresholds (alpha_x256 != 0): the queues of one switch share a
+ * pool of `shared` bytes, and a queue's XOFF is alpha x (shared - bytes queued
+ * in the whole switch), at least `xoff`; XON is `xoff` bytes below that, at
+ * least `xon`. The switch's bytes are counted in an extra row of tb_queues
+ * (sw_slot). Like a real switch (and HPCC's), a queue checks at its own
+ * enqueues and departures. alpha_x256 = 0: the static xoff/xon.
+ *
  * Doorbell: every crossing also writes a record to the tb_bell ring buffer,
  * which wakes the helper at once (it waits on the ring, not on a timer: in a
  * VM a timer wake-up can come milliseconds late). The helper skips the
@@ -48,7 +55,11 @@ struct qstate {
 	__u64 first_deq_ns;  /* time of the first traffic departure after resume_mark was set */
 	__u64 max_backlog;   /* high-water mark, reset by the helper */
 	__u64 ctl_deq_ns;    /* time the last MAC control (PFC) frame left: the helper's own */
-	__u64 pad[3];
+	__u64 alpha_x256;    /* dynamic threshold's alpha in 1/256; 0: static thresholds */
+	__u64 shared;        /* the switch's shared pool, bytes (dynamic only) */
+	__u64 sw_slot;       /* row counting the whole switch's bytes (dynamic only) */
+	__u64 xoff_at;       /* the XOFF threshold at the last XOFF crossing */
+	__u64 pad[7];
 };
 
 struct {
@@ -139,6 +150,45 @@ static __always_inline void note_source(struct __sk_buff *skb, __u32 slot, __u64
 		*seen = now;
 }
 
+/* bytes into or out of a queue also count for its switch's pool */
+static __always_inline void count_switch(struct qstate *q, __u64 in, __u64 out)
+{
+	__u32 s = q->sw_slot;
+	struct qstate *sw;
+
+	if (!q->alpha_x256)
+		return;
+	sw = bpf_map_lookup_elem(&tb_queues, &s);
+	if (!sw)
+		return;
+	if (in)
+		__sync_fetch_and_add(&sw->enq_bytes, in);
+	if (out)
+		__sync_fetch_and_add(&sw->deq_bytes, out);
+}
+
+/* the queue's XOFF and XON thresholds now (static ones unless alpha_x256) */
+static __always_inline void thresholds(struct qstate *q, __u64 *xoff, __u64 *xon)
+{
+	__u64 t = q->xoff, used, dyn;
+	__u32 s = q->sw_slot;
+	struct qstate *sw;
+
+	if (q->alpha_x256) {
+		sw = bpf_map_lookup_elem(&tb_queues, &s);
+		if (sw) {
+			used = sw->enq_bytes - sw->deq_bytes - sw->drop_adjust;
+			if (used >= (1ULL << 40)) /* a departure counted before its arrival */
+				used = 0;
+			dyn = used < q->shared ? ((q->shared - used) * q->alpha_x256) >> 8 : 0;
+			if (dyn > t)
+				t = dyn;
+		}
+	}
+	*xoff = t;
+	*xon = t - q->xoff > q->xon ? t - q->xoff : q->xon;
+}
+
 static __always_inline int is_mac_control(struct __sk_buff *skb)
 {
 	void *data = (void *)(long)skb->data;
@@ -154,18 +204,23 @@ int on_enqueue(struct __sk_buff *skb)
 {
 	__u32 slot = 0;
 	struct qstate *q = queue_of(&tb_enq_slot, skb->ifindex, &slot);
-	__u64 enq, backlog;
+	__u64 enq, backlog, xoff, xon;
 
 	if (!q)
 		return TC_ACT_OK;
 	if (q->xoff)
 		note_source(skb, slot, bpf_ktime_get_ns());
 	enq = __sync_fetch_and_add(&q->enq_bytes, skb->len) + skb->len;
+	count_switch(q, skb->len, 0);
 	backlog = enq - q->deq_bytes - q->drop_adjust;
 	if (backlog > q->max_backlog && backlog < (1ULL << 40))
 		q->max_backlog = backlog;
-	if (q->xoff && !q->over && backlog >= q->xoff && backlog < (1ULL << 40)) {
+	if (!q->xoff || q->over)
+		return TC_ACT_OK;
+	thresholds(q, &xoff, &xon);
+	if (backlog >= xoff && backlog < (1ULL << 40)) {
 		q->xoff_ns = bpf_ktime_get_ns();
+		q->xoff_at = xoff;
 		q->over = 1;
 		ring_bell(slot);
 	}
@@ -177,12 +232,13 @@ int on_dequeue(struct __sk_buff *skb)
 {
 	__u32 slot = 0;
 	struct qstate *q = queue_of(&tb_deq_slot, skb->ifindex, &slot);
-	__u64 deq, backlog, now;
+	__u64 deq, backlog, now, xoff, xon;
 
 	if (!q)
 		return TC_ACT_UNSPEC;
 	now = bpf_ktime_get_ns();
 	deq = __sync_fetch_and_add(&q->deq_bytes, skb->len) + skb->len;
+	count_switch(q, 0, skb->len);
 	backlog = q->enq_bytes - deq - q->drop_adjust;
 	if (is_mac_control(skb)) {
 		/* the helper's own XOFF/XON frame: its bytes count (they were
@@ -196,7 +252,10 @@ int on_dequeue(struct __sk_buff *skb)
 			q->resume_mark = 0;
 		}
 	}
-	if (q->over && (backlog < q->xon || backlog >= (1ULL << 40))) {
+	if (!q->over)
+		return TC_ACT_UNSPEC;
+	thresholds(q, &xoff, &xon);
+	if (backlog < xon || backlog >= (1ULL << 40)) {
 		q->xon_ns = now;
 		q->over = 0;
 		ring_bell(slot);

@@ -38,6 +38,7 @@ from testbed.fabric import addressing
 
 IPERF_PORT = 5400
 TARGET_CAP_MS = 5.0
+STEAL_WARN_PCT = 1.0  # vCPU steal above this during the incast makes the latencies the host's
 
 
 def incast_senders(fabric, victim: tuple[int, int], count: int) -> list[int]:
@@ -104,6 +105,15 @@ def steal_pct(before: dict[str, list[int]], after: dict[str, list[int]]) -> floa
         if sum(d) > 0:
             worst = max(worst or 0.0, 100.0 * d[7] / sum(d))
     return None if worst is None else round(worst, 2)
+
+
+def host_warnings(steal: float | None) -> list[str]:
+    """A loud line when the hypervisor took the VM's CPUs during the incast:
+    the helper's core stood still then, whatever the testbed did."""
+    if steal is None or steal <= STEAL_WARN_PCT:
+        return []
+    return [f"the host took {steal:g} % of a vCPU during the incast (steal; quiet runs here: ~0.2 %): the helper's "
+            "core was stopped, so latency tails measure the host, not the testbed"]
 
 
 def helper_health(status: dict) -> dict:
@@ -231,6 +241,7 @@ def phase(fabric_args: dict, config: DatapathConfig, pfc, victim: tuple[int, int
         if pfc.enabled:  # the microbenchmark is the incast alone: latencies before the spreading demo
             result["latency"] = read_latencies(sdir / "pfc_latency.txt")
             result["helper"] = helper_health(status)
+            result["xoff_threshold_bytes"] = status.get("xoff_threshold_bytes")
             if out is not None:
                 result["spread"] = save_logs(sdir, out / "incast", t0, t1)
         result["bringup_s"] = st["timings"].get("up_s")
@@ -273,11 +284,14 @@ def bench(fabric_args: dict, config: DatapathConfig, pfc, senders: int = 8, seco
     target = target_ms(config.rate_bps, config.mtu)
     p99 = max((lat[k]["p99"] or 0.0) for k in ("pause_latency_ms", "resume_latency_ms"))
     worst = max((lat[k]["max"] or 0.0) for k in ("pause_latency_ms", "resume_latency_ms"))
+    warnings = host_warnings(on.get("vcpu_steal_pct"))
     return {**lat, "target_ms": round(target, 3),
             "within_target": bool(on["pauses"]) and p99 <= target and worst <= TARGET_CAP_MS,
             "lossless": on["drops"] == 0,
+            "thresholds": "static" if pfc.dynamic_alpha is None else f"dynamic, alpha {pfc.dynamic_alpha:g}",
             "incast": {"victim": f"gpu{victim[0]}:p{victim[1]}", "senders": [f"gpu{g}" for g in who],
                        "seconds": seconds, "pfc_on": on, "pfc_off": off},
             "spreading": spread_doc,
             "fabric": {"kind": fabric_args["kind"], "gpus": fabric_args["gpus"]},
-            "rate_bps": config.rate_bps, "mtu": config.mtu, "logs": str(out) if out else None}
+            "rate_bps": config.rate_bps, "mtu": config.mtu, "logs": str(out) if out else None,
+            "warnings": warnings}

@@ -61,6 +61,19 @@ def add_pfc_options(p, default: str = "off") -> None:
     p.add_argument("--pfc-xon", help="XON threshold, bytes (default XOFF - 2 frames)")
     p.add_argument("--pfc-headroom", help="headroom per feeding link, bytes (default: 2 frames + 2 ms at the rate)")
     p.add_argument("--pfc-poll-us", type=int, help="PFC helper poll interval, microseconds (default 500)")
+    p.add_argument("--pfc-alpha", type=_alpha, help="dynamic threshold: XOFF = ALPHA x the switch's free shared "
+                   "buffer (1/128 .. 8, e.g. 0.5 or 1/8; default: static thresholds)")
+
+
+def _alpha(text: str) -> float:
+    from fractions import Fraction
+
+    try:
+        return float(Fraction(text))
+    except (ValueError, ZeroDivisionError):
+        import argparse
+
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number (e.g. 0.5 or 1/8)") from None
 
 
 def pfc_config(args):
@@ -75,6 +88,8 @@ def pfc_config(args):
             kw[key] = parse_size(getattr(args, flag))
     if getattr(args, "pfc_poll_us", None) is not None:
         kw["poll_us"] = args.pfc_poll_us
+    if getattr(args, "pfc_alpha", None) is not None:
+        kw["dynamic_alpha"] = args.pfc_alpha
     return PfcConfig(**kw)
 
 
@@ -192,7 +207,12 @@ def cmd_bench_pfc(args) -> int:
           f"{len(doc['incast']['senders'])} senders -> {doc['incast']['victim']}, {doc['incast']['seconds']} s")
     print(f"  pause latency   {lat('pause_latency_ms')}  (helper reaction p99 {doc['reaction_ms']['p99']} ms)")
     print(f"  resume latency  {lat('resume_latency_ms')}")
+    x = on.get("xoff_threshold_bytes") or {}
+    print(f"  thresholds: {doc.get('thresholds')}; XOFF at the crossings min {x.get('min')} B, median {x.get('p50')} B, "
+          f"max {x.get('max')} B")
     print(f"  target: p99 within {doc['target_ms']} ms, never above 5 ms: {'met' if doc['within_target'] else 'MISSED'}")
+    for w in doc.get("warnings", []):
+        print(f"  WARNING: {w}")
     h = on.get("helper", {})
     print(f"  helper: {h.get('scheduling')}; woken by the doorbell {h.get('doorbell_rings')} times, held up "
           f"over 2 ms {h.get('loop_gaps')} times (longest {h.get('loop_gap_max_ms')} ms); "

@@ -46,3 +46,24 @@ def test_incast_lossless_with_pfc_and_lossy_without(kind, upstream, tmp_path):
     assert (tmp_path / "bench.json").is_file() and (tmp_path / "incast" / "pfc_ports.csv").is_file()
     assert (tmp_path / "incast" / "pfc.txt").read_text().strip(), "the pause log is empty"
     assert leftovers() == []
+
+
+def test_dynamic_thresholds_follow_the_switchs_free_buffer(tmp_path):
+    """With --pfc-alpha the kernel computes each XOFF from its switch's free
+    shared buffer: the thresholds seen at the crossings stay between the
+    2-frame floor and the lone-queue ceiling, rise above the static default
+    (half a port's buffer) on this lightly loaded fabric, and the incast stays
+    lossless."""
+    out = run_testbed("bench", "pfc", "zcube", "--gpus", "16", "--senders", "6", "--duration", "6", "--json",
+                      "--pfc-alpha", "1/8", "--logs", str(tmp_path), check=True).stdout
+    doc = json.loads(out)
+    on = doc["incast"]["pfc_on"]
+    assert doc["thresholds"] == "dynamic, alpha 0.125"
+    assert on["drops"] == 0 and on["pauses"] > 0, on
+    queues = json.loads((tmp_path / "incast" / "pfc_policy.json").read_text())["queues"]
+    dyn = [q["dynamic"] for q in queues.values() if q.get("dynamic")]
+    assert dyn and all(d["alpha"] == 0.125 for d in dyn)
+    x = on["xoff_threshold_bytes"]
+    assert x["n"] > 0 and 2 * 3014 <= x["min"] <= x["max"] <= max(d["xoff_max"] for d in dyn), x
+    assert x["max"] > 30000, f"dynamic XOFF never rose above the static default: {x}"
+    assert leftovers() == []

@@ -81,3 +81,9 @@ def test_helper_health_sums_the_gaps_and_keeps_the_longest():
                              "loop_gaps": {"sleep": 3, "step": 2}, "loop_gap_max_ms": {"sleep": 2.5, "step": 4.1}})
     assert doc == {"scheduling": "fifo", "doorbell_rings": 7, "loop_gaps": 5, "loop_gap_max_ms": 4.1}
     assert pfc.helper_health({})["loop_gap_max_ms"] == 0.0
+
+
+def test_host_warnings_only_when_steal_is_above_one_percent():
+    assert pfc.host_warnings(None) == [] and pfc.host_warnings(0.23) == [] and pfc.host_warnings(1.0) == []
+    (w,) = pfc.host_warnings(4.88)
+    assert w.startswith("the host took 4.88 % of a vCPU during the incast")

@@ -226,9 +226,12 @@ def test_pfc_off_keeps_the_plain_buffer():
     (PfcConfig(xon_bytes=-2), "pfc xon -2 B is negative"),
     (PfcConfig(headroom_bytes=-3), "pfc headroom -3 B is negative"),
     (PfcConfig(reaction_ms=0), "pfc reaction_ms 0 must be > 0"),
-    (PfcConfig(dynamic_alpha=0.0), "pfc dynamic_alpha 0.0 is out of range: expected 0 < alpha <= 8"),
-    (PfcConfig(dynamic_alpha=9), "pfc dynamic_alpha 9 is out of range: expected 0 < alpha <= 8"),
-    (PfcConfig(dynamic_alpha=0.5), "dynamic thresholds (dynamic_alpha) are not implemented: use static xoff/xon"),
+    (PfcConfig(dynamic_alpha=0.0), "pfc dynamic_alpha 0.0 is out of range: expected 1/128 (0.0078125) <= alpha <= 8"),
+    (PfcConfig(dynamic_alpha=0.005), "pfc dynamic_alpha 0.005 is out of range: expected 1/128"),
+    (PfcConfig(dynamic_alpha=9), "pfc dynamic_alpha 9 is out of range: expected 1/128 (0.0078125) <= alpha <= 8"),
+    (PfcConfig(dynamic_alpha=0.5, xoff_bytes=30000), "pfc xoff 30000 B conflicts with dynamic_alpha 0.5: the XOFF "
+                                                     "threshold is then alpha x the switch's free buffer"),
+    (PfcConfig(dynamic_alpha=2, xon_bytes=9000), "pfc xon 9000 B conflicts with dynamic_alpha 2"),
 ])
 def test_every_validation_error_names_the_value_and_the_rule(cfg, message):
     with pytest.raises(TestbedError) as info:
@@ -241,6 +244,28 @@ def test_every_validation_error_names_the_value_and_the_rule(cfg, message):
 def test_dynamic_alpha_in_range_is_accepted_when_pfc_is_off():
     r = resolve(PfcConfig(enabled=False, dynamic_alpha=8), RATE, MTU, BUFFER)
     assert not r.enabled
+
+
+def test_dynamic_thresholds_have_two_and_one_frame_floors():
+    r = resolve(PfcConfig(dynamic_alpha=0.5), RATE, MTU, BUFFER)
+    assert (r.dynamic_alpha, r.xoff_bytes, r.xon_bytes) == (0.5, 6028, 3014)
+    assert r.headroom_bytes == resolve(PfcConfig(), RATE, MTU, BUFFER).headroom_bytes
+
+
+def test_dynamic_pool_is_the_switchs_ports_and_a_lone_queue_stops_at_alpha_over_one_plus_alpha():
+    f = fabric_of("zcube32")
+    r = resolve(PfcConfig(dynamic_alpha=0.5), RATE, MTU, BUFFER)
+    th = thresholds(f, r)
+    ports = len(f.switches["sw1"].ports)
+    shared = ports * BUFFER
+    top = int(0.5 * shared / 1.5)  # b = 0.5 (shared - b)
+    assert th["sw1:9"]["dynamic"] == {"alpha": 0.5, "shared": shared, "switch": "sw1", "xoff_max": top}
+    assert th["sw1:9"]["limit"] == top + len(th["sw1:9"]["feeders"]) * r.headroom_bytes
+    assert (th["sw1:9"]["xoff"], th["sw1:9"]["xon"]) == (6028, 3014)
+    assert "dynamic" not in thresholds(f, resolve(PfcConfig(), RATE, MTU, BUFFER))["sw1:9"]
+    # a tiny alpha cannot push the lone-queue XOFF below the 2-frame floor
+    tiny = resolve(PfcConfig(dynamic_alpha=1 / 128), RATE, MTU, BUFFER)
+    assert thresholds(f, tiny)["sw1:9"]["dynamic"]["xoff_max"] == max(6028, int(shared / 129))
 
 
 def test_from_dict_takes_experiment_settings():
