@@ -13,9 +13,12 @@ promise that. Split:
   ``poll_us`` at the latest;
   on XOFF of queue C it pauses every feeder of C (reference-counted: a feeder
   held by several congested queues resumes when the last lets go), on XON it
-  resumes them; pause/resume = one pre-built netlink message (tbfmsg), then a
-  PFC XOFF/XON frame sent into the queue's device runs its qdisc at once (a
-  paused bucket lets the frame already due go now, not at tbf's next timer);
+  resumes them; pause/resume = one pre-built netlink message (tbfmsg), sent
+  at once for every transmitter a crossing concerns, then, one per loop turn
+  and only while no new crossing waits, a PFC XOFF/XON frame sent into the
+  queue's device runs its qdisc (a paused bucket lets the frame already due
+  go now, not at tbf's next timer; a resumed queue starts now). A kick can
+  take milliseconds: the send runs the CPU's pending network softirq work;
 * log: ``pfc.txt`` (HPCC-like, one event a line) and a status JSON once a
   second (paused transmitters, counts, measured pause/resume latencies).
 
@@ -31,6 +34,7 @@ Run: ``python -m controller.pfc.pfcd --policy policy.json`` (root).
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
 import queue
@@ -75,13 +79,17 @@ class Transmitter:
         self.pause_cause = ""
         self.resumes = 0  # resumes so far: a resume's measurement is tied to its number
         self.cut_short = -1  # number of the last resume that a new pause ended before any frame left
-        self.kicked_ns = 0  # when the last pause's XOFF frame was sent (did it leave? see _pause)
-        self.deq_after_kick = 0  # departure counter right after it (bytes that left later show in the log)
+        self.kicked_ns = 0  # when the last pause's XOFF frame was sent (did it leave? see _kick)
+        self.deq_at_change = 0  # departure counter just before the last pause's tbf change
+        self.deq_after_kick = 0  # ... and right after its XOFF frame (bytes that left later show in the log)
+        self.kick_due = False  # changed, its XOFF/XON frame not sent yet (Helper.kicks)
+        self.resume_item: list | None = None  # the pending resume measurement waiting for its backlog
 
     kick_errors = 0  # frames the kernel refused (class-wide: reported in the status)
 
     def resume(self) -> None:
-        """Back to the link rate with a full bucket, and an XON frame to run the qdisc now."""
+        """Back to the link rate with a full bucket, and an XON frame to run the qdisc now
+        (on exit; the loop sends the frame later, see Helper.kick)."""
         self.change(self.resume_msg)
         self.send_frame(self.xon_frame)
 
@@ -211,6 +219,7 @@ class Helper:
         self.resyncs = 0
         self.eaten = 0  # pauses of an empty queue whose bucket had to be eaten
         self.cut_short = 0  # resumes ended by a new pause before any frame left (not measured)
+        self.kicks: collections.deque[Transmitter] = collections.deque()  # changed, frame not sent yet
         self.gaps: dict[str, int] = {}  # loop phase -> times it kept the helper away over 2 ms
         self.gap_max_ms: dict[str, float] = {}
         self.scheduling = ""  # how the loop is run (real-time, cores, idle polling), set by main
@@ -263,6 +272,7 @@ class Helper:
             tx = self.tx[f]
             tx.holders += 1
             if tx.holders == 1:
+                tx.resume_item = None  # paused again before its XON frame: no backlog to read
                 self._pause(tx)
                 tx.pause_cross_ns, tx.pause_notice_ns, tx.pause_cause = crossed, now, cause
                 self.pauses += 1
@@ -283,27 +293,52 @@ class Helper:
                     self._hold(cause, active, now, now)
 
     def _pause(self, tx: Transmitter) -> None:
-        """Pause = a one-frame bucket at 1 byte/s, then an XOFF frame to run
-        the qdisc now: the frame already due leaves at once, then any that fit
-        in the rest of the bucket; one that does not fit waits a second per
-        missing byte. The XOFF frame queues behind them (it is not traffic: the
-        kernel stamps it apart, in ctl_deq_ns). If it left too, the queue ran
-        dry with part of the bucket unused, and a later short frame (an ACK)
-        could slip out while paused, so a padded frame eats what is left, down
-        to 59 B: less than any frame."""
+        """Pause = a one-frame bucket at 1 byte/s; the XOFF frame that runs the
+        qdisc follows (``kick``): the frame already due leaves then (or at the
+        next packet into the queue), then any that fit in the rest of the
+        bucket; one that does not fit waits a second per missing byte."""
         t = self.table.table
         if t[tx.slot, F["resume_mark"]]:  # resumed, but no frame has left since: that resume measures nothing
             tx.cut_short = tx.resumes
             self.cut_short += 1
-        before = int(t[tx.slot, F["deq_bytes"]])
+        tx.deq_at_change = tx.deq_after_kick = int(t[tx.slot, F["deq_bytes"]])
         tx.change(tx.pause_msg)
-        tx.kicked_ns = time.monotonic_ns()
-        tx.send_frame(tx.xoff_frame)
-        tx.deq_after_kick = int(t[tx.slot, F["deq_bytes"]])
-        left = self.frame - (tx.deq_after_kick - before)  # bucket still unused
-        if int(t[tx.slot, F["ctl_deq_ns"]]) >= tx.kicked_ns and left - 59 >= len(tx.xoff_frame):
-            tx.send_frame(tx.xoff_frame.ljust(left - 59, b"\0"))
-            self.eaten += 1
+        self._kick_later(tx)
+
+    def _kick_later(self, tx: Transmitter) -> None:
+        if not tx.kick_due:
+            tx.kick_due = True
+            self.kicks.append(tx)
+
+    def kick(self) -> None:
+        """Send the oldest pending XOFF/XON frame (the one the transmitter's
+        state now calls for). Separate from the tbf changes, which all go out
+        at the crossing: a send runs the CPU's pending network softirq work
+        (forwarding other packets), which took ~4 ms per frame at times, and
+        8 frames in a row held the loop 31 ms while other queues crossed XOFF.
+
+        After an XOFF frame: if it left too (the kernel stamps MAC control
+        frames), the queue ran dry with part of the bucket unused, and a later
+        short frame (an ACK) could slip out while paused, so a padded frame
+        eats what is left, down to 59 B: less than any frame. After an XON
+        frame: the backlog its resume measurement needs (a NIC's costs a
+        netlink read)."""
+        tx = self.kicks.popleft()
+        tx.kick_due = False
+        t = self.table.table
+        if tx.holders:
+            tx.kicked_ns = time.monotonic_ns()
+            tx.send_frame(tx.xoff_frame)
+            tx.deq_after_kick = int(t[tx.slot, F["deq_bytes"]])
+            left = self.frame - (tx.deq_after_kick - tx.deq_at_change)  # bucket still unused
+            if int(t[tx.slot, F["ctl_deq_ns"]]) >= tx.kicked_ns and left - 59 >= len(tx.xoff_frame):
+                tx.send_frame(tx.xoff_frame.ljust(left - 59, b"\0"))
+                self.eaten += 1
+        else:
+            tx.send_frame(tx.xon_frame)
+            if tx.resume_item is not None:
+                tx.resume_item[1] = self._backlog(tx)
+                tx.resume_item = None
 
     def _xon(self, cause: str, now: int) -> None:
         t = self.table.table
@@ -318,14 +353,15 @@ class Helper:
                 self._pause_latency(tx)  # before it sends again
                 t[tx.slot, F["first_deq_ns"]] = 0
                 t[tx.slot, F["resume_mark"]] = 1
-                tx.resume()
+                tx.change(tx.resume_msg)
+                self._kick_later(tx)
                 self.resumes += 1
                 tx.resumes += 1
-                fresh.append(tx)
+                tx.resume_item = [tx, None, tx.resumes]  # backlog: read after its XON frame (kick)
+                fresh.append(tx.resume_item)
                 self.log.append(f"{now} {tx.node} {tx.node_type} {tx.port} 0 {cause}\n")
-        if fresh:  # backlogs after every resume went out (a NIC's costs a netlink read)
-            items = [(tx, self._backlog(tx), tx.resumes) for tx in fresh]
-            self.pending.append((now + MEASURE_AFTER_NS, "resume", crossed, items, cause, now))
+        if fresh:
+            self.pending.append((now + MEASURE_AFTER_NS, "resume", crossed, fresh, cause, now))
 
     def _pause_latency(self, tx: Transmitter) -> None:
         """Last departure after the XOFF crossing that paused ``tx`` (0: it sent nothing after it)."""
@@ -401,7 +437,7 @@ class Helper:
             else:
                 for tx, backlog, epoch in items:
                     # paused again before its first frame left, or nothing was waiting (a first
-                    # frame would be new traffic): no resume latency to measure
+                    # frame would be new traffic; None: never read): no resume latency to measure
                     if tx.cut_short == epoch or not backlog:
                         continue
                     first = int(t[tx.slot, F["first_deq_ns"]])
@@ -616,6 +652,11 @@ def main(argv: list[str] | None = None) -> int:
             helper.step()
             now = time.monotonic()
             helper.note_gap("step", now - t0)
+            if helper.kicks:  # one frame a turn: a crossing meanwhile is seen before the next one
+                helper.kick()
+                t1 = time.monotonic()
+                helper.note_gap("kick", t1 - now)
+                now = t1
             if now >= next_resync:
                 helper.resync(ipr)
                 helper.note_gap("resync", time.monotonic() - now)
@@ -627,6 +668,8 @@ def main(argv: list[str] | None = None) -> int:
                 if os.getppid() != parent:
                     print("pfcd: the controller is gone; resuming every queue and exiting", file=sys.stderr)
                     break
+            if helper.kicks:
+                continue
             t1 = time.monotonic()
             if not helper.bell.wait(helper.poll_s):
                 helper.note_gap("sleep", time.monotonic() - t1 - helper.poll_s)  # timed out late by that much
