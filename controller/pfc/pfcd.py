@@ -84,7 +84,7 @@ class Transmitter:
         self.deq_at_change = 0  # departure counter just before the last pause's tbf change
         self.deq_after_kick = 0  # ... and right after its XOFF frame (bytes that left later show in the log)
         self.kick_due = False  # changed, its XOFF/XON frame not sent yet (Helper.kicks)
-        self.resume_item: list | None = None  # the pending resume measurement waiting for its backlog
+        self.resume_item: list | None = None  # its last resume's [tx, backlog, epoch, first departure]
 
     kick_errors = 0  # frames the kernel refused (class-wide: reported in the status)
 
@@ -273,7 +273,8 @@ class Helper:
             tx = self.tx[f]
             tx.holders += 1
             if tx.holders == 1:
-                tx.resume_item = None  # paused again before its XON frame: no backlog to read
+                if tx.resume_item is not None and tx.resume_item[1] is None:
+                    tx.resume_item[1] = 0  # paused again before its XON frame: nothing to measure
                 self._pause(tx)
                 tx.pause_cross_ns, tx.pause_notice_ns, tx.pause_cause = crossed, now, cause
                 self.pauses += 1
@@ -337,9 +338,8 @@ class Helper:
                 self.eaten += 1
         else:
             tx.send_frame(tx.xon_frame)
-            if tx.resume_item is not None:
+            if tx.resume_item is not None and tx.resume_item[1] is None:
                 tx.resume_item[1] = self._backlog(tx)
-                tx.resume_item = None
 
     def _xon(self, cause: str, now: int) -> None:
         t = self.table.table
@@ -352,13 +352,17 @@ class Helper:
             tx.holders -= 1
             if tx.holders == 0:
                 self._pause_latency(tx)  # before it sends again
+                if tx.resume_item is not None and tx.resume_item[3] is None:
+                    # the previous resume is still waiting for its measurement: its first
+                    # departure is about to be reset for this one, so keep it now
+                    tx.resume_item[3] = int(t[tx.slot, F["first_deq_ns"]])
                 t[tx.slot, F["first_deq_ns"]] = 0
                 t[tx.slot, F["resume_mark"]] = 1
                 tx.change(tx.resume_msg)
                 self._kick_later(tx)
                 self.resumes += 1
                 tx.resumes += 1
-                tx.resume_item = [tx, None, tx.resumes]  # backlog: read after its XON frame (kick)
+                tx.resume_item = [tx, None, tx.resumes, None]  # backlog: read after its XON frame (kick)
                 fresh.append(tx.resume_item)
                 self.log.append(f"{now} {tx.node} {tx.node_type} {tx.port} 0 {cause}\n")
         if fresh:
@@ -436,12 +440,13 @@ class Helper:
                 for tx in items:
                     self._pause_latency(tx)
             else:
-                for tx, backlog, epoch in items:
+                for tx, backlog, epoch, first in items:
                     # paused again before its first frame left, or nothing was waiting (a first
                     # frame would be new traffic; None: never read): no resume latency to measure
                     if tx.cut_short == epoch or not backlog:
                         continue
-                    first = int(t[tx.slot, F["first_deq_ns"]])
+                    if first is None:  # not resumed again since: the kernel's stamp is this resume's
+                        first = int(t[tx.slot, F["first_deq_ns"]])
                     if first:
                         lat = max(0, first - crossed) / 1e6
                     else:
