@@ -17,8 +17,9 @@ promise that. Split:
   at once for every transmitter a crossing concerns, then, one per loop turn
   and only while no new crossing waits, a PFC XOFF/XON frame sent into the
   queue's device runs its qdisc (a paused bucket lets the frame already due
-  go now, not at tbf's next timer; a resumed queue starts now). A kick can
-  take milliseconds: the send runs the CPU's pending network softirq work;
+  go now, not at tbf's next timer; a resumed queue starts now). A send also
+  runs the CPU's pending network softirq work, so a crossing waits for one
+  frame's send at most;
 * log: ``pfc.txt`` (HPCC-like, one event a line) and a status JSON once a
   second (paused transmitters, counts, measured pause/resume latencies).
 
@@ -315,9 +316,11 @@ class Helper:
     def kick(self) -> None:
         """Send the oldest pending XOFF/XON frame (the one the transmitter's
         state now calls for). Separate from the tbf changes, which all go out
-        at the crossing: a send runs the CPU's pending network softirq work
-        (forwarding other packets), which took ~4 ms per frame at times, and
-        8 frames in a row held the loop 31 ms while other queues crossed XOFF.
+        at the crossing, so a crossing waits for one send at most: a send also
+        runs the CPU's pending network softirq work (forwarding others'
+        packets). One step that paused 8 transmitters, frames included, held
+        the loop 31 ms while other queues crossed XOFF (which part was slow
+        was not caught; no frame has taken over 2 ms since).
 
         After an XOFF frame: if it left too (the kernel stamps MAC control
         frames), the queue ran dry with part of the bucket unused, and a later
