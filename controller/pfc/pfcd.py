@@ -319,8 +319,8 @@ class Helper:
         at the crossing, so a crossing waits for one send at most: a send also
         runs the CPU's pending network softirq work (forwarding others'
         packets). One step that paused 8 transmitters, frames included, held
-        the loop 31 ms while other queues crossed XOFF (which part was slow
-        was not caught; no frame has taken over 2 ms since).
+        the loop 31 ms while other queues crossed XOFF; single sends have
+        taken up to 8.5 ms since (logged as "kick" hold-ups).
 
         After an XOFF frame: if it left too (the kernel stamps MAC control
         frames), the queue ran dry with part of the bucket unused, and a later
