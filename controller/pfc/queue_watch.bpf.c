@@ -150,40 +150,27 @@ static __always_inline void note_source(struct __sk_buff *skb, __u32 slot, __u64
 		*seen = now;
 }
 
-/* bytes into or out of a queue also count for its switch's pool */
-static __always_inline void count_switch(struct qstate *q, __u64 in, __u64 out)
+/* the row counting the bytes of the queue's switch (dynamic thresholds only):
+ * a queue's bytes in and out count there too */
+static __always_inline struct qstate *switch_of(struct qstate *q)
 {
 	__u32 s = q->sw_slot;
-	struct qstate *sw;
 
-	if (!q->alpha_x256)
-		return;
-	sw = bpf_map_lookup_elem(&tb_queues, &s);
-	if (!sw)
-		return;
-	if (in)
-		__sync_fetch_and_add(&sw->enq_bytes, in);
-	if (out)
-		__sync_fetch_and_add(&sw->deq_bytes, out);
+	return q->alpha_x256 ? bpf_map_lookup_elem(&tb_queues, &s) : 0;
 }
 
-/* the queue's XOFF and XON thresholds now (static ones unless alpha_x256) */
-static __always_inline void thresholds(struct qstate *q, __u64 *xoff, __u64 *xon)
+/* the queue's XOFF and XON thresholds now (static ones unless it has a switch row) */
+static __always_inline void thresholds(struct qstate *q, struct qstate *sw, __u64 *xoff, __u64 *xon)
 {
 	__u64 t = q->xoff, used, dyn;
-	__u32 s = q->sw_slot;
-	struct qstate *sw;
 
-	if (q->alpha_x256) {
-		sw = bpf_map_lookup_elem(&tb_queues, &s);
-		if (sw) {
-			used = sw->enq_bytes - sw->deq_bytes - sw->drop_adjust;
-			if (used >= (1ULL << 40)) /* a departure counted before its arrival */
-				used = 0;
-			dyn = used < q->shared ? ((q->shared - used) * q->alpha_x256) >> 8 : 0;
-			if (dyn > t)
-				t = dyn;
-		}
+	if (sw) {
+		used = sw->enq_bytes - sw->deq_bytes - sw->drop_adjust;
+		if (used >= (1ULL << 40)) /* a departure counted before its arrival */
+			used = 0;
+		dyn = used < q->shared ? ((q->shared - used) * q->alpha_x256) >> 8 : 0;
+		if (dyn > t)
+			t = dyn;
 	}
 	*xoff = t;
 	*xon = t - q->xoff > q->xon ? t - q->xoff : q->xon;
@@ -203,7 +190,7 @@ SEC("tc/enqueue")
 int on_enqueue(struct __sk_buff *skb)
 {
 	__u32 slot = 0;
-	struct qstate *q = queue_of(&tb_enq_slot, skb->ifindex, &slot);
+	struct qstate *q = queue_of(&tb_enq_slot, skb->ifindex, &slot), *sw;
 	__u64 enq, backlog, xoff, xon;
 
 	if (!q)
@@ -211,13 +198,15 @@ int on_enqueue(struct __sk_buff *skb)
 	if (q->xoff)
 		note_source(skb, slot, bpf_ktime_get_ns());
 	enq = __sync_fetch_and_add(&q->enq_bytes, skb->len) + skb->len;
-	count_switch(q, skb->len, 0);
+	sw = switch_of(q);
+	if (sw)
+		__sync_fetch_and_add(&sw->enq_bytes, skb->len);
 	backlog = enq - q->deq_bytes - q->drop_adjust;
 	if (backlog > q->max_backlog && backlog < (1ULL << 40))
 		q->max_backlog = backlog;
 	if (!q->xoff || q->over)
 		return TC_ACT_OK;
-	thresholds(q, &xoff, &xon);
+	thresholds(q, sw, &xoff, &xon);
 	if (backlog >= xoff && backlog < (1ULL << 40)) {
 		q->xoff_ns = bpf_ktime_get_ns();
 		q->xoff_at = xoff;
@@ -231,14 +220,16 @@ SEC("tc/dequeue")
 int on_dequeue(struct __sk_buff *skb)
 {
 	__u32 slot = 0;
-	struct qstate *q = queue_of(&tb_deq_slot, skb->ifindex, &slot);
+	struct qstate *q = queue_of(&tb_deq_slot, skb->ifindex, &slot), *sw;
 	__u64 deq, backlog, now, xoff, xon;
 
 	if (!q)
 		return TC_ACT_UNSPEC;
 	now = bpf_ktime_get_ns();
 	deq = __sync_fetch_and_add(&q->deq_bytes, skb->len) + skb->len;
-	count_switch(q, 0, skb->len);
+	sw = switch_of(q);
+	if (sw)
+		__sync_fetch_and_add(&sw->deq_bytes, skb->len);
 	backlog = q->enq_bytes - deq - q->drop_adjust;
 	if (is_mac_control(skb)) {
 		/* the helper's own XOFF/XON frame: its bytes count (they were
@@ -254,7 +245,7 @@ int on_dequeue(struct __sk_buff *skb)
 	}
 	if (!q->over)
 		return TC_ACT_UNSPEC;
-	thresholds(q, &xoff, &xon);
+	thresholds(q, sw, &xoff, &xon);
 	if (backlog < xon || backlog >= (1ULL << 40)) {
 		q->xon_ns = now;
 		q->over = 0;
