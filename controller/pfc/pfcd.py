@@ -45,6 +45,7 @@ import socket
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -56,6 +57,19 @@ from controller.pfc.bpfmaps import F
 MEASURE_AFTER_NS = 30_000_000  # look at departures 30 ms after a pause/resume
 STALL_NS = 30_000_000
 EXTEND_EVERY_NS = 2_000_000  # how often queues over XOFF look for newly active sources
+
+
+@dataclass(eq=False)
+class ResumeProbe:
+    """One resume, until its latency is measured: the transmitter's backlog
+    (read after its XON frame; 0 if paused again before that frame went out),
+    which resume of the transmitter it is, and its first departure, kept here
+    only when a later resume is about to reset the kernel's stamp."""
+
+    tx: "Transmitter"
+    epoch: int
+    backlog: int | None = None
+    first_ns: int | None = None
 
 
 class Transmitter:
@@ -81,11 +95,10 @@ class Transmitter:
         self.pause_cause = ""
         self.resumes = 0  # resumes so far: a resume's measurement is tied to its number
         self.cut_short = -1  # number of the last resume that a new pause ended before any frame left
-        self.kicked_ns = 0  # when the last pause's XOFF frame was sent (did it leave? see _kick)
         self.deq_at_change = 0  # departure counter just before the last pause's tbf change
         self.deq_after_kick = 0  # ... and right after its XOFF frame (bytes that left later show in the log)
         self.kick_due = False  # changed, its XOFF/XON frame not sent yet (Helper.kicks)
-        self.resume_item: list | None = None  # its last resume's [tx, backlog, epoch, first departure]
+        self.resume_item: ResumeProbe | None = None  # its last resume, until measured
 
     kick_errors = 0  # frames the kernel refused (class-wide: reported in the status)
 
@@ -274,8 +287,8 @@ class Helper:
             tx = self.tx[f]
             tx.holders += 1
             if tx.holders == 1:
-                if tx.resume_item is not None and tx.resume_item[1] is None:
-                    tx.resume_item[1] = 0  # paused again before its XON frame: nothing to measure
+                if tx.resume_item is not None and tx.resume_item.backlog is None:
+                    tx.resume_item.backlog = 0  # paused again before its XON frame: nothing to measure
                 self._pause(tx)
                 tx.pause_cross_ns, tx.pause_notice_ns, tx.pause_cause = crossed, now, cause
                 self.pauses += 1
@@ -332,17 +345,17 @@ class Helper:
         tx.kick_due = False
         t = self.table.table
         if tx.holders:
-            tx.kicked_ns = time.monotonic_ns()
+            kicked_ns = time.monotonic_ns()
             tx.send_frame(tx.xoff_frame)
             tx.deq_after_kick = int(t[tx.slot, F["deq_bytes"]])
             left = self.frame - (tx.deq_after_kick - tx.deq_at_change)  # bucket still unused
-            if int(t[tx.slot, F["ctl_deq_ns"]]) >= tx.kicked_ns and left - 59 >= len(tx.xoff_frame):
+            if int(t[tx.slot, F["ctl_deq_ns"]]) >= kicked_ns and left - 59 >= len(tx.xoff_frame):
                 tx.send_frame(tx.xoff_frame.ljust(left - 59, b"\0"))
                 self.eaten += 1
         else:
             tx.send_frame(tx.xon_frame)
-            if tx.resume_item is not None and tx.resume_item[1] is None:
-                tx.resume_item[1] = self._backlog(tx)
+            if tx.resume_item is not None and tx.resume_item.backlog is None:
+                tx.resume_item.backlog = self._backlog(tx)
 
     def _xon(self, cause: str, now: int) -> None:
         t = self.table.table
@@ -355,17 +368,17 @@ class Helper:
             tx.holders -= 1
             if tx.holders == 0:
                 self._pause_latency(tx)  # before it sends again
-                if tx.resume_item is not None and tx.resume_item[3] is None:
+                if tx.resume_item is not None and tx.resume_item.first_ns is None:
                     # the previous resume is still waiting for its measurement: its first
                     # departure is about to be reset for this one, so keep it now
-                    tx.resume_item[3] = int(t[tx.slot, F["first_deq_ns"]])
+                    tx.resume_item.first_ns = int(t[tx.slot, F["first_deq_ns"]])
                 t[tx.slot, F["first_deq_ns"]] = 0
                 t[tx.slot, F["resume_mark"]] = 1
                 tx.change(tx.resume_msg)
                 self._kick_later(tx)
                 self.resumes += 1
                 tx.resumes += 1
-                tx.resume_item = [tx, None, tx.resumes, None]  # backlog: read after its XON frame (kick)
+                tx.resume_item = ResumeProbe(tx, tx.resumes)
                 fresh.append(tx.resume_item)
                 self.log.append(f"{now} {tx.node} {tx.node_type} {tx.port} 0 {cause}\n")
         if fresh:
@@ -443,11 +456,13 @@ class Helper:
                 for tx in items:
                     self._pause_latency(tx)
             else:
-                for tx, backlog, epoch, first in items:
+                for probe in items:
+                    tx = probe.tx
                     # paused again before its first frame left, or nothing was waiting (a first
                     # frame would be new traffic; None: never read): no resume latency to measure
-                    if tx.cut_short == epoch or not backlog:
+                    if tx.cut_short == probe.epoch or not probe.backlog:
                         continue
+                    first = probe.first_ns
                     if first is None:  # not resumed again since: the kernel's stamp is this resume's
                         first = int(t[tx.slot, F["first_deq_ns"]])
                     if first:

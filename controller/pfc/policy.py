@@ -349,15 +349,16 @@ def thresholds(fabric: Fabric, resolved: ResolvedPfc) -> dict[str, dict]:
     dynamic = resolved.enabled and resolved.dynamic_alpha is not None
     for qid, feed in feeders(fabric).items():
         on = resolved.enabled
-        entry = {"xoff": resolved.xoff_bytes if on else None, "xon": resolved.xon_bytes if on else None,
-                 "limit": queue_limit(resolved, len(feed)), "feeders": feed}
+        top = None
         if dynamic:
             switch = qid.partition(":")[0]
             shared = shared_buffer(resolved, len(fabric.switches[switch].ports))
             top = dynamic_xoff_max(resolved, shared)
-            entry["limit"] = queue_limit(resolved, len(feed), top)
-            entry["dynamic"] = {"alpha": resolved.dynamic_alpha, "shared": shared, "switch": switch, "xoff_max": top}
-        out[qid] = entry
+        out[qid] = {"xoff": resolved.xoff_bytes if on else None, "xon": resolved.xon_bytes if on else None,
+                    "limit": queue_limit(resolved, len(feed), top), "feeders": feed}
+        if dynamic:
+            out[qid]["dynamic"] = {"alpha": resolved.dynamic_alpha, "shared": shared, "switch": switch,
+                                   "xoff_max": top}
     return out
 
 
