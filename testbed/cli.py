@@ -2,7 +2,9 @@
 
 Every verb is a function taking the parsed arguments and returning an exit
 status. A ``TestbedError`` becomes one line on stderr (exit 2, or the error's
-own status); argparse mistakes likewise, without the usage dump.
+own status); argparse mistakes likewise, without the usage dump; so does an
+``OSError`` (exit 2, naming the path, or the verb's output flag when the OS
+names none, e.g. a full disk during a write).
 """
 
 from __future__ import annotations
@@ -43,13 +45,17 @@ def fabric_from(args: argparse.Namespace, kind: str):
 def cmd_plan(args) -> int:
     from testbed import plan
     from testbed.fabric.draw import draw
+    from testbed.outputs import require_file, writing
 
     fabrics = [fabric_from(args, kind) for kind in dict.fromkeys(args.fabric)]
     if args.graph:
         out = Path(args.graph)
-        for f in fabrics:
-            target = out if len(fabrics) == 1 else out.with_name(f"{out.stem}-{f.kind}{out.suffix}")
-            draw(f, target)
+        targets = [out if len(fabrics) == 1 else out.with_name(f"{out.stem}-{f.kind}{out.suffix}") for f in fabrics]
+        for target in targets:  # every picture's place is checked before the first is drawn
+            require_file(target, "--graph")
+        for f, target in zip(fabrics, targets):
+            with writing(target, "--graph"):
+                draw(f, target)
             if not args.json:
                 print(f"wrote {target}")
     if args.json:
@@ -146,6 +152,18 @@ def _interrupt(signum, frame):
     raise KeyboardInterrupt
 
 
+# the flags naming where a verb writes, for an OSError that names no file (a full disk during a write)
+OUTPUT_FLAGS = ("graph", "out", "logs", "html")
+
+
+def _output_of(args) -> str | None:
+    for dest in OUTPUT_FLAGS:
+        value = getattr(args, dest, None)
+        if isinstance(value, str) and value:
+            return f"--{dest} {value}"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -161,3 +179,8 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # output piped into head & co.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except OSError as exc:  # a path the user gave (or the disk) refused: one line, never a traceback
+        from testbed.outputs import os_error_line
+
+        print(f"testbed: error: {os_error_line(exc, _output_of(args))}", file=sys.stderr)
+        return 2

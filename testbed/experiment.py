@@ -27,9 +27,9 @@ from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, ValidationE
 from testbed import scale
 from testbed.errors import TestbedError
 from testbed.fabric.routing import DEFAULT_POLICY, POLICIES
+from testbed.paths import DEFAULT_TRACE, REPO
 from traffic import models, placement, schedule, traces
 
-REPO = Path(__file__).resolve().parents[1]
 EXAMPLES_DIR = REPO / "experiments"
 SCHEMA_PATH = EXAMPLES_DIR / "schema.json"
 FABRIC_NAMES = ("zcube", "roft")
@@ -123,8 +123,9 @@ class Pfc(_Section):
 class Trace(_Section):
     """Which requests of which trace are replayed."""
 
-    path: Optional[str] = Field(None, description="Mooncake JSONL or Azure CSV; relative to the experiment "
-                                                  "file's folder; null: testbed.replay.DEFAULT_TRACE")
+    path: Optional[str] = Field(None, description="Mooncake JSONL or Azure CSV, plain or .gz; relative to the "
+                                                  "experiment file's folder; null: the shipped "
+                                                  "data/traces/mooncake_conversation.jsonl.gz")
     format: TraceFormat = "auto"
     start_s: Seconds = Field(0.0, ge=0, description="trace time where the slice starts")
     duration_s: Seconds = Field(120.0, gt=0, description="trace time replayed (wall time = duration / speed)")
@@ -136,8 +137,6 @@ class Trace(_Section):
     @classmethod
     def _resolve(cls, v: Optional[str], info: ValidationInfo) -> str:
         if v is None:
-            from testbed.replay import DEFAULT_TRACE
-
             return str(DEFAULT_TRACE)
         p = Path(v).expanduser()
         if not p.is_absolute():

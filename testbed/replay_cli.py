@@ -5,12 +5,10 @@ from __future__ import annotations
 import json
 import re
 import sys
-from pathlib import Path
 
 from testbed.errors import TestbedError
-from testbed.replay import DEFAULT_TRACE, ReplayConfig
-
-REPORTS = Path(__file__).resolve().parents[1] / "reports"
+from testbed.paths import DEFAULT_TRACE, REPORTS
+from testbed.replay import ReplayConfig
 
 
 def parse_seconds(text: str) -> float:
@@ -24,16 +22,18 @@ def parse_seconds(text: str) -> float:
 def cmd_replay(args) -> int:
     from testbed import replay
     from testbed.emulation.cli import datapath_config, fabric_kwargs, pfc_config
+    from testbed.outputs import out_root as out_dir
 
+    out_root = out_dir(args.out)  # before anything is built
     cfg = ReplayConfig(trace=args.trace, trace_format=args.format, skip_bad=args.skip_bad,
                        start_s=parse_seconds(args.start), duration_s=parse_seconds(args.duration),
                        first_n=args.first, speed=args.speed, model=args.model, dtype=args.dtype,
                        prefill_tp=args.prefill_tp, decode_tp=args.decode_tp, scheduler=args.scheduler,
                        seed=args.seed, mode=args.mode, chunk_bytes=args.chunk or None, policy=args.policy,
-                       cross_flows=args.cross)
+                       cross_flows=args.cross).validate()  # a bad trace fails before anything is built
     log = (lambda m: print(m, file=sys.stderr))
     run_dir = replay.replay(fabric_kwargs(args) | {"kind": args.fabric}, datapath_config(args), cfg,
-                            Path(args.out), log, pfc=pfc_config(args))
+                            out_root, log, pfc=pfc_config(args))
     s = json.loads((run_dir / "summary.json").read_text())
     print(f"{s['fabric']}: {s['verified']}/{s['transfers']} transfers verified ({s['requests']} requests), goodput "
           f"{s['goodput_bps'] / 1e6:.2f} Mbit/s (= {s['goodput_real_equivalent_bps'] / 1e9:.1f} Gbit/s real), "
@@ -65,7 +65,8 @@ def register(sub, add_fabric_options, add_link_options) -> None:
     from testbed.emulation.cli import add_pfc_options
 
     add_pfc_options(p)
-    p.add_argument("--trace", default=str(DEFAULT_TRACE), help="Mooncake JSONL or Azure CSV trace")
+    p.add_argument("--trace", default=str(DEFAULT_TRACE),
+                   help="Mooncake JSONL or Azure CSV trace, plain or .gz (default data/traces/mooncake_conversation.jsonl.gz)")
     p.add_argument("--format", default="auto", choices=["auto", "mooncake", "azure"])
     p.add_argument("--skip-bad", action="store_true", help="skip bad trace rows (and report how many)")
     p.add_argument("--start", default="0", help="trace time where the slice starts (e.g. 600s)")
@@ -83,5 +84,5 @@ def register(sub, add_fabric_options, add_link_options) -> None:
     p.add_argument("--policy", default=DEFAULT_POLICY, choices=POLICIES)
     p.add_argument("--cross", type=int, default=0, metavar="N",
                    help="N background iperf3 flows between random GPU pairs during the replay")
-    p.add_argument("--out", default=str(REPORTS), help="where run directories go (default reports/)")
+    p.add_argument("--out", default=str(REPORTS), help="an existing folder where run directories go (default reports/)")
     p.set_defaults(func=cmd_replay)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
 from testbed.errors import TestbedError
 from testbed.experiment import Override, cli_value
@@ -75,7 +74,9 @@ def _stderr(message: str) -> None:
 def cmd_run(args) -> int:
     from testbed import run
     from testbed.experiment import resolve
+    from testbed.outputs import out_root as out_dir
 
+    out_root = out_dir(args.out)  # checked before anything is built, also by --dry-run
     resolved = resolve(args.experiment, overrides_from_args(args))
     if args.dry_run:
         exp = resolved.experiment
@@ -83,12 +84,14 @@ def cmd_run(args) -> int:
                                                "estimate_s": round(run.estimate_s(exp))}, indent=1))
         _stderr(f"estimated wall time: {run.estimate_text(exp)}")
         return 0
-    return run.run_experiment(resolved, Path(args.out), log=_stderr)
+    return run.run_experiment(resolved, out_root, log=_stderr)
 
 
 def cmd_sweep(args) -> int:
     from testbed import sweep
+    from testbed.outputs import out_root as out_dir
 
+    out_root = out_dir(args.out)  # checked before anything is built, also by --dry-run
     if not args.param:
         raise TestbedError("sweep needs --param KEY=V1,V2 (one or two), e.g. --param link.rate=3mbit,4mbit")
     params = [sweep.parse_param(p) for p in args.param]
@@ -98,12 +101,12 @@ def cmd_sweep(args) -> int:
         print(json.dumps([{"point": sweep.point_name(p), "experiment": r.experiment.model_dump(mode="json")}
                           for p, r in points], indent=1))
         return 0
-    return sweep.run_sweep(args.experiment, overrides, params, Path(args.out), log=_stderr)
+    return sweep.run_sweep(args.experiment, overrides, params, out_root, log=_stderr)
 
 
 def _experiment_options(p, add_fabric_options, add_link_options) -> None:
     from testbed.fabric.routing import POLICIES
-    from testbed.replay_cli import REPORTS
+    from testbed.paths import REPORTS
     from traffic import placement, schedule
 
     before = {a.dest for a in p._actions}
@@ -114,7 +117,7 @@ def _experiment_options(p, add_fabric_options, add_link_options) -> None:
                    help="experiment file (default: the built-in defaults, as experiments/default.yaml)")
     p.add_argument("--fabrics", help="comma list, e.g. zcube,roft")
     p.add_argument("--pfc", choices=["on", "off"], help="priority flow control")
-    p.add_argument("--trace", help="trace file (relative to the current folder)")
+    p.add_argument("--trace", help="trace file, plain or .gz (relative to the current folder)")
     p.add_argument("--start", help="trace time where the slice starts, e.g. 600s")
     p.add_argument("--duration", help="trace time replayed, e.g. 120s")
     p.add_argument("--first", type=int, help="at most this many requests")
@@ -133,7 +136,7 @@ def _experiment_options(p, add_fabric_options, add_link_options) -> None:
     p.add_argument("--name", help="run-id suffix (default: the experiment file's name)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="any experiment key, e.g. --set pfc.xoff_bytes=30000 (repeatable; applied last)")
-    p.add_argument("--out", default=str(REPORTS), help="where run directories go (default reports/)")
+    p.add_argument("--out", default=str(REPORTS), help="an existing folder where run directories go (default reports/)")
     p.add_argument("--dry-run", action="store_true", help="print the resolved experiment and exit")
     p.set_defaults(_borrowed=borrowed, **{d: None for d in borrowed})
 

@@ -1,7 +1,7 @@
 """Model shapes that decide how many KV-cache bytes a token makes.
 
-No trace records KV bytes, so they come from the model shape (formulas from
-../shared/traces/README.md):
+No trace records KV bytes (data/traces/README.md), so they come from the
+model shape:
 
 * GQA: 2 (K and V) x layers x kv_heads x head_dim x bytes per value; a
   tensor-parallel rank holds max(1, kv_heads // tp) heads (when tp > kv_heads

@@ -1,6 +1,8 @@
 """Read public LLM-inference request traces into ``Request`` lists.
 
-Two formats (see ../shared/traces/README.md):
+Two formats (see data/traces/README.md), plain or gzip-compressed (recognised
+by the gzip magic bytes, whatever the file is called; the shipped traces are
+``.gz``):
 
 * Mooncake JSONL: one object a line with ``timestamp`` (ms from trace start,
   integer), ``input_length``, ``output_length`` (tokens) and ``hash_ids``
@@ -21,9 +23,11 @@ same whether or not bad rows are skipped.
 from __future__ import annotations
 
 import csv
+import gzip
 import json
 import math
 import re
+import zlib
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -37,6 +41,8 @@ AZURE_HEADER = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 MOONCAKE_KEYS = ("timestamp", "input_length", "output_length", "hash_ids")
 _EXPECT_FORMAT = ("expected Mooncake JSONL (one JSON object a line) or Azure CSV "
                   "with header 'TIMESTAMP,ContextTokens,GeneratedTokens'")
+_GZIP_MAGIC = b"\x1f\x8b"
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 _TS_RE = re.compile(r"^(\d{4}-\d{2}-\d{2})[ T](\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}))?$")
 _EPOCH = datetime(1970, 1, 1)
 
@@ -69,13 +75,37 @@ class _RowError(Exception):
         self.field, self.why, self.expected = field, why, expected
 
 
+def _open_text(path: Path):
+    """The trace as text: gzip-compressed (by content, not name) or plain UTF-8."""
+    try:
+        with path.open("rb") as raw:
+            magic = raw.read(4)
+    except OSError as exc:
+        raise TraceError(f"{path}: cannot read the trace ({exc.strerror or exc}); expected a readable "
+                         "Mooncake JSONL or Azure CSV file (plain or .gz)") from None
+    if magic == _ZSTD_MAGIC:
+        raise TraceError(f"{path}: zstd-compressed traces are not read; expected plain or gzip-compressed "
+                         "text (zstd -dc FILE | gzip -9 -n > FILE.gz)")
+    if magic.startswith(_GZIP_MAGIC):
+        return gzip.open(path, "rt", encoding="utf-8-sig", newline="")
+    return path.open("r", encoding="utf-8-sig", newline="")
+
+
 def _data_lines(path: Path) -> Iterator[tuple[int, str]]:
     """Yield (1-based line number, text) for non-blank lines."""
-    with path.open("r", encoding="utf-8-sig", newline="") as handle:
-        for number, line in enumerate(handle, start=1):
-            text = line.strip()
-            if text:
-                yield number, text
+    number = 0
+    try:
+        with _open_text(path) as handle:
+            for number, line in enumerate(handle, start=1):
+                text = line.strip()
+                if text:
+                    yield number, text
+    except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+        raise TraceError(f"{path}:{number + 1}: corrupt or truncated gzip data ({exc}); expected a whole "
+                         ".gz file (gzip -t FILE checks it)") from None
+    except OSError as exc:
+        raise TraceError(f"{path}:{number + 1}: cannot read the trace ({exc.strerror or exc}); expected a "
+                         "readable file") from None
 
 
 def detect_format(path: str | Path) -> str:
@@ -90,9 +120,12 @@ def detect_format(path: str | Path) -> str:
 
 
 def _first_line(path: Path) -> tuple[int, str]:
+    if path.is_dir():
+        raise TraceError(f"{path}: is a directory, not a trace file; expected a Mooncake .jsonl "
+                         "or Azure .csv file (plain or .gz)")
     if not path.is_file():
         raise TraceError(f"{path}: trace file not found; expected a readable Mooncake .jsonl "
-                         "or Azure .csv file")
+                         "or Azure .csv file (plain or .gz)")
     try:
         for item in _data_lines(path):
             return item

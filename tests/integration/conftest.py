@@ -25,7 +25,9 @@ def _skip_reason() -> str | None:
     from testbed.emulation import fabricctl
 
     if fabricctl.load_state() is not None:
-        return f"a fabric is already up ({fabricctl.state_file()}); integration tests leave it alone"
+        return (f"a fabric is already up ({fabricctl.state_file()}); integration tests leave it alone "
+                "(left by a crash? 'sudo .venv/bin/python -m testbed clean'; .ci/run cleans first and fails "
+                "when no integration test ran)")
     return None
 
 

@@ -10,10 +10,9 @@ import pytest
 
 from integration_helpers import leftovers, run_testbed
 from testbed import scale
-from testbed.replay import DEFAULT_TRACE, ReplayConfig, prepare
+from testbed.replay import ReplayConfig, prepare
 
 
-@pytest.mark.skipif(not DEFAULT_TRACE.is_file(), reason=f"trace {DEFAULT_TRACE} not present")
 @pytest.mark.parametrize("kind", ["zcube", "roft"])
 def test_short_replay_verifies_every_transfer(kind, tmp_path):
     cross = ["--cross", "2"] if kind == "zcube" else []

@@ -15,11 +15,18 @@ from testbed.cli import build_parser
 from testbed.errors import TestbedError
 from testbed.experiment import (EXAMPLES_DIR, SCHEMA_PATH, Experiment, Override, cli_value, datapath_config,
                                 fabric_args, pfc_settings, replay_config, resolve, schema_text, validate)
-from testbed.replay import DEFAULT_TRACE
+from testbed.paths import DEFAULT_TRACE
 from testbed.run_cli import overrides_from_args
 
-needs_trace = pytest.mark.skipif(not DEFAULT_TRACE.is_file(), reason=f"trace {DEFAULT_TRACE} not present")
 EXAMPLES = sorted(EXAMPLES_DIR.glob("*.yaml"))
+
+
+def _first_trace_line() -> str:
+    """The shipped default trace's first request (a one-line trace of the same format)."""
+    import gzip
+
+    with gzip.open(DEFAULT_TRACE, "rt", encoding="utf-8") as fh:
+        return fh.readline().rstrip("\n")
 
 
 def write(tmp_path: Path, doc, name: str = "experiment.yaml") -> Path:
@@ -41,7 +48,6 @@ def test_the_shipped_examples_are_the_promised_ones():
     assert {p.stem for p in EXAMPLES} >= {"default", "incast", "tp-mismatch", "layerwise", "smoke"}
 
 
-@needs_trace
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
 def test_every_shipped_example_is_valid(path):
     exp = resolve(path).experiment
@@ -50,12 +56,10 @@ def test_every_shipped_example_is_valid(path):
     jsonschema.validate(yaml.safe_load(path.read_text()) or {}, json.loads(SCHEMA_PATH.read_text()))
 
 
-@needs_trace
 def test_default_yaml_is_exactly_the_defaults_of_run():
     assert resolve(EXAMPLES_DIR / "default.yaml").experiment == resolve(None).experiment
 
 
-@needs_trace
 def test_examples_say_what_they_claim():
     by = {p.stem: resolve(p).experiment for p in EXAMPLES}
     assert by["default"].fabrics == ["zcube", "roft"] and by["default"].gpus == 32
@@ -73,7 +77,6 @@ def test_committed_schema_is_the_generated_one():
 
 
 # ------------------------------------------------------------ rejections
-@needs_trace
 @pytest.mark.parametrize("doc, expected", [
     ({"link": {"rat": "3mbit"}}, "experiment.yaml: link.rat: unknown key (known: rate, buffer_bytes, mtu,"),
     ({"serving": {"modle": "x"}}, "serving.modle: unknown key (known: model, dtype,"),
@@ -121,15 +124,30 @@ def test_unreadable_files_are_one_line(tmp_path, text, expected):
     assert msg.startswith(str(tmp_path / "experiment.yaml")) and expected in msg
 
 
-@needs_trace
 def test_relative_trace_paths_resolve_against_the_experiment_folder(tmp_path):
     (tmp_path / "sub").mkdir()
-    (tmp_path / "sub" / "t.jsonl").write_text(DEFAULT_TRACE.read_text().splitlines()[0] + "\n")
+    (tmp_path / "sub" / "t.jsonl").write_text(_first_trace_line() + "\n")
     exp = resolve(write(tmp_path / "sub", {"trace": {"path": "t.jsonl"}})).experiment
     assert exp.trace.path == str(tmp_path / "sub" / "t.jsonl")
 
 
-@needs_trace
+def test_a_users_own_trace_works_plain_or_gzip(tmp_path):
+    import gzip
+
+    from testbed import run
+
+    with gzip.open(DEFAULT_TRACE, "rt", encoding="utf-8") as fh:
+        text = "".join(fh.readline() for _ in range(50))
+    (tmp_path / "mine.jsonl").write_text(text)
+    (tmp_path / "mine.jsonl.gz").write_bytes(gzip.compress(text.encode()))
+    counts = []
+    for name in ("mine.jsonl", "mine.jsonl.gz"):
+        exp = resolve(write(tmp_path, {"trace": {"path": name, "duration_s": 600}}, f"{name}.yaml")).experiment
+        assert exp.trace.path == str(tmp_path / name)
+        counts.append(run.slice_requests(exp))
+    assert counts[0] == counts[1] > 0
+
+
 def test_empty_file_is_the_defaults_named_after_the_file(tmp_path):
     exp = resolve(write(tmp_path, "", "my-exp.yaml")).experiment
     assert exp.name == "my-exp"
@@ -141,7 +159,6 @@ def parse(*argv):
     return build_parser().parse_args(["run", *argv])
 
 
-@needs_trace
 def test_cli_flags_override_file_values_and_are_recorded(tmp_path):
     path = write(tmp_path, {"trace": {"speed": 2, "duration_s": 30}, "link": {"rate": "3mbit"}, "seed": 5})
     args = parse(str(path), "--speed", "4", "--rate", "4mbit", "--fabrics", "roft", "--pfc", "off",
@@ -161,7 +178,6 @@ def test_flags_not_given_are_not_overrides():
     assert overrides_from_args(parse("x.yaml", "--gpus", "16")) == [Override("gpus", 16, "--gpus")]
 
 
-@needs_trace
 def test_a_bad_override_names_its_flag(tmp_path):
     path = write(tmp_path, {"trace": {"speed": 2}})
     args = parse(str(path), "--speed", "-1")
@@ -171,7 +187,6 @@ def test_a_bad_override_names_its_flag(tmp_path):
         resolve(None, [Override("link.rat", 3, "--set")])
 
 
-@needs_trace
 def test_command_line_values_read_like_yaml_but_a_bare_rate_is_mbit_as_with_rate_flag():
     assert cli_value("seed", "2") == 2 and cli_value("trace.speed", "1.5") == 1.5
     assert cli_value("pfc.enabled", "false") is False
@@ -184,9 +199,8 @@ def test_set_needs_key_equals_value():
         overrides_from_args(parse("--set", "pfc.xoff_bytes"))
 
 
-@needs_trace
 def test_cli_trace_path_is_relative_to_the_current_folder(tmp_path, monkeypatch):
-    (tmp_path / "t.jsonl").write_text(DEFAULT_TRACE.read_text().splitlines()[0] + "\n")
+    (tmp_path / "t.jsonl").write_text(_first_trace_line() + "\n")
     (tmp_path / "exp").mkdir()
     path = write(tmp_path / "exp", {})
     monkeypatch.chdir(tmp_path)
@@ -195,13 +209,11 @@ def test_cli_trace_path_is_relative_to_the_current_folder(tmp_path, monkeypatch)
 
 
 # ------------------------------------------------------------ mapping
-@needs_trace
 def test_repetitions_get_seeds_seed_seed_plus_one():
     exp = validate({"seed": 7, "repetitions": 3}, "x")
     assert [replay_config(exp, r).seed for r in (1, 2, 3)] == [7, 8, 9]
 
 
-@needs_trace
 def test_mapping_onto_the_replay_datapath_and_fabric():
     exp = validate({"link": {"rate": "4mbit", "buffer_bytes": "90kb"}, "gpus": 16, "cables": 2,
                     "serving": {"model": "llama-3.1-70b", "decode_tp": 2, "chunk_bytes": 0},

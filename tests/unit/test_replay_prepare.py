@@ -7,9 +7,7 @@ import pytest
 
 from testbed import scale
 from testbed.errors import TestbedError
-from testbed.replay import DEFAULT_TRACE, ReplayConfig, prepare
-
-pytestmark = pytest.mark.skipif(not DEFAULT_TRACE.is_file(), reason=f"trace {DEFAULT_TRACE} not present")
+from testbed.replay import ReplayConfig, prepare
 
 
 def test_plans_carry_every_network_transfer_of_the_schedule():

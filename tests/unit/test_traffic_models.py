@@ -10,7 +10,8 @@ from testbed.errors import TestbedError
 from traffic.models import (MODELS, custom_model, get_model, kv_bytes_per_token,
                             kv_bytes_per_token_per_rank, rank_heads)
 
-# bf16 figures quoted in ../shared/traces/README.md
+# bf16 bytes per token, worked out by hand from the published model configs
+# (GQA: 2 x layers x kv_heads x head_dim x 2 B; MLA: layers x (512 + 64) x 2 B)
 README_BF16 = {"llama-3.1-8b": 131_072, "llama-3.1-70b": 327_680, "qwen3-32b": 262_144,
                "glm-4.5": 376_832, "deepseek-v3": 70_272, "glm-5": 89_856}
 SHAPES = {"llama-3.1-8b": ("gqa", 32, 8, 128), "llama-3.1-70b": ("gqa", 80, 8, 128),

@@ -1,4 +1,4 @@
-"""Trace readers on the real traces and on hand-made bad rows; slicing."""
+"""Trace readers on the shipped real traces (data/traces/, gzip) and on hand-made bad rows; slicing."""
 
 from __future__ import annotations
 
@@ -8,19 +8,14 @@ from pathlib import Path
 import pytest
 
 from testbed.errors import TestbedError
+from testbed.paths import TRACES_DIR
 from traffic.traces import Request, detect_format, read_trace, slice_requests
 
 
-def _traces_dir() -> Path:
-    from testbed.replay import TRACES_DIR
-
-    return TRACES_DIR
-
-
 def _real(name: str) -> Path:
-    path = _traces_dir() / name
-    if not path.is_file():
-        pytest.skip(f"real trace {path} not present (set TESTBED_TRACES_DIR)")
+    """A shipped trace; missing is a failure, never a skip."""
+    path = TRACES_DIR / name
+    assert path.is_file(), f"shipped trace {path} is missing (data/traces/ is part of the repo)"
     return path
 
 
@@ -43,7 +38,7 @@ def _mc(ts=0, i=10, o=5, h=(0,)) -> dict:
 # --- real traces -----------------------------------------------------------
 
 def test_mooncake_first_rows():
-    res = read_trace(_real("mooncake_conversation.jsonl"))
+    res = read_trace(_real("mooncake_conversation.jsonl.gz"))
     assert res.fmt == "mooncake" and res.skipped == 0
     assert len(res.requests) == 12031
     first = res.requests[0]
@@ -54,7 +49,7 @@ def test_mooncake_first_rows():
 
 
 def test_azure_first_rows():
-    res = read_trace(_real("azure2023_conv.csv"))
+    res = read_trace(_real("azure2023_conv.csv.gz"))
     assert res.fmt == "azure" and res.skipped == 0
     assert len(res.requests) == 19366
     r0, r1, r2 = res.requests[:3]
@@ -67,9 +62,9 @@ def test_azure_first_rows():
 
 
 def test_explicit_format_matches_real_files():
-    assert read_trace(_real("azure2023_conv.csv"), fmt="azure").fmt == "azure"
+    assert read_trace(_real("azure2023_conv.csv.gz"), fmt="azure").fmt == "azure"
     with pytest.raises(TestbedError, match="format 'mooncake' was asked for"):
-        read_trace(_real("azure2023_conv.csv"), fmt="mooncake")
+        read_trace(_real("azure2023_conv.csv.gz"), fmt="mooncake")
 
 
 # --- detection ----------------------------------------------------------------
@@ -94,6 +89,36 @@ def test_undetectable_and_empty_raise_even_with_skip(tmp_path):
         read_trace(tmp_path / "missing.jsonl")
     with pytest.raises(TestbedError, match="expected one of auto, mooncake, azure"):
         read_trace(junk, fmt="splitwise")
+
+
+def test_gzip_is_read_by_content_and_gives_the_same_requests(tmp_path):
+    import gzip
+
+    plain = _csv(tmp_path, ["2023-11-16 18:15:46.5000000,10,1", "2023-11-16 18:15:48.2500000,20,2"])
+    packed = tmp_path / "named_like_plain.csv"  # gzip by content, whatever the name says
+    packed.write_bytes(gzip.compress(plain.read_bytes()))
+    assert detect_format(packed) == "azure"
+    assert read_trace(packed) == read_trace(plain)
+    moon = _jsonl(tmp_path, [_mc(ts=0), _mc(ts=5)])
+    moon_gz = tmp_path / "t.jsonl.gz"
+    moon_gz.write_bytes(gzip.compress(moon.read_bytes()))
+    assert read_trace(moon_gz, fmt="mooncake").requests == read_trace(moon).requests
+
+
+def test_unreadable_traces_are_one_line(tmp_path):
+    import gzip
+
+    whole = gzip.compress("".join(json.dumps(_mc(ts=t)) + "\n" for t in range(3000)).encode())
+    cut = tmp_path / "cut.jsonl.gz"
+    cut.write_bytes(whole[: len(whole) // 2])
+    zst = tmp_path / "t.jsonl.zst"
+    zst.write_bytes(b"\x28\xb5\x2f\xfd" + b"\0" * 16)
+    folder = tmp_path / "folder.jsonl"
+    folder.mkdir()
+    for path, words in ((cut, "corrupt or truncated gzip"), (zst, "zstd-compressed"), (folder, "is a directory")):
+        with pytest.raises(TestbedError) as info:
+            read_trace(path)
+        assert words in str(info.value) and str(path) in str(info.value) and "\n" not in str(info.value)
 
 
 def test_header_only_has_no_rows(tmp_path):
@@ -195,7 +220,7 @@ def test_slice_bad_args(kwargs, message):
 
 
 def test_slice_real_trace_window():
-    reqs = read_trace(_real("mooncake_conversation.jsonl")).requests
+    reqs = read_trace(_real("mooncake_conversation.jsonl.gz")).requests
     out = slice_requests(reqs, start_s=60.0, end_s=120.0, speed=2.0)
     assert out and all(0.0 <= r.arrival_s < 30.0 for r in out)
     assert len(out) == sum(60.0 <= r.arrival_s < 120.0 for r in reqs)

@@ -1,0 +1,19 @@
+"""Where the project's own files are: the repository, the shipped data, run outputs.
+
+The bottom layer: imports nothing from the project, so anything may import it.
+Everything here is inside the repository (a clone needs nothing beside it);
+the traces are the unmodified public files in ``data/traces/`` (see its README).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+DATA_DIR = REPO / "data"
+TRACES_DIR = DATA_DIR / "traces"
+DEFAULT_TRACE = TRACES_DIR / "mooncake_conversation.jsonl.gz"
+AZURE_TRACE = TRACES_DIR / "azure2023_conv.csv.gz"
+REPORTS = REPO / "reports"
+
+__all__ = ["REPO", "DATA_DIR", "TRACES_DIR", "DEFAULT_TRACE", "AZURE_TRACE", "REPORTS"]

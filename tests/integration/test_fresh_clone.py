@@ -1,0 +1,64 @@
+"""The README's main job from a fresh clone with nothing beside it (issue 14, section 6).
+
+The repository is cloned with ``git clone --no-local`` into a temporary folder
+that has no ``shared`` folder next to it, so the clone can only use what it
+carries itself. A clone holds the committed HEAD: uncommitted changes of this
+working tree are not in it, so these tests check what is committed.
+
+The clone's code is what runs: cwd and PYTHONPATH are the clone (PYTHONPATH
+comes before this venv's editable install of the working tree), with this
+venv's Python and its dependencies.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from integration_helpers import REPO, leftovers
+
+
+@pytest.fixture(scope="module")
+def clone(tmp_path_factory) -> Path:
+    base = tmp_path_factory.mktemp("fresh-clone")
+    dest = base / "clone"
+    proc = subprocess.run(["git", "-c", f"safe.directory={REPO}", "clone", "--quiet", "--no-local", str(REPO),
+                           str(dest)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, f"git clone {REPO}: {proc.stderr.strip()}"
+    assert not (base / "shared").exists() and not (dest.parent / "shared").exists()
+    return dest
+
+
+def run_in_clone(clone: Path, *args: str, timeout: float) -> subprocess.CompletedProcess:
+    """``python -m testbed ARGS`` run from the clone, with the clone's code."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TESTBED_") and k != "PYTHONPATH"}
+    env["PYTHONPATH"] = str(clone)
+    return subprocess.run([sys.executable, "-m", "testbed", *args], cwd=clone, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def test_fresh_clone_dry_run_uses_its_own_trace(clone):
+    proc = run_in_clone(clone, "run", "--dry-run", timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    doc = json.loads(proc.stdout)
+    trace = Path(doc["experiment"]["trace"]["path"])
+    assert trace.is_file(), trace
+    assert trace.resolve().is_relative_to(clone.resolve()), f"the default trace {trace} is not in the clone {clone}"
+    assert "shared" not in trace.parts
+
+
+@pytest.mark.integration
+def test_fresh_clone_runs_the_smoke_experiment(clone):
+    proc = run_in_clone(clone, "run", "experiments/smoke.yaml", timeout=900)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    run_dir = Path(proc.stdout.strip().splitlines()[-1])
+    assert run_dir.resolve().is_relative_to((clone / "reports").resolve()), run_dir
+    assert (run_dir / "report.html").is_file()
+    experiment = json.loads((run_dir / "experiment.json").read_text())
+    assert Path(experiment["experiment"]["trace"]["path"]).resolve().is_relative_to(clone.resolve())
+    assert leftovers() == []
