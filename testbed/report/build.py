@@ -214,6 +214,30 @@ def _mark(ok: bool | None, text: str) -> str:
     return f'<span class="{cls}">{sign}</span> {H.escape(text)}'
 
 
+def _invariants_cell(entry: dict) -> str:
+    invs = entry.get("invariants") or []
+    bad = sum(len(i["violations"]) for i in invs if i["ok"] is False)
+    if bad:
+        return _mark(False, f"{bad} violation{'s' if bad > 1 else ''} (listed below)")
+    if any(i["ok"] for i in invs):
+        n = max(len(i["checked"]) for i in invs)
+        return _mark(True, f"all {n} checks hold in {len(invs)} repetition{'s' if len(invs) > 1 else ''}")
+    return _mark(None, "not checked (a replay from before the invariants)")
+
+
+def _invariants_list(doc: dict, exp: Experiment) -> str:
+    """The checks and, when any failed, every violation with its numbers."""
+    lines = [(f, i["rep"], v) for f in exp.fabrics for i in doc[f].get("invariants") or [] if i["ok"] is False
+             for v in i["violations"]]
+    checked = sorted({c for f in exp.fabrics for i in doc[f].get("invariants") or [] for c in i["checked"]})
+    head = ("<h3>Measurement invariants</h3><p class=\"note\">Checked at the end of every replay "
+            "(testbed/invariants.py): " + H.escape(", ".join(checked) or "none") + ".</p>")
+    if not lines:
+        return head
+    return head + "<ul>" + "".join(f"<li>{H.fab(f)} rep{k}: <span class=\"fail\">FAIL</span> {H.escape(v)}</li>"
+                                   for f, k, v in lines) + "</ul>"
+
+
 def _fidelity_section(doc: dict, exp: Experiment) -> str:
     rows = []
     for f in exp.fabrics:
@@ -237,14 +261,15 @@ def _fidelity_section(doc: dict, exp: Experiment) -> str:
         lossless = [r.summary["pfc"].get("lossless_ok") for r in exp.reps[f] if isinstance(r.summary.get("pfc"), dict)]
         pfc_cell = (_mark(None, "PFC off") if not e.get("pfc_enabled") else
                     _mark(False not in lossless, "lossless" if False not in lossless else "drops while PFC was on"))
-        rows.append([H.fab(f), cpu_cell, u_cell, lat_cell, tr_cell, cr_cell, pfc_cell])
+        rows.append([H.fab(f), cpu_cell, u_cell, lat_cell, tr_cell, cr_cell, pfc_cell, _invariants_cell(e)])
     parts = [H.table(["fabric", "CPU headroom", "max link utilization", "start lateness P99", "transfers",
-                      "agents", "PFC"], rows, left=7)]
+                      "agents", "PFC", "measurement invariants"], rows, left=8)]
+    parts.append(_invariants_list(doc, exp))
     warn = [(f, w) for f in exp.fabrics for w in doc[f]["warnings"]]
     parts.append("<h3>Warnings, verbatim</h3>")
     parts.append("<ul>" + "".join(f"<li>{H.fab(f)} {H.escape(w)}</li>" for f, w in warn) + "</ul>" if warn
                  else "<p>None.</p>")
-    extra = exp.failed + doc["consistency_notes"] + doc["notes"]
+    extra = exp.failed + exp.retried + doc["consistency_notes"] + doc["notes"]
     if extra:
         parts.append("<h3>Data notes</h3><ul>" + "".join(f"<li>{H.escape(n)}</li>" for n in extra) + "</ul>")
     return "".join(parts)

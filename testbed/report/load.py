@@ -56,6 +56,7 @@ class Experiment:
     reps: dict[str, list[Rep]]  # fabric -> repetitions in order
     notes: list[str] = field(default_factory=list)  # optional files that were missing or odd
     failed: list[str] = field(default_factory=list)  # "roft rep2: <first line of error.txt>"
+    retried: list[str] = field(default_factory=list)  # "roft rep2: retried once: <first attempt's error>"
 
     @property
     def run_id(self) -> str:
@@ -162,6 +163,7 @@ def load_experiment(run_dir: Path | str) -> Experiment:
         raise TestbedError(f"{run_dir} has no runs/ folder: expected runs/<fabric>/rep<k>/ replay run directories")
     reps: dict[str, list[Rep]] = {}
     failed: list[str] = []
+    retried: list[str] = []
     for fdir in sorted(p for p in runs.iterdir() if p.is_dir()):
         found = []
         for rdir in fdir.iterdir():
@@ -173,6 +175,9 @@ def load_experiment(run_dir: Path | str) -> Experiment:
                 first = (p / "error.txt").read_text(errors="replace").strip().splitlines()[:1]
                 failed.append(f"{fdir.name} rep{k}: the replay failed ({first[0] if first else 'error.txt'})")
                 continue
+            if (p / "retried.txt").is_file():
+                why = (p / "retried.txt").read_text(errors="replace").strip().splitlines()[:1]
+                retried.append(f"{fdir.name} rep{k}: retried once, {why[0] if why else 'first attempt failed'}")
             reps.setdefault(fdir.name, []).append(load_rep(fdir.name, k, p))
     if not reps:
         if failed:
@@ -194,4 +199,4 @@ def load_experiment(run_dir: Path | str) -> Experiment:
         notes.append("experiment.json is missing")
     if versions is None:
         notes.append("versions.json is missing")
-    return Experiment(run_dir, config or {}, versions or {}, reps, notes, failed)
+    return Experiment(run_dir, config or {}, versions or {}, reps, notes, failed, retried)

@@ -231,7 +231,35 @@ def fidelity_problems(rep: Rep, m: dict) -> list[str]:
     u = m.get("max_link_utilization")
     if u is not None and u > UTILIZATION_LIMIT:
         out.append(f"{rep.label}: link {m.get('hottest_queue')} carried {u:.2f}x its configured rate")
+    out += invariant_problems(rep)
     return out
+
+
+def invariants_of(rep: Rep) -> dict:
+    """{"rep", "ok", "violations", "checked"}: the replay's measurement invariants (summary.json
+    "invariants", testbed.invariants). A run from before them gets the one check its files allow,
+    negative bytes in links.csv (ok None when that finds nothing)."""
+    inv = rep.summary.get("invariants")
+    if isinstance(inv, dict):
+        found = list(inv.get("violations") or [])
+        if inv.get("ok") is False and not found:
+            found = ["the invariants failed but recorded no violation"]
+        return {"rep": rep.index, "ok": inv.get("ok"), "violations": found, "checked": list(inv.get("checked") or [])}
+    found = []
+    links = rep.links
+    if links is not None and "bytes" in links:
+        neg = links[links["bytes"] < 0]
+        if not neg.empty:
+            q = neg.iloc[0]
+            found.append(f"links.csv has {len(neg)} queues with negative bytes (e.g. {q['queue']} -> {q['towards']}: "
+                         f"{int(q['bytes'])} B, utilization {q['utilization']:.4f})")
+    return {"rep": rep.index, "ok": False if found else None, "violations": found, "checked": ["links_csv_signs"]}
+
+
+def invariant_problems(rep: Rep) -> list[str]:
+    """One fidelity problem per violated measurement invariant."""
+    inv = invariants_of(rep)
+    return [f"{rep.label}: measurement invariant violated: {v}" for v in inv["violations"]] if inv["ok"] is False else []
 
 
 def _percent(v) -> str:
@@ -257,6 +285,7 @@ def aggregate(exp: Experiment) -> dict:
         entry["per_rep"] = per
         fab_problems = [p for r, m in zip(reps, per) for p in fidelity_problems(r, m)]
         entry["fidelity_problems"] = fab_problems
+        entry["invariants"] = [invariants_of(r) for r in reps]
         entry["warnings"] = [f"rep{r.index}: {w}" for r in reps for w in (r.summary.get("warnings") or [])]
         cpus = [r.summary["cpu"] for r in reps if isinstance(r.summary.get("cpu"), dict)]
         entry["cpu"] = ({"ovs_vswitchd_cores": _median([c.get("ovs_vswitchd_cores") for c in cpus]),

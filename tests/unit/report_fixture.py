@@ -28,8 +28,11 @@ def ip(gpu: int, port: int) -> str:
 
 def write_rep(path: Path, fabric: str, seed: int = 0, trace_seed: int = 0, n_transfers: int = 150, slow: float = 1.0,
               failed: int = 0, pfc: bool = False, warnings: list[str] | None = None, crashed: dict | None = None,
-              cpu: dict | None = None, lossless_ok: bool | None = True, ttft_p99: float = 900.0) -> dict:
-    """One replay run directory; returns the summary it wrote."""
+              cpu: dict | None = None, lossless_ok: bool | None = True, ttft_p99: float = 900.0,
+              invariants: dict | bool = True, negative_link: bool = False) -> dict:
+    """One replay run directory; returns the summary it wrote. ``invariants``: the summary's block
+    (True: all checks hold, False: none, as a run from before them); ``negative_link``: links.csv
+    gets the negative spine bytes of issue 14 on its first row."""
     rng = np.random.default_rng(seed)
     trace = np.random.default_rng(trace_seed)  # the same transfers on every fabric, as with one trace
     path.mkdir(parents=True, exist_ok=True)
@@ -77,6 +80,8 @@ def write_rep(path: Path, fabric: str, seed: int = 0, trace_seed: int = 0, n_tra
         fh.write("queue,towards,bytes,utilization\n")
         for j, (q, towards) in enumerate(queues):
             u = float(rng.uniform(0, 0.6)) if q.startswith(switches[0]) else float(rng.uniform(0, 0.2))
+            if negative_link and j == 0:
+                u = -0.0016
             fh.write(f"{q},{towards},{int(u * RATE)},{u:.4f}\n")
     nic: dict[str, list[int]] = {}
     for r in ok:
@@ -134,6 +139,10 @@ def write_rep(path: Path, fabric: str, seed: int = 0, trace_seed: int = 0, n_tra
                           "victim_flows": 5, "lossless_ok": lossless_ok, "paused_fraction_max": 0.04}
     if cpu is not None:
         summary["cpu"] = cpu
+    if invariants is True:
+        invariants = {"ok": True, "violations": [], "checked": ["counters_monotonic", "switch_conservation"]}
+    if invariants:
+        summary["invariants"] = invariants
     (path / "summary.json").write_text(json.dumps(summary, indent=1))
     (path / "config.json").write_text(json.dumps({"fabric": FABRIC_CONFIG[fabric],
                                                   "datapath": {"rate_bps": RATE, "mtu": MTU, "buffer_bytes": 60000},
