@@ -34,10 +34,8 @@ from testbed.emulation.plan import DatapathConfig, netns_of
 from testbed.errors import EnvironmentProblem, TestbedError
 from testbed.fabric import addressing
 from testbed.fabric.routing import DEFAULT_POLICY, POLICIES, select_ports
+from testbed.paths import DEFAULT_TRACE, REPO, TRACES_DIR  # noqa: F401 (DEFAULT_TRACE, TRACES_DIR: aliases)
 
-REPO = Path(__file__).resolve().parents[1]
-TRACES_DIR = Path(os.environ.get("TESTBED_TRACES_DIR") or REPO.parent / "shared" / "traces")
-DEFAULT_TRACE = TRACES_DIR / "mooncake_conversation.jsonl"
 AGENT_PORT = 7000
 AGENT_NICE = -10  # agents wake on time although OVS and the TCP stacks keep both cores busy
 HEADER_BYTES = 66  # Ethernet 14 + IPv4 20 + TCP with timestamps 32, per packet
@@ -72,8 +70,12 @@ class ReplayConfig:
             raise TestbedError(f"duration {self.duration_s:g} s is not positive: expected e.g. 120s")
         if not self.speed > 0:
             raise TestbedError(f"speed {self.speed:g} is not positive: expected e.g. 1 or 10")
+        if Path(self.trace).is_dir():
+            raise TestbedError(f"trace {self.trace} is a directory: expected a Mooncake JSONL or Azure CSV file "
+                               "(plain or .gz)")
         if not Path(self.trace).is_file():
-            raise TestbedError(f"trace {self.trace} does not exist: expected a Mooncake JSONL or Azure CSV file")
+            raise TestbedError(f"trace {self.trace} does not exist: expected a Mooncake JSONL or Azure CSV file "
+                               "(plain or .gz)")
         return self
 
 
@@ -184,53 +186,73 @@ def _count_lines(paths: list[Path]) -> int:
     return total
 
 
-def run_agents(st: dict, prepared: Prepared, run_dir: Path, timeout_s: float, log=print) -> dict:
-    """Start one agent per GPU, wait for the plan to finish, stop them all."""
-    from traffic import replay_io
+READY_TIMEOUT_S = 60.0  # every agent listening; forked agents take ~2 s for 64 here
+START_MARGIN_S = 0.5  # from handing out t0 to the first scheduled start
 
-    fabric = fabricctl.fabric_of_state(st)
+
+def agent_specs(st: dict, plans: dict, agents_dir: Path, timeout_s: float) -> list:
+    """What the launcher forks: one agent per GPU, in its namespace, listening on both NIC ports."""
+    from traffic.launcher import AgentSpec
+
+    specs = []
+    for g in fabricctl.fabric_of_state(st).gpus():
+        name = f"gpu{g}"
+        argv = ["--name", name, "--plan", str(plans[name]), "--out", str(agents_dir), "--t0-stdin",
+                "--ready-file", str(agents_dir / f"{name}.ready"), "--transfer-timeout", str(timeout_s)]
+        for p in (1, 2):
+            argv += ["--listen", f"{addressing.ip_of(g, p)}:{AGENT_PORT}"]
+        specs.append(AgentSpec(name, netns_of(g), argv, str(agents_dir / f"{name}.stderr"), AGENT_NICE))
+    return specs
+
+
+def _wait_ready(fleet, names: list[str], agents_dir: Path, timeout_s: float) -> float:
+    """Seconds until every agent said it is listening; EnvironmentProblem naming the slow ones."""
+    started = time.monotonic()
+    while True:
+        missing = [n for n in names if not (agents_dir / f"{n}.ready").exists()]
+        if not missing:
+            return time.monotonic() - started
+        dead = {n: rc for n, rc in fleet.exited().items() if n in missing}
+        if dead:
+            n = next(iter(dead))
+            tail = (agents_dir / f"{n}.stderr").read_text(errors="replace").strip().splitlines()[-1:]
+            raise EnvironmentProblem(f"agent {n} exited ({dead[n]}) before it was ready: {tail}")
+        if not fleet.launcher_alive():
+            raise EnvironmentProblem(f"the agent launcher exited ({fleet.proc.returncode}) before "
+                                     f"{len(missing)} agents were ready")
+        if time.monotonic() - started > timeout_s:
+            load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+            raise EnvironmentProblem(f"{len(missing)} of {len(names)} agents were not listening after {timeout_s:g} s "
+                                     f"({', '.join(missing[:8])}{' ...' if len(missing) > 8 else ''}); "
+                                     f"load average {load} on {os.cpu_count()} CPUs")
+        time.sleep(0.02)
+
+
+def run_agents(st: dict, prepared: Prepared, run_dir: Path, timeout_s: float, log=print,
+               ready_timeout_s: float = READY_TIMEOUT_S) -> dict:
+    """Start one agent per GPU, hand out the common t0 once all listen, wait for the plan, stop them."""
+    from traffic import replay_io
+    from traffic.launcher import Fleet
+
     agents_dir = run_dir / "agents"
-    names = [f"gpu{g}" for g in fabric.gpus()]
+    names = [f"gpu{g}" for g in fabricctl.fabric_of_state(st).gpus()]
     plans = replay_io.write_plans(prepared.plan_rows, agents_dir, agents=names)
-    lead = 2.0 + 0.05 * len(names)
-    t0 = time.monotonic() + lead
-    procs: dict[str, subprocess.Popen] = {}
+    fleet = Fleet(agent_specs(st, plans, agents_dir, timeout_s), agents_dir / "launcher.json", cwd=REPO,
+                  env={**os.environ, "PYTHONPATH": str(REPO)})
     crashed: dict[str, int] = {}
     try:
-        for g in fabric.gpus():
-            name = f"gpu{g}"
-            argv = ["ip", "netns", "exec", netns_of(g), "nice", "-n", str(AGENT_NICE), sys.executable, "-m",
-                    "traffic.agent", "--name", name,
-                    "--plan", str(plans[name]), "--out", str(agents_dir), "--t0", f"{t0:.6f}",
-                    "--ready-file", str(agents_dir / f"{name}.ready"),
-                    "--transfer-timeout", str(timeout_s)]
-            for p in (1, 2):
-                argv += ["--listen", f"{addressing.ip_of(g, p)}:{AGENT_PORT}"]
-            err = open(agents_dir / f"{name}.stderr", "wb")
-            procs[name] = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.DEVNULL, stderr=err,
-                                           env={**os.environ, "PYTHONPATH": str(REPO)})
-        while not all((agents_dir / f"{n}.ready").exists() for n in names):
-            dead = {n: p.returncode for n, p in procs.items() if p.poll() is not None}
-            if dead:
-                n = next(iter(dead))
-                tail = (agents_dir / f"{n}.stderr").read_text(errors="replace").strip().splitlines()[-1:]
-                raise EnvironmentProblem(f"agent {n} exited ({dead[n]}) before it was ready: {tail}")
-            if time.monotonic() > t0:
-                late = [n for n in names if not (agents_dir / f"{n}.ready").exists()]
-                raise EnvironmentProblem(f"{len(late)} agents were not listening {lead:.1f} s after start "
-                                         f"(e.g. {late[0]}): the machine is too busy to replay on time")
-            time.sleep(0.05)
+        ready_s = _wait_ready(fleet, names, agents_dir, ready_timeout_s)
+        log(f"{len(names)} agents listening after {ready_s:.2f} s")
+        t0 = time.monotonic() + START_MARGIN_S
+        fleet.go(t0)
         last_start = max(r["start"] for r in prepared.plan_rows)
         deadline = t0 + last_start + timeout_s + 5
         sent_files = [agents_dir / f"{n}.sent.jsonl" for n in names]
         total = len(prepared.plan_rows)
         log(f"replaying {total} transfers over {last_start:.1f} s")
         progress = _progress(total)
-        done_names: set[str] = set()
         while time.monotonic() < deadline:
-            for n, p in procs.items():
-                if p.poll() is not None and n not in crashed:
-                    crashed[n] = p.returncode
+            crashed = fleet.exited()
             done_names = {n for n in names if (agents_dir / f"{n}.done").exists()}
             progress(_count_lines(sent_files), time.monotonic() - t0)
             if len(done_names | set(crashed)) == len(names):
@@ -239,17 +261,11 @@ def run_agents(st: dict, prepared: Prepared, run_dir: Path, timeout_s: float, lo
         progress(_count_lines(sent_files), time.monotonic() - t0, final=True)
         time.sleep(0.5)  # receivers log the last bytes of what the senders saw acked
     finally:
-        for p in procs.values():
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for n, p in procs.items():
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-                crashed.setdefault(n, -9)
-    return {"t0": t0, "crashed": crashed, "agents_dir": agents_dir}
+        before_stop = set(fleet.exited())
+        exits = fleet.stop()
+        crashed = {n: rc for n, rc in exits.items() if n in before_stop or rc != 0}
+        crashed |= {n: -9 for n in names if n not in exits}
+    return {"t0": t0, "crashed": crashed, "agents_dir": agents_dir, "agents_ready_s": round(ready_s, 3)}
 
 
 def _progress(total: int):
@@ -322,51 +338,95 @@ def summarize(fabric_name: str, rows: list[dict], prepared: Prepared, rate_bps: 
 class QueueSampler:
     """Samples every fabric queue (backlog, drops, bytes sent) through netlink
     about once a second into queues.csv; keeps the first and last sample for
-    per-link totals and drops."""
+    per-link totals and drops.
+
+    Only complete samples count: a queue without its bfifo counters (device or
+    namespace already gone) ends the sampling instead of reading as 0, which is
+    what gave links.csv negative bytes when the last sample ran into the
+    fabric's teardown (issue 14). ``start`` returns after the first sample (the
+    counters start from a quiet fabric); ``stop`` waits for the last; a sample
+    that finishes after ``stop`` gave up waiting is discarded. Errors (the
+    fabric went away under the thread) end the thread quietly and are kept in
+    ``error``; counters that went down between consecutive samples are kept in
+    ``regressions``."""
 
     PERIOD_S = 1.0
+    WAIT_S = 30.0  # longest start() waits for the first sample and stop() for the last
 
     def __init__(self, st: dict, path: Path) -> None:
         self.st, self.path = st, path
         self.first: dict[str, dict] = {}
         self.last: dict[str, dict] = {}
         self.t_first = self.t_last = 0.0
+        self.read_s = 0.0  # the longest sample read
+        self.samples = 0
+        self.error: str | None = None
+        self.regressions: list[str] = []
+        self._closed = False
+        self._lock = threading.Lock()
+        self._first_done = threading.Event()
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread = threading.Thread(target=self._run, name="queue-sampler", daemon=True)
 
     def _sample(self, fh) -> None:
+        from testbed import invariants
+
         t = time.monotonic()
         rows = {q["queue"]: q for q in fabricctl.read_queues(self.st)}
-        if not self.first:
-            self.first, self.t_first = rows, t
-        self.last, self.t_last = rows, t
-        for q in rows.values():
-            fh.write(f"{t:.3f},{q['queue']},{q['towards']},{q.get('backlog', 0)},{q.get('drops', 0)},"
-                     f"{q.get('bytes', 0)}\n")
+        gone = [q for q, r in rows.items() if "bytes" not in r]
+        if gone:
+            raise EnvironmentProblem(f"{len(gone)} of {len(rows)} queues have no counters (e.g. {gone[0]}): "
+                                     "the fabric is going away")
+        with self._lock:
+            if self._closed:
+                return
+            self.read_s = max(self.read_s, time.monotonic() - t)
+            if self.last:
+                self.regressions += invariants.counter_regressions(self.last, rows, self.t_last, t)
+            if not self.first:
+                self.first, self.t_first = rows, t
+            self.last, self.t_last = rows, t
+            self.samples += 1
+            for q in rows.values():
+                fh.write(f"{t:.3f},{q['queue']},{q['towards']},{q['backlog']},{q['drops']},{q['bytes']}\n")
 
     def _run(self) -> None:
-        with open(self.path, "w") as fh:
-            fh.write("time,queue,towards,backlog_bytes,drops,sent_bytes\n")
-            while True:
-                self._sample(fh)
-                if self._stop.wait(self.PERIOD_S):
+        try:
+            with open(self.path, "w") as fh:
+                fh.write("time,queue,towards,backlog_bytes,drops,sent_bytes\n")
+                while True:
                     self._sample(fh)
-                    return
+                    self._first_done.set()
+                    if self._stop.wait(self.PERIOD_S):
+                        self._sample(fh)
+                        return
+        except Exception as exc:  # noqa: BLE001 - e.g. FileNotFoundError: /run/netns/tb-gpu1 (fabric gone)
+            if not self._closed:
+                self.error = f"sampling stopped after {self.samples} samples: {type(exc).__name__}: {exc}"
+        finally:
+            self._first_done.set()
 
     def start(self) -> None:
         self._thread.start()
+        self._first_done.wait(self.WAIT_S)
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join(timeout=30)
+        self._thread.join(timeout=self.WAIT_S)
+        with self._lock:
+            self._closed = True
+            if self._thread.is_alive() and self.error is None:
+                self.error = f"the last sample did not finish within {self.WAIT_S:g} s of stop: the counters end early"
 
-    def drops(self) -> int:
-        return sum(self.last[q].get("drops", 0) - self.first.get(q, {}).get("drops", 0) for q in self.last)
+    def drops(self, kind: str | None = None) -> int:
+        """Packets the queues (of ``kind``: "switch" or "nic", default all) dropped during the run."""
+        kinds = {q["qid"]: q["kind"] for q in self.st["queues"]}
+        return sum(self.last[q]["drops"] - self.first[q]["drops"] for q in self.last
+                   if q in self.first and kind in (None, kinds.get(q)))
 
     def link_bytes(self) -> dict[str, tuple[str, int]]:
         """queue -> (what it feeds, bytes it sent during the run)."""
-        return {q: (r["towards"], r.get("bytes", 0) - self.first.get(q, {}).get("bytes", 0))
-                for q, r in self.last.items()}
+        return {q: (r["towards"], r["bytes"] - self.first[q]["bytes"]) for q, r in self.last.items() if q in self.first}
 
 
 def write_breakdowns(run_dir: Path, rows: list[dict], sampler: QueueSampler, rate_bps: float, mtu: int) -> dict:
@@ -407,6 +467,22 @@ def write_breakdowns(run_dir: Path, rows: list[dict], sampler: QueueSampler, rat
     hot = max(util.items(), key=lambda kv: kv[1][2], default=None)
     return {"hottest_queue": hot[0] if hot else None,
             "max_link_utilization": round(hot[1][2], 4) if hot else None}
+
+
+def check_invariants(run_dir: Path, st: dict, sampler: QueueSampler, rows: list[dict], pfc_enabled: bool) -> dict:
+    """The measurement invariants (testbed.invariants) on this run's samples, transfers and pause log."""
+    from testbed import invariants
+
+    events = []
+    if pfc_enabled and (run_dir / "pfc.txt").is_file():
+        from controller.pfc import analysis
+
+        events = [(e.time_ns, e.queue, e.event) for e in analysis.read_events(run_dir / "pfc.txt")]
+    cfg = st["config"]
+    return invariants.check_all(st["queues"], sampler.first, sampler.last, span_s=sampler.t_last - sampler.t_first,
+                                rate_bps=cfg["rate_bps"], burst_bytes=cfg["burst_bytes"], frame_bytes=cfg["mtu"] + 14,
+                                rows=rows, pfc_enabled=pfc_enabled, pause_events=events,
+                                regressions=sampler.regressions, sampler_error=sampler.error, read_s=sampler.read_s)
 
 
 def _pfc_snapshot(st: dict) -> dict | None:
@@ -502,7 +578,7 @@ def replay(fabric_args: dict, dp: DatapathConfig, cfg: ReplayConfig, out_root: P
         finally:
             cross_result = stop_cross_traffic(cross) if cross else None
             sampler.stop()
-        drops = sampler.drops()
+        drops, fabric_drops = sampler.drops(), sampler.drops("switch")
         t_end = time.monotonic()
         pfc_state = _pfc_snapshot(st)
     finally:
@@ -520,12 +596,19 @@ def replay(fabric_args: dict, dp: DatapathConfig, cfg: ReplayConfig, out_root: P
     if res["crashed"]:
         warnings.append(f"agents exited early: {res['crashed']}")
     summary = summarize(st["fabric"]["kind"], rows, prepared, rate, mtu, drops, res["crashed"], warnings)
+    summary["agents_ready_s"] = res["agents_ready_s"]
     summary |= write_breakdowns(run_dir, rows, sampler, rate, mtu)
     summary["cross_traffic"] = cross_result
-    summary["pfc"] = write_pfc_outputs(run_dir, st, pfc_state, rows, res["t0"], t_end, drops)
+    summary["pfc"] = write_pfc_outputs(run_dir, st, pfc_state, rows, res["t0"], t_end, fabric_drops)
     if summary["pfc"]["enabled"] and not summary["pfc"]["lossless_ok"]:
-        summary["warnings"].insert(0, f"LOSSLESS INVARIANT VIOLATED: PFC was on and fabric queues dropped {drops} "
-                                      "packets")
+        summary["warnings"].insert(0, f"LOSSLESS INVARIANT VIOLATED: PFC was on and fabric queues dropped "
+                                      f"{fabric_drops} packets")
+    summary["invariants"] = check_invariants(run_dir, st, sampler, rows, summary["pfc"]["enabled"])
+    summary["warnings"] += [f"MEASUREMENT INVARIANT VIOLATED: {v}" for v in summary["invariants"]["violations"]]
+    lost = summary["invariants"]["margins"]["uncounted_loss_bytes"]
+    if lost:
+        summary["warnings"].append(f"the switches lost {lost} B more than one frame per counted drop: Open vSwitch "
+                                   "frees the rest of a send batch when a queue drops, so queue_drops undercounts")
     summary["pfc_pauses"] = summary["pfc"]["pauses"]
     lat = summary["start_lateness_ms"]["p99"]
     if lat is not None and lat > 5:

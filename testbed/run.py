@@ -20,6 +20,7 @@ root/OVS/no-fabric-up check) so the loop is tested without a fabric.
 from __future__ import annotations
 
 import json
+import os
 import platform
 import statistics
 import subprocess
@@ -30,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from testbed.errors import TestbedError
+from testbed.errors import EnvironmentProblem, TestbedError
 from testbed.experiment import Resolved, datapath_config, fabric_args, pfc_settings, replay_config
 
 REPO = Path(__file__).resolve().parents[1]
@@ -183,9 +184,16 @@ def _write_error(target: Path, text: str) -> None:
     (target / "error.txt").write_text(text)
 
 
+def _replay_once(replay_fn: Callable, exp, t, dp, pfc, target: Path, log: Log) -> None:
+    replay_fn(fabric_args(exp, t.fabric), dp, replay_config(exp, t.rep), out_root=None, log=log,
+              run_dir=target, pfc=pfc)
+
+
 def execute(resolved: Resolved, run_dir: Path, replay_fn: Callable, log: Log) -> list[dict]:
-    """Every target in turn. A failing replay leaves error.txt in its folder and the loop goes on;
-    Ctrl-C leaves a note there too and stops."""
+    """Every target in turn. A replay that failed for an environment reason (the machine, not the
+    experiment: EnvironmentProblem) is retried once, its first attempt kept beside it as
+    ``rep<k>.attempt1/`` and named in ``retried.txt``. A failing replay leaves error.txt in its
+    folder and the loop goes on; Ctrl-C leaves a note there too and stops."""
     exp = resolved.experiment
     dp = datapath_config(exp)
     pfc = pfc_settings(exp)
@@ -196,18 +204,30 @@ def execute(resolved: Resolved, run_dir: Path, replay_fn: Callable, log: Log) ->
         target.parent.mkdir(parents=True, exist_ok=True)
         log(f"[{i}/{len(plan)}] {t.fabric}, repetition {t.rep} (seed {t.seed}) -> {target}")
         t0 = time.monotonic()
+        retried = None
         try:
-            replay_fn(fabric_args(exp, t.fabric), dp, replay_config(exp, t.rep), out_root=None, log=log,
-                      run_dir=target, pfc=pfc)
+            try:
+                _replay_once(replay_fn, exp, t, dp, pfc, target, log)
+            except EnvironmentProblem as exc:
+                retried = f"{type(exc).__name__}: {exc}"
+                aside = target.with_name(f"{target.name}.attempt1")
+                if target.exists():
+                    target.rename(aside)
+                _write_error(aside, retried + "\n")
+                log(f"{t.fabric} repetition {t.rep} failed for an environment reason ({exc}); retrying once")
+                _replay_once(replay_fn, exp, t, dp, pfc, target, log)
+                (target / "retried.txt").write_text(f"first attempt failed ({aside.name}/): {retried}\n")
         except KeyboardInterrupt:
             _write_error(target, "interrupted (Ctrl-C): this replay did not finish\n")
             raise
         except Exception as exc:
             _write_error(target, f"{type(exc).__name__}: {exc}\n\n{traceback.format_exc()}")
             log(f"{t.fabric} repetition {t.rep} FAILED: {exc} ({t.rel / 'error.txt'}); going on")
-            outcomes.append(t.as_dict() | {"status": "error", "error": f"{type(exc).__name__}: {exc}"})
+            outcomes.append(t.as_dict() | {"status": "error", "error": f"{type(exc).__name__}: {exc}",
+                                           "retried": retried})
             continue
-        outcomes.append(t.as_dict() | {"status": "ok", "wall_s": round(time.monotonic() - t0, 1)})
+        outcomes.append(t.as_dict() | {"status": "ok", "wall_s": round(time.monotonic() - t0, 1),
+                                       "retried": retried})
     return outcomes
 
 
@@ -342,9 +362,50 @@ def real_replay() -> Callable:
 def run_into(resolved: Resolved, run_dir: Path, replay_fn: Callable, log: Log, versions: dict,
              extra: dict | None = None) -> tuple[int, dict]:
     """Fill an existing, empty run directory: set-up files, every replay, headline, report."""
-    start_run_dir(resolved, run_dir, versions, log, extra)
-    outcomes = execute(resolved, run_dir, replay_fn, log)
-    return finish(resolved, run_dir, outcomes, log)
+    mark_state(run_dir, "running")
+    try:
+        start_run_dir(resolved, run_dir, versions, log, extra)
+        outcomes = execute(resolved, run_dir, replay_fn, log)
+        result = finish(resolved, run_dir, outcomes, log)
+    except KeyboardInterrupt:
+        mark_state(run_dir, "interrupted", "Ctrl-C or SIGTERM: the run stopped before it finished")
+        raise
+    except BaseException as exc:
+        mark_state(run_dir, "failed", f"{type(exc).__name__}: {exc}")
+        raise
+    mark_state(run_dir, "finished")
+    return result
+
+
+STATE_FILE = "state.json"
+
+
+def mark_state(run_dir: Path, state: str, why: str | None = None) -> None:
+    """``state.json``: running (with our pid), finished, failed or interrupted. A run killed outright
+    leaves "running" with a dead pid, which ``testbed clean`` turns into "interrupted"."""
+    doc = {"state": state, "pid": os.getpid(), "updated": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    if why:
+        doc["why"] = why
+    tmp = run_dir / f".{STATE_FILE}.tmp"
+    tmp.write_text(json.dumps(doc) + "\n")
+    tmp.replace(run_dir / STATE_FILE)
+
+
+def mark_killed_runs(out_root: Path) -> list[Path]:
+    """Run directories under ``out_root`` (and their sweep points) still "running" whose process is gone:
+    marked "interrupted" so no killed run passes for one in progress."""
+    marked = []
+    for path in sorted(Path(out_root).glob(f"**/{STATE_FILE}")):
+        try:
+            doc = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        pid = doc.get("pid")
+        if doc.get("state") == "running" and isinstance(pid, int) and not Path(f"/proc/{pid}").exists():
+            doc |= {"state": "interrupted", "why": f"killed: its process {pid} is gone"}
+            path.write_text(json.dumps(doc) + "\n")
+            marked.append(path.parent)
+    return marked
 
 
 def run_experiment(resolved: Resolved, out_root: Path, replay_fn: Callable | None = None, log: Log = stderr_log,

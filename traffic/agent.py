@@ -4,7 +4,12 @@ Run inside a GPU's namespace::
 
     ip netns exec tb-gpu3 python -m traffic.agent --name gpu3 \\
         --listen 10.1.0.3:7000 --listen 10.2.0.3:7000 \\
-        --plan gpu3.plan.jsonl --out out_dir --t0 <CLOCK_MONOTONIC s> [--ready-file path]
+        --plan gpu3.plan.jsonl --out out_dir (--t0 <CLOCK_MONOTONIC s> | --t0-stdin) [--ready-file path]
+
+With ``--t0-stdin`` the agent binds, announces readiness, then reads t0 as
+one line on standard input: the orchestrator hands out the common start
+time only once every agent is listening, so a slow start costs wall time,
+never lateness (``traffic.launcher`` forks agents this way).
 
 Receiver: every ``--listen`` address accepts TCP connections carrying one or
 more frames ``HEADER`` (magic, transfer id u64, payload length u64, crc32 u32)
@@ -461,7 +466,7 @@ class Agent:
     """Receivers on every listen address plus the timed sender of one plan."""
 
     def __init__(self, name: str, listen: list[tuple[str, int]], plan: list[PlannedTransfer],
-                 out_dir: str, t0: float, ready_file: str | None = None,
+                 out_dir: str, t0: float | None, ready_file: str | None = None,
                  transfer_timeout: float = DEFAULT_TRANSFER_TIMEOUT_S, io: str = "sock") -> None:
         self.name = name
         self.listen = listen
@@ -491,7 +496,7 @@ class Agent:
                      end: float | None, acked: int | None, error: str | None) -> None:
         self._sent.write({"id": t.id, "request_id": t.request_id, "src": t.src, "dst": t.dst,
                           "src_ip": t.src_ip, "dst_ip": t.dst_ip, "dst_port": t.dst_port,
-                          "bytes": t.bytes, "scheduled_start": self.t0 + t.start, "start": start,
+                          "bytes": t.bytes, "scheduled_start": None if self.t0 is None else self.t0 + t.start, "start": start,
                           "connected": connected, "end": end, "acked_bytes": acked,
                           "ok": error is None, "error": error})
         self._pending -= 1
@@ -519,9 +524,11 @@ class Agent:
         bound = await self.bind()
         if self.ready_file:
             _touch(self.ready_file, json.dumps({"name": self.name, "listen": bound}) + "\n")
-        if not self.plan:
+        if self.t0 is None:
+            self.t0 = await _t0_from_stdin(stop)
+        if not self.plan and self.t0 is not None:
             _touch(os.path.join(self.out_dir, f"{self.name}.done"))
-        dispatcher = asyncio.create_task(self._dispatch())
+        dispatcher = asyncio.create_task(self._dispatch() if self.t0 is not None else stop.wait())
         await stop.wait()
         await self.shutdown(dispatcher)
 
@@ -589,6 +596,35 @@ class Agent:
         self._recv.close()
 
 
+async def _t0_from_stdin(stop: asyncio.Event) -> float | None:
+    """The start time, one line on stdin; None when told to stop first. A closed
+    stdin means the orchestrator is gone: nothing will ever start."""
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    line_task = asyncio.ensure_future(reader.readline())
+    stop_task = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({line_task, stop_task}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stop_task.cancel()
+        transport.close()
+    if not line_task.done():
+        line_task.cancel()
+        return None
+    line = line_task.result().decode().strip()
+    try:
+        t0 = float(line)
+    except ValueError:
+        t0 = math.nan
+    if not math.isfinite(t0):
+        stop.set()
+        if line:
+            print(f"traffic.agent: error: t0 {line!r} on stdin is not a finite number", file=sys.stderr)
+        return None
+    return t0
+
+
 # --------------------------------------------------------------------------- command line
 
 class _Parser(argparse.ArgumentParser):
@@ -625,7 +661,10 @@ def make_parser() -> argparse.ArgumentParser:
                    help="receive on this address (repeat for each NIC port)")
     p.add_argument("--plan", required=True, help="JSON-lines file of this agent's outgoing transfers")
     p.add_argument("--out", required=True, help="directory for <name>.sent/.recv.jsonl and <name>.done")
-    p.add_argument("--t0", required=True, type=_finite, help="CLOCK_MONOTONIC seconds that plan starts count from")
+    start = p.add_mutually_exclusive_group(required=True)
+    start.add_argument("--t0", type=_finite, help="CLOCK_MONOTONIC seconds that plan starts count from")
+    start.add_argument("--t0-stdin", action="store_true",
+                       help="read t0 as one line on stdin once every listener is bound")
     p.add_argument("--ready-file", help="written once every listener is bound")
     p.add_argument("--transfer-timeout", type=_positive, default=DEFAULT_TRANSFER_TIMEOUT_S,
                    help="seconds before a transfer is recorded as failed (default 60)")

@@ -161,9 +161,15 @@ def cmd_status(args) -> int:
 def cmd_clean(args) -> int:
     from testbed.emulation import fabricctl
 
+    from testbed.paths import REPORTS
+    from testbed.run import mark_killed_runs
+
     removed = fabricctl.clean()
     print(f"removed {len(removed)} items" + (": " + ", ".join(removed[:12]) + (" ..." if len(removed) > 12 else "")
                                              if removed else ""))
+    marked = mark_killed_runs(REPORTS)
+    if marked:
+        print(f"marked {len(marked)} killed run(s) interrupted: " + ", ".join(str(p) for p in marked[:5]))
     return 0
 
 
@@ -186,7 +192,7 @@ def cmd_bench_pfc(args) -> int:
     import time
     from pathlib import Path
 
-    from testbed.replay_cli import REPORTS
+    from testbed.paths import REPORTS
 
     fargs = fabric_kwargs(args) | {"kind": args.fabric or "zcube"}
     out = Path(args.logs) if args.logs else REPORTS / f"bench-pfc-{fargs['kind']}{fargs['gpus']}-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -237,10 +243,19 @@ def cmd_bench_pfc(args) -> int:
     return 0
 
 
+def check_bench_outputs(args) -> None:
+    """bench pfc --logs DIR: made if missing, so DIR or else its folder must exist and take new files."""
+    if args.bench == "pfc" and args.logs:
+        from testbed.outputs import require_new_dir
+
+        require_new_dir(args.logs, "--logs")
+
+
 def cmd_bench(args) -> int:
     from testbed.bench import fidelity
     from testbed.emulation import fabricctl
 
+    check_bench_outputs(args)  # a bad --logs fails before root, OVS or a fabric is needed
     fabricctl.require_root()
     fabricctl.require_ovs()
     if args.bench == "pfc":

@@ -8,36 +8,17 @@ import subprocess
 import sys
 from pathlib import Path
 
+from testbed.emulation import inventory
+
 REPO = Path(__file__).resolve().parents[2]
 
 
+BASELINE = inventory.host_settings() if os.geteuid() == 0 else {}  # as the test session found them
+
+
 def leftovers() -> list[str]:
-    """Everything of ours that exists now: namespaces, aliased links, OVS rows, controllers."""
-    from testbed.emulation.plan import ALIAS, NETNS_PREFIX
-
-    found = [f"netns {n}" for n in (os.listdir("/run/netns") if os.path.isdir("/run/netns") else [])
-             if n.startswith(NETNS_PREFIX + "gpu")]
-    links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
-    found += [f"link {line.split(':')[1].strip().split('@')[0]}" for line in links.splitlines()
-              if f"alias {ALIAS}" in line]
-    out = subprocess.run(["ovs-vsctl", "--format=json", "--columns=name,external_ids", "list", "bridge"],
-                         capture_output=True, text=True).stdout
-    found += [f"bridge {row[0]}" for row in json.loads(out)["data"] if [ALIAS, "1"] in row[1][1]]
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                cmd = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if cmd[1:3] == [b"-m", b"controller"]:
-                found.append(f"controller pid {entry}")
-            if cmd[1:3] == [b"-m", b"controller.pfc.pfcd"]:
-                found.append(f"PFC helper pid {entry}")
-    from controller.pfc.attach import MAPS
-    from controller.pfc.bpfmaps import PIN_DIR
-
-    found += [f"pinned map {n}" for n in MAPS if os.path.exists(os.path.join(PIN_DIR, n))]
-    return found
+    """Everything of ours that exists now (``testbed.emulation.inventory``), against the session's baseline."""
+    return inventory.leftovers(BASELINE)
 
 
 def run_testbed(*args: str, timeout: float = 180, check: bool = False) -> subprocess.CompletedProcess:

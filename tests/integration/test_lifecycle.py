@@ -128,3 +128,27 @@ def test_second_up_and_unknown_host_are_refused(fabric):
     one_line_error(run_testbed("exec", "gpu17", "--", "true"), 2, "gpu17")
     assert run_testbed("exec", "gpu16", "--", "true").returncode == 0  # the first fabric is untouched
     assert json.loads(run_testbed("status", "--json", check=True).stdout)["controller"]["alive"]
+
+
+def test_kill_9_mid_replay_then_clean_leaves_nothing(tmp_path):
+    """SIGKILL a replay while its agents send: the launcher and agents die with it (parent-death
+    signal), the fabric stays; 'clean' removes everything of ours, processes and pins included."""
+    proc = subprocess.Popen([sys.executable, "-m", "testbed", "replay", "zcube", "--gpus", "16", "--duration", "20s",
+                             "--speed", "2", "--cross", "2", "--out", str(tmp_path)], cwd=REPO,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not [p for p in tmp_path.glob("*/agents/*.sent.jsonl") if p.stat().st_size]:
+        assert proc.poll() is None, f"the replay ended before sending: {proc.communicate()[1]}"
+        assert time.monotonic() < deadline, "no transfer was sent within 120 s"
+        time.sleep(0.1)
+    agents = json.loads(next(tmp_path.glob("*/agents/launcher.json")).read_text())
+    assert len(agents) == 16
+    proc.kill()
+    proc.wait()
+    time.sleep(1.0)  # the parent-death signals land
+    left = leftovers()
+    assert any(item.startswith("netns") for item in left), "the fabric should outlive a SIGKILLed replay"
+    assert not [i for i in left if i.startswith(("agent ", "agent launcher"))], left
+    out = run_testbed("clean", check=True)
+    assert "removed" in out.stdout
+    assert leftovers() == []

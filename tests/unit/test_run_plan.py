@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import csv
 import json
+import os
+import subprocess
 import types
 from pathlib import Path
 
@@ -14,11 +16,8 @@ import pytest
 
 from testbed import run, sweep
 from testbed.cli import main
-from testbed.errors import TestbedError
+from testbed.errors import EnvironmentProblem, TestbedError
 from testbed.experiment import EXAMPLES_DIR, Override, resolve, validate
-from testbed.replay import DEFAULT_TRACE
-
-pytestmark = pytest.mark.skipif(not DEFAULT_TRACE.is_file(), reason=f"trace {DEFAULT_TRACE} not present")
 SMOKE = EXAMPLES_DIR / "smoke.yaml"
 
 
@@ -136,6 +135,49 @@ def test_a_failed_fabric_keeps_the_other_and_exits_non_zero(tmp_path, no_real_fa
     assert heads["fabrics"]["roft"]["ok"] == 0 and heads["fabrics"]["zcube"]["ok"] == 1
     assert heads["fabrics"]["roft"]["repetitions"][0]["error"] == "RuntimeError: controller died"
     assert no_real_fabric == [run_dir]  # the report is still built from what there is
+
+
+class FailsOnce(FakeReplay):
+    """The first call for ``key`` half-writes its folder and raises ``exc``; later calls succeed."""
+
+    def __init__(self, key, exc):
+        super().__init__()
+        self.key, self.exc, self.raised = key, exc, False
+
+    def __call__(self, fabric_args, dp, cfg, out_root=None, log=print, run_dir=None, pfc=None):
+        if (fabric_args["kind"], cfg.seed) == self.key and not self.raised:
+            self.raised = True
+            self.calls.append({"kind": fabric_args["kind"], "seed": cfg.seed, "run_dir": run_dir})
+            run_dir.mkdir(parents=True)
+            (run_dir / "queues.csv").write_text("half\n")
+            raise self.exc
+        return super().__call__(fabric_args, dp, cfg, out_root, log, run_dir, pfc)
+
+
+def test_an_environment_failure_is_retried_once_and_the_report_says_so(tmp_path, no_real_fabric):
+    replay = FailsOnce(("roft", 0), EnvironmentProblem("3 of 16 agents were not listening after 60 s"))
+    status, lines, log = go(smoke(), tmp_path, replay)
+    run_dir = Path(lines[-1])
+    assert status == 0 and [c["kind"] for c in replay.calls] == ["zcube", "roft", "roft"]
+    assert (run_dir / "runs/roft/rep1/summary.json").is_file()
+    assert "not listening" in (run_dir / "runs/roft/rep1.attempt1/error.txt").read_text()
+    assert (run_dir / "runs/roft/rep1.attempt1/queues.csv").is_file()  # the first attempt is kept aside
+    assert "not listening" in (run_dir / "runs/roft/rep1/retried.txt").read_text()
+    assert any("retrying once" in line for line in log)
+    heads = json.loads((run_dir / "headline.json").read_text())
+    roft = [o for o in heads["outcomes"] if o["fabric"] == "roft"][0]
+    assert roft["status"] == "ok" and "not listening" in roft["retried"]
+    from testbed.report.load import load_experiment
+
+    assert load_experiment(run_dir).retried == [
+        "roft rep1: retried once, first attempt failed (rep1.attempt1/): EnvironmentProblem: "
+        "3 of 16 agents were not listening after 60 s"]
+
+
+def test_an_experiment_error_is_not_retried(tmp_path, no_real_fabric):
+    replay = FakeReplay(fail={("roft", 0): TestbedError("trace window holds no request")})
+    status, _, _ = go(smoke(), tmp_path, replay)
+    assert status == 1 and [c["kind"] for c in replay.calls] == ["zcube", "roft"]
 
 
 def test_ctrl_c_stops_leaves_what_was_written_and_propagates(tmp_path):
@@ -281,3 +323,34 @@ def test_cli_errors_are_one_line_exit_2(capsys):
         "testbed: error: default experiment: trace.speed (from --speed): must be > 0 (got -1)")
     assert main(["sweep", str(SMOKE), "--param", "link.rat=1"]) == 2
     assert "link.rat (from --param): unknown key" in capsys.readouterr().err
+
+
+def test_run_state_is_running_then_finished_or_interrupted(tmp_path, no_real_fabric):
+    status, lines, _ = go(smoke(), tmp_path, FakeReplay())
+    assert json.loads((Path(lines[-1]) / "state.json").read_text())["state"] == "finished"
+    replay = FakeReplay(fail={("roft", 0): KeyboardInterrupt()})
+    with pytest.raises(KeyboardInterrupt):
+        go(smoke(), tmp_path / "b", replay)
+    (run_dir,) = (tmp_path / "b").iterdir()
+    assert json.loads((run_dir / "state.json").read_text())["state"] == "interrupted"
+
+
+def test_clean_marks_runs_whose_process_was_killed(tmp_path):
+    killed, alive, done = (tmp_path / n for n in ("killed", "alive", "done"))
+    for d in (killed, alive, done):
+        d.mkdir()
+    dead_pid = _dead_pid()
+    (killed / "state.json").write_text(json.dumps({"state": "running", "pid": dead_pid}))
+    (alive / "state.json").write_text(json.dumps({"state": "running", "pid": os.getpid()}))
+    (done / "state.json").write_text(json.dumps({"state": "finished", "pid": dead_pid}))
+    assert run.mark_killed_runs(tmp_path) == [killed]
+    doc = json.loads((killed / "state.json").read_text())
+    assert doc["state"] == "interrupted" and str(dead_pid) in doc["why"]
+    assert json.loads((alive / "state.json").read_text())["state"] == "running"
+    assert run.mark_killed_runs(tmp_path) == []
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
