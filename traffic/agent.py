@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import functools
 import json
 import math
@@ -57,6 +58,7 @@ PATTERN_BYTES = 65_536
 RECV_BUFFER_BYTES = 262_144
 DEFAULT_TRANSFER_TIMEOUT_S = 60.0
 IO_MODES = ("sock", "stream")
+CONNECTION_MODES = ("persistent", "per-transfer")
 
 PATTERN_WINDOWS = 256
 # One random base shared by all transfers; a transfer's pattern is a 64 KiB window
@@ -460,6 +462,86 @@ def _error_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
+class _Channel:
+    """One persistent TCP connection from a NIC port to a peer's listener, reused by every
+    transfer between them, like a queue pair of a KV transfer engine (Mooncake Transfer
+    Engine, NIXL): transfers queue on it in order, their frames go back to back without
+    waiting for acks, and the acks come back in the same order. A connection that fails
+    fails what is queued or in flight on it; the next transfer opens a new one."""
+
+    def __init__(self, src_ip: str, dst: tuple[str, int]) -> None:
+        self.src_ip, self.dst = src_ip, dst
+        self.queue: asyncio.Queue[tuple[PlannedTransfer, asyncio.Future[bytes], list[float]]] = asyncio.Queue()
+        self.inflight: collections.deque[tuple[PlannedTransfer, asyncio.Future[bytes]]] = collections.deque()
+        self.sock: socket.socket | None = None
+        self.reader: asyncio.Task[None] | None = None
+        self.writer = asyncio.create_task(self._write())
+
+    def submit(self, t: PlannedTransfer) -> tuple[asyncio.Future[bytes], list[float]]:
+        """Queue ``t``; its ack arrives on the future, the time its header went out in the list."""
+        fut: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+        on_wire: list[float] = []
+        self.queue.put_nowait((t, fut, on_wire))
+        return fut, on_wire
+
+    async def _write(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            t, fut, on_wire = await self.queue.get()
+            if fut.done():
+                continue  # timed out or cancelled while queued
+            try:
+                if self.sock is None:
+                    self.sock = _bound_socket(self.src_ip)
+                    await loop.sock_connect(self.sock, self.dst)
+                    self.reader = asyncio.create_task(self._read(self.sock))
+                on_wire.append(time.monotonic())
+                self.inflight.append((t, fut))
+                await loop.sock_sendall(self.sock, frame_header(t.id, t.bytes))
+                for piece in payload_pieces(t.id, t.bytes):
+                    await loop.sock_sendall(self.sock, piece)
+            except OSError as exc:
+                if not fut.done() and (t, fut) not in self.inflight:
+                    fut.set_exception(exc)
+                self._fail(exc)
+
+    async def _read(self, sock: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            while True:
+                ack = b""
+                while len(ack) < ACK.size:
+                    chunk = await loop.sock_recv(sock, ACK.size - len(ack))
+                    if not chunk:
+                        raise ConnectionError(f"connection closed after {len(ack)} of {ACK.size} ack bytes")
+                    ack += chunk
+                if not self.inflight:
+                    raise ConnectionError("an ack arrived with no transfer in flight")
+                _, fut = self.inflight.popleft()
+                if not fut.done():
+                    fut.set_result(ack)
+        except OSError as exc:
+            if sock is self.sock:
+                self._fail(exc)
+
+    def _fail(self, exc: BaseException) -> None:
+        """Fail everything in flight and drop the connection (the next transfer reconnects)."""
+        while self.inflight:
+            _, fut = self.inflight.popleft()
+            if not fut.done():
+                fut.set_exception(exc if isinstance(exc, OSError) else ConnectionError(str(exc)))
+        if self.reader is not None and self.reader is not asyncio.current_task():
+            self.reader.cancel()
+        self.reader = None
+        if self.sock is not None:
+            _release(asyncio.get_running_loop(), self.sock)
+            self.sock = None
+
+    def close(self) -> None:
+        self.writer.cancel()
+        self._fail(ConnectionError("agent stopped"))
+
+
 # --------------------------------------------------------------------------- agent
 
 class Agent:
@@ -467,7 +549,8 @@ class Agent:
 
     def __init__(self, name: str, listen: list[tuple[str, int]], plan: list[PlannedTransfer],
                  out_dir: str, t0: float | None, ready_file: str | None = None,
-                 transfer_timeout: float = DEFAULT_TRANSFER_TIMEOUT_S, io: str = "sock") -> None:
+                 transfer_timeout: float = DEFAULT_TRANSFER_TIMEOUT_S, io: str = "sock",
+                 connections: str = "persistent") -> None:
         self.name = name
         self.listen = listen
         self.plan = plan
@@ -476,6 +559,8 @@ class Agent:
         self.ready_file = ready_file
         self.transfer_timeout = transfer_timeout
         self.exchange = EXCHANGES[io]
+        self.persistent = connections == "persistent"
+        self._channels: dict[tuple[str, str, int], _Channel] = {}
         self.recv_buffer = memoryview(bytearray(RECV_BUFFER_BYTES))
         self.connections: set[_Receiver] = set()
         self._servers: list[asyncio.Server] = []
@@ -545,9 +630,39 @@ class Agent:
             if delay > 0:
                 await asyncio.sleep(delay)
             self._started += 1
-            task = asyncio.create_task(self._transfer(t))
+            task = asyncio.create_task(self._transfer_on_channel(t) if self.persistent else self._transfer(t))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
+
+    async def _transfer_on_channel(self, t: PlannedTransfer) -> None:
+        """Queue ``t`` on the persistent connection of its port pair and wait for its ack; always
+        leaves exactly one sent record. ``start`` is when it was due and handed over (so its FCT
+        includes waiting behind earlier transfers on the same connection), ``connected`` when its
+        first byte went out."""
+        key = (t.src_ip, t.dst_ip, t.dst_port)
+        channel = self._channels.get(key)
+        if channel is None:
+            channel = self._channels[key] = _Channel(t.src_ip, (t.dst_ip, t.dst_port))
+        start = time.monotonic()
+        end = None
+        acked: int | None = None
+        error: str | None = None
+        fut, on_wire = channel.submit(t)
+        try:
+            async with asyncio.timeout(self.transfer_timeout):
+                ack = await asyncio.shield(fut)
+            end = time.monotonic()
+            acked, error = _check_ack(ack, t)
+        except TimeoutError as exc:
+            error = _error_text(exc) if exc.errno else f"timeout after {self.transfer_timeout:g} s"
+        except asyncio.CancelledError:
+            error = "cancelled: agent stopped before the transfer ended"
+        except OSError as exc:
+            error = _error_text(exc)
+        finally:
+            if not fut.done():
+                fut.cancel()
+        self._record_sent(t, start, on_wire[0] if on_wire else None, end, acked, error)
 
     async def _transfer(self, t: PlannedTransfer) -> None:
         """Connect, send, wait for the ack; always leaves exactly one sent record."""
@@ -588,6 +703,8 @@ class Agent:
             await asyncio.gather(*self._tasks, return_exceptions=True)
         for t in self.plan[self._started:]:
             self._record_sent(t, None, None, None, None, "not started: agent stopped first")
+        for channel in self._channels.values():
+            channel.close()
         for conn in list(self.connections):
             conn.stop("agent stopped")
         for server in self._servers:
@@ -668,6 +785,9 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--ready-file", help="written once every listener is bound")
     p.add_argument("--transfer-timeout", type=_positive, default=DEFAULT_TRANSFER_TIMEOUT_S,
                    help="seconds before a transfer is recorded as failed (default 60)")
+    p.add_argument("--connections", choices=CONNECTION_MODES, default="persistent",
+                   help="one persistent connection per (source port, destination port), reused by every "
+                        "transfer (default), or a new connection per transfer")
     p.add_argument("--io", choices=IO_MODES, default="sock",
                    help="sender data path: loop.sock_sendall (default) or asyncio streams")
     return p
@@ -679,7 +799,7 @@ async def _main(args: argparse.Namespace, plan: list[PlannedTransfer]) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     agent = Agent(args.name, args.listen, plan, args.out, args.t0, args.ready_file,
-                  args.transfer_timeout, args.io)
+                  args.transfer_timeout, args.io, args.connections)
     await agent.run(stop)
 
 

@@ -122,14 +122,6 @@ def test_not_root_is_one_line():
     one_line_error(proc, 1, "needs root")
 
 
-@pytest.mark.parametrize("fabric", ["zcube16"], indirect=True)
-def test_second_up_and_unknown_host_are_refused(fabric):
-    one_line_error(run_testbed("up", "roft", "--gpus", "16"), 2, "already up")
-    one_line_error(run_testbed("exec", "gpu17", "--", "true"), 2, "gpu17")
-    assert run_testbed("exec", "gpu16", "--", "true").returncode == 0  # the first fabric is untouched
-    assert json.loads(run_testbed("status", "--json", check=True).stdout)["controller"]["alive"]
-
-
 def test_kill_9_mid_replay_then_clean_leaves_nothing(tmp_path):
     """SIGKILL a replay while its agents send: the launcher and agents die with it (parent-death
     signal), the fabric stays; 'clean' removes everything of ours, processes and pins included."""
@@ -152,3 +144,12 @@ def test_kill_9_mid_replay_then_clean_leaves_nothing(tmp_path):
     out = run_testbed("clean", check=True)
     assert "removed" in out.stdout
     assert leftovers() == []
+
+
+@pytest.mark.parametrize("fabric", ["zcube16"], indirect=True)
+def test_second_up_and_unknown_host_are_refused(fabric):
+    one_line_error(run_testbed("up", "roft", "--gpus", "16"), 2, "already up")
+    one_line_error(run_testbed("exec", "gpu17", "--", "true"), 2, "gpu17")
+    assert run_testbed("exec", "gpu16", "--", "true").returncode == 0  # the first fabric is untouched
+    assert json.loads(run_testbed("status", "--json", check=True).stdout)["controller"]["alive"]
+

@@ -203,6 +203,43 @@ def test_stream_io_mode_also_verifies(tmp_path: Path):
     assert len(rows) == 12 and all(r["verified"] for r in rows)
 
 
+def _connections_used(tmp_path: Path) -> dict[tuple[str, str], set[str]]:
+    """(sender address, receiver address) -> the sender-side ip:port of every connection it used."""
+    used: dict[tuple[str, str], set[str]] = {}
+    for p in tmp_path.glob("*.recv.jsonl"):
+        for r in read_jsonl(p):
+            used.setdefault((r["peer"].rsplit(":", 1)[0], r["local"]), set()).add(r["peer"])
+    return used
+
+
+def test_persistent_connections_carry_every_transfer_of_a_port_pair_and_verify(tmp_path: Path):
+    rows, rcs, errs = _replay(tmp_path, _random_transfers(40, 0.6, seed=5), 2)
+    assert rcs == [0, 0], errs
+    assert len(rows) == 40 and all(r["verified"] for r in rows), [r["error"] for r in rows if not r["verified"]]
+    used = _connections_used(tmp_path)
+    assert used and all(len(conns) == 1 for conns in used.values()), used
+    assert sum(1 for r in rows if r["error"] is None) == 40
+
+
+def test_per_transfer_connections_open_one_connection_each(tmp_path: Path):
+    rows, rcs, errs = _replay(tmp_path, _random_transfers(12, 0.3, seed=5), 2, "--connections", "per-transfer")
+    assert rcs == [0, 0], errs
+    assert all(r["verified"] for r in rows)
+    assert sum(len(c) for c in _connections_used(tmp_path).values()) == 12
+
+
+def test_a_refused_persistent_connection_fails_its_transfers_and_the_next_one_retries(tmp_path: Path):
+    dead_port = _free_port("127.0.0.1")
+
+    def make(names, addrs, ports):
+        return [{"id": i, "request_id": i, "src": names[0], "dst": "nobody", "src_ip": addrs[names[0]][0],
+                 "dst_ip": "127.0.0.1", "dst_port": dead_port, "bytes": 4096, "start": 0.1 * i} for i in range(3)]
+
+    rows, rcs, errs = _replay(tmp_path, make, 2)
+    assert rcs == [0, 0], errs
+    assert len(rows) == 3 and all(not r["verified"] and "refused" in r["error"].lower() for r in rows)
+
+
 def test_sigterm_records_unstarted_transfers_and_exits_0(tmp_path: Path):
     port = _free_port("127.0.0.2")
     plan = write_plans([{"id": 1, "src": "gpu1", "dst": "gpu1", "src_ip": "127.0.0.2", "dst_ip": "127.0.0.2",
