@@ -101,7 +101,10 @@ class _Section(BaseModel):
 class Link(_Section):
     """Every link of the emulated fabric (switch ports and NIC ports)."""
 
-    rate: Rate = Field(scale.DEFAULT_RATE_BPS, description="emulated link rate; 3mbit stands for 400 Gbit/s")
+    rate: Rate = Field(scale.DEFAULT_RATE_BPS, description="emulated link rate")
+    represents: Rate = Field(scale.REAL_LINK_BPS, description="the real link one emulated link stands for "
+                             "(bytes are scaled by represents / rate, times stay real); the seed's ablation "
+                             "is the same experiment at 100gbit and 200gbit")
     buffer_bytes: Size = Field(scale.DEFAULT_BUFFER_BYTES, description="switch egress buffer per port")
     mtu: int = Field(scale.DEFAULT_MTU, description="576 .. 3500 (AF_XDP frames in OVS are 4 KB)")
     nic_buffer_bytes: Optional[Size] = Field(None, description="host NIC queue; null: 1000 frames (txqueuelen)")
@@ -222,7 +225,8 @@ def replay_config(exp: Experiment, rep: int = 1):
                         duration_s=t.duration_s, first_n=t.first_n, speed=t.speed, model=s.model, dtype=s.dtype,
                         prefill_tp=s.prefill_tp, decode_tp=s.decode_tp, prefill_fraction=s.prefill_fraction,
                         scheduler=s.scheduler, seed=exp.seed + rep - 1, mode=s.mode,
-                        chunk_bytes=s.chunk_bytes or None, policy=s.policy, cross_flows=exp.cross_flows)
+                        chunk_bytes=s.chunk_bytes or None, policy=s.policy, cross_flows=exp.cross_flows,
+                        represents_bps=exp.link.represents)
 
 
 def pfc_settings(exp: Experiment) -> dict:

@@ -62,12 +62,15 @@ class ReplayConfig:
     policy: str = DEFAULT_POLICY
     transfer_timeout_s: float = 60.0
     cross_flows: int = 0  # background iperf3 flows (random GPU pairs, seeded) for the whole replay
+    represents_bps: float = scale.REAL_LINK_BPS  # the real link an emulated one stands for
 
     def validate(self) -> "ReplayConfig":
         if self.policy not in POLICIES:
             raise TestbedError(f"policy {self.policy!r} is unknown: expected one of {', '.join(POLICIES)}")
         if not self.duration_s > 0:
             raise TestbedError(f"duration {self.duration_s:g} s is not positive: expected e.g. 120s")
+        if not self.represents_bps > 0:
+            raise TestbedError(f"represents {self.represents_bps:g} bit/s is not positive: expected e.g. 400gbit")
         if not self.speed > 0:
             raise TestbedError(f"speed {self.speed:g} is not positive: expected e.g. 1 or 10")
         if Path(self.trace).is_dir():
@@ -87,6 +90,7 @@ class Prepared:
     requests: int
     skipped_rows: int
     warnings: list[str] = field(default_factory=list)
+    represents_bps: float = scale.REAL_LINK_BPS
 
 
 def prepare(cfg: ReplayConfig, n_gpus: int, rate_bps: float, mtu: int) -> Prepared:
@@ -102,7 +106,7 @@ def prepare(cfg: ReplayConfig, n_gpus: int, rate_bps: float, mtu: int) -> Prepar
     model = models.get_model(cfg.model)
     place = placement.place(n_gpus, cfg.prefill_tp, cfg.decode_tp, cfg.prefill_fraction)
     sched = schedule.build_schedule(reqs, place, placement.Scheduler(cfg.scheduler, cfg.seed), model, cfg.dtype,
-                                    cfg.mode, cfg.chunk_bytes, scale.bytes_scale(rate_bps), mtu_bytes=mtu)
+                                    cfg.mode, cfg.chunk_bytes, scale.bytes_scale(rate_bps, cfg.represents_bps), mtu_bytes=mtu)
     if not sched.transfers:
         raise TestbedError("the schedule has no transfer: every request is empty")
     offset = min(t.scheduled_start_s for t in sched.transfers)
@@ -124,7 +128,7 @@ def prepare(cfg: ReplayConfig, n_gpus: int, rate_bps: float, mtu: int) -> Prepar
         warnings.append(f"{sched.fidelity_warnings} of {sched.checked_chunks} KV chunks are under "
                         f"{sched.fidelity_threshold_bytes} emulated bytes (a few packets): TCP dynamics barely "
                         "matter for them")
-    return Prepared(sched, rows, offset, len(reqs), read.skipped, warnings)
+    return Prepared(sched, rows, offset, len(reqs), read.skipped, warnings, cfg.represents_bps)
 
 
 CROSS_PORT = 5400
@@ -303,7 +307,7 @@ def summarize(fabric_name: str, rows: list[dict], prepared: Prepared, rate_bps: 
         if r["end"] is not None:
             ends[r["request_id"]] = max(ends.get(r["request_id"], 0.0), r["end"] + prepared.offset_s)
     ttft = list(schedule.ttft_proxies(prepared.schedule, ends, allow_missing=True).values())
-    b_scale = scale.bytes_scale(rate_bps)
+    b_scale = scale.bytes_scale(rate_bps, prepared.represents_bps)
 
     def pct(values: list[float], keys=("p50", "p99", "p999"), factor: float = 1e3) -> dict:
         """Nearest-rank percentiles (times in ms by default); None when nothing was measured."""
@@ -331,6 +335,7 @@ def summarize(fabric_name: str, rows: list[dict], prepared: Prepared, rate_bps: 
         "crashed_agents": crashed,
         "rate_bps": rate_bps,
         "bytes_scale": b_scale,
+        "represents_bps": prepared.represents_bps,
         "warnings": warnings,
     }
 

@@ -21,7 +21,7 @@ def parse_seconds(text: str) -> float:
 
 def cmd_replay(args) -> int:
     from testbed import replay
-    from testbed.emulation.cli import datapath_config, fabric_kwargs, pfc_config
+    from testbed.emulation.cli import datapath_config, fabric_kwargs, parse_rate, pfc_config
     from testbed.outputs import out_root as out_dir
 
     out_root = out_dir(args.out)  # before anything is built
@@ -30,7 +30,7 @@ def cmd_replay(args) -> int:
                        first_n=args.first, speed=args.speed, model=args.model, dtype=args.dtype,
                        prefill_tp=args.prefill_tp, decode_tp=args.decode_tp, scheduler=args.scheduler,
                        seed=args.seed, mode=args.mode, chunk_bytes=args.chunk or None, policy=args.policy,
-                       cross_flows=args.cross).validate()  # a bad trace fails before anything is built
+                       cross_flows=args.cross, represents_bps=parse_rate(args.represents)).validate()  # a bad trace fails before anything is built
     log = (lambda m: print(m, file=sys.stderr))
     run_dir = replay.replay(fabric_kwargs(args) | {"kind": args.fabric}, datapath_config(args), cfg,
                             out_root, log, pfc=pfc_config(args))
@@ -82,6 +82,8 @@ def register(sub, add_fabric_options, add_link_options) -> None:
     p.add_argument("--mode", default="whole", choices=["whole", "layerwise"])
     p.add_argument("--chunk", type=int, default=65536, help="slice size in emulated bytes (0: no slicing)")
     p.add_argument("--policy", default=DEFAULT_POLICY, choices=POLICIES)
+    p.add_argument("--represents", default="400gbit",
+                   help="the real link one emulated link stands for (bytes scale = represents / rate)")
     p.add_argument("--cross", type=int, default=0, metavar="N",
                    help="N background iperf3 flows between random GPU pairs during the replay")
     p.add_argument("--out", default=str(REPORTS), help="an existing folder where run directories go (default reports/)")

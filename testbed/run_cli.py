@@ -23,6 +23,7 @@ FLAGS: dict[str, tuple[str, object]] = {
     "gpus_per_server": ("gpus_per_server", None),
     "radix": ("radix", None),
     "rate": ("link.rate", None),
+    "represents": ("link.represents", None),
     "buffer": ("link.buffer_bytes", None),
     "nic_buffer": ("link.nic_buffer_bytes", None),
     "burst": ("link.burst_bytes", None),
@@ -133,6 +134,7 @@ def _experiment_options(p, add_fabric_options, add_link_options) -> None:
     p.add_argument("--seed", type=int, help="seed of repetition 1 (repetition r: seed + r - 1)")
     p.add_argument("--reps", type=int, help="repetitions")
     p.add_argument("--cross", type=int, metavar="N", help="background iperf3 flows")
+    p.add_argument("--represents", help="the real link one emulated link stands for, e.g. 100gbit (default 400gbit)")
     p.add_argument("--name", help="run-id suffix (default: the experiment file's name)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="any experiment key, e.g. --set pfc.xoff_bytes=30000 (repeatable; applied last)")

@@ -2,13 +2,16 @@
 
 The default emulated link rate is the highest at which the fidelity benchmark
 held its targets at n=32 on a 2-core machine (see README, "Fidelity"); one
-such link stands for a 400 Gbit/s port. Bytes are scaled by the same factor
-(``bytes_scale``) and times stay real, so a transfer of B real bytes over a
-real 400G link takes as long as B / bytes_scale emulated bytes over the
-emulated link.
+such link stands for a real port of ``represents`` bit/s (``link.represents``,
+default 400 Gbit/s). Bytes are scaled by represents / rate (``bytes_scale``)
+and times stay real, so a transfer of B real bytes over the real link takes
+as long as B / bytes_scale emulated bytes over the emulated one. Standing for
+a slower real link puts more emulated bytes on the same emulated link: that
+is how the network's intensity is a parameter (the seed's 100 vs 200 Gbit/s
+ablation is the same experiment at two values).
 """
 
-REAL_LINK_BPS = 400e9
+REAL_LINK_BPS = 400e9  # default of link.represents
 DEFAULT_RATE_BPS = 3e6
 DEFAULT_MTU = 3000
 # Buffers cannot be scaled by bytes or by time (either gives far less than one

@@ -78,7 +78,7 @@ def test_committed_schema_is_the_generated_one():
 
 # ------------------------------------------------------------ rejections
 @pytest.mark.parametrize("doc, expected", [
-    ({"link": {"rat": "3mbit"}}, "experiment.yaml: link.rat: unknown key (known: rate, buffer_bytes, mtu,"),
+    ({"link": {"rat": "3mbit"}}, "experiment.yaml: link.rat: unknown key (known: rate, represents, buffer_bytes,"),
     ({"serving": {"modle": "x"}}, "serving.modle: unknown key (known: model, dtype,"),
     ({"colour": "red"}, "experiment.yaml: colour: unknown key (known: name, fabrics,"),
     ({"trace": {"speed": -1}}, "experiment.yaml: trace.speed: must be > 0 (got -1)"),
