@@ -133,7 +133,7 @@ class Trace(_Section):
     start_s: Seconds = Field(0.0, ge=0, description="trace time where the slice starts")
     duration_s: Seconds = Field(120.0, gt=0, description="trace time replayed (wall time = duration / speed)")
     first_n: Optional[int] = Field(None, ge=1, description="at most this many requests of the slice")
-    speed: float = Field(2.0, gt=0, description="replay the slice this many times faster")
+    speed: float = Field(1.5, gt=0, description="replay the slice this many times faster")
     skip_bad: bool = False
 
     @field_validator("path")

@@ -91,6 +91,7 @@ class Prepared:
     skipped_rows: int
     warnings: list[str] = field(default_factory=list)
     represents_bps: float = scale.REAL_LINK_BPS
+    operating_point: object = None  # traffic.schedule.OperatingPoint of the replayed window
 
 
 def prepare(cfg: ReplayConfig, n_gpus: int, rate_bps: float, mtu: int) -> Prepared:
@@ -128,7 +129,11 @@ def prepare(cfg: ReplayConfig, n_gpus: int, rate_bps: float, mtu: int) -> Prepar
         warnings.append(f"{sched.fidelity_warnings} of {sched.checked_chunks} KV chunks are under "
                         f"{sched.fidelity_threshold_bytes} emulated bytes (a few packets): TCP dynamics barely "
                         "matter for them")
-    return Prepared(sched, rows, offset, len(reqs), read.skipped, warnings, cfg.represents_bps)
+    op = schedule.operating_point(sched, cfg.duration_s / cfg.speed)
+    flag = schedule.overloaded(op)
+    if flag:
+        warnings.insert(0, flag)
+    return Prepared(sched, rows, offset, len(reqs), read.skipped, warnings, cfg.represents_bps, op)
 
 
 CROSS_PORT = 5400
@@ -490,6 +495,21 @@ def check_invariants(run_dir: Path, st: dict, sampler: QueueSampler, rows: list[
                                 regressions=sampler.regressions, sampler_error=sampler.error, read_s=sampler.read_s)
 
 
+def write_operating_point(run_dir: Path, op) -> dict:
+    """instances.csv (utilization, offered load, queue per serving instance) and queue.csv (each
+    instance's queue over time): whether the cluster kept up, so TTFT is not the queue unnoticed."""
+    import csv
+
+    for name, rows in (("instances.csv", op.instance_rows()), ("queue.csv", op.queue_rows())):
+        with open(run_dir / name, "w", newline="") as fh:
+            if rows:
+                w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+                w.writeheader()
+                w.writerows(rows)
+    return {"prefill_utilization": {str(k): round(v, 4) for k, v in op.utilization("prefill").items()},
+            "decode_utilization": {str(k): round(v, 4) for k, v in op.utilization("decode").items()}}
+
+
 def _pfc_snapshot(st: dict) -> dict | None:
     """The PFC helper's status and the fabric's pause log, read before the fabric goes down."""
     if not st.get("pfc", {}).get("enabled"):
@@ -602,6 +622,7 @@ def replay(fabric_args: dict, dp: DatapathConfig, cfg: ReplayConfig, out_root: P
         warnings.append(f"agents exited early: {res['crashed']}")
     summary = summarize(st["fabric"]["kind"], rows, prepared, rate, mtu, drops, res["crashed"], warnings)
     summary["agents_ready_s"] = res["agents_ready_s"]
+    summary |= write_operating_point(run_dir, prepared.operating_point)
     summary |= write_breakdowns(run_dir, rows, sampler, rate, mtu)
     summary["cross_traffic"] = cross_result
     summary["pfc"] = write_pfc_outputs(run_dir, st, pfc_state, rows, res["t0"], t_end, fabric_drops)

@@ -65,7 +65,7 @@ def test_examples_say_what_they_claim():
     assert by["default"].fabrics == ["zcube", "roft"] and by["default"].gpus == 32
     assert by["default"].serving.model == "llama-3.1-70b" and by["default"].trace.duration_s == 120
     assert by["default"].serving.prefill_tp == 8 and by["default"].serving.decode_tp == 2  # the asymmetry
-    assert by["default"].trace.speed == 2
+    assert by["default"].trace.speed == 1.5  # prefill keeps up (utilization ~0.75)
     assert by["incast"].serving.prefill_fraction == 0.75 and by["incast"].trace.speed > 1
     assert by["tp-mismatch"].serving.prefill_tp != by["tp-mismatch"].serving.decode_tp
     assert by["layerwise"].serving.mode == "layerwise" and by["layerwise"].serving.chunk_bytes == 65536

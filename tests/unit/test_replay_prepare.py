@@ -60,3 +60,18 @@ def test_standing_for_a_slower_real_link_puts_more_bytes_on_the_emulated_one():
 def test_a_non_positive_represents_is_refused_in_one_line():
     with pytest.raises(TestbedError, match="represents 0"):
         ReplayConfig(represents_bps=0).validate()
+
+
+def test_an_overloaded_window_is_flagged_and_the_operating_point_is_written(tmp_path):
+    from testbed.replay import write_operating_point
+
+    hot = prepare(ReplayConfig(duration_s=120, speed=2, decode_tp=2), 32, 3e6, 3000)
+    assert hot.warnings and hot.warnings[0].startswith("the cluster is overloaded; TTFT measures the queue")
+    kept_up = prepare(ReplayConfig(duration_s=120, speed=1.5, decode_tp=2), 32, 3e6, 3000)
+    assert not any("overloaded" in w for w in kept_up.warnings)
+    doc = write_operating_point(tmp_path, kept_up.operating_point)
+    assert set(doc["prefill_utilization"]) == {"0", "1"}
+    assert all(0.5 < u < 0.9 for u in doc["prefill_utilization"].values()), doc
+    header = (tmp_path / "instances.csv").read_text().splitlines()[0]
+    assert header.startswith("instance,kind,utilization")
+    assert len((tmp_path / "queue.csv").read_text().splitlines()) > 100

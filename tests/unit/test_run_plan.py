@@ -83,7 +83,7 @@ def test_targets_are_repetition_major_with_seeds_seed_plus_r_minus_one():
 
 def test_wall_time_estimate_of_the_default_fits_ten_minutes():
     exp = resolve(None).experiment
-    assert run.estimate_s(exp) == 2 * 1 * (120 / 2 + run.OVERHEAD_S) <= 600
+    assert run.estimate_s(exp) == 2 * 1 * (120 / 1.5 + run.OVERHEAD_S) <= 600
     assert "min" in run.estimate_text(exp)
 
 
