@@ -3,8 +3,8 @@
 
 Runs short replays (``experiments/smoke.yaml``: n=16, 10 s of trace, two iperf3
 cross flows so agents and iperf3 are both running) alternating ZCube and ROFT.
-In a fifth of the runs it sends SIGINT mid-replay, in another fifth SIGKILL
-followed by ``testbed clean``; the rest finish. After each it prints what of
+In a quarter of the runs it sends SIGINT mid-replay, in another quarter SIGKILL
+followed by ``testbed clean`` (each fabric gets both); the rest finish. After each it prints what of
 ours is left (``testbed.emulation.inventory``: namespaces, links, bridges,
 processes, pinned maps, machine settings) and the run directory's state, then
 a total. A benchmark, not a test: it prints figures and exits 1 if anything
@@ -33,14 +33,10 @@ SMOKE = REPO / "experiments" / "smoke.yaml"
 
 
 def plan_actions(runs: int) -> list[str]:
-    """A quarter interrupted with SIGINT, a quarter killed, the rest finish, spread over the runs
-    (20 runs: 5 SIGINT, 5 SIGKILL)."""
-    n_each = runs // 4
-    actions = ["finish"] * runs
-    for k in range(n_each):
-        actions[4 * k + 1] = "sigint"
-        actions[4 * k + 3] = "sigkill"
-    return actions
+    """Per run (fabrics alternate zcube, roft, ...): a period of 8 that interrupts and kills each
+    fabric once, so 20 runs have 5 SIGINT and 5 SIGKILL, both fabrics hit by both."""
+    period = ["finish", "sigint", "finish", "sigkill", "sigint", "finish", "sigkill", "finish"]
+    return [period[i % len(period)] for i in range(runs)]
 
 
 def wait_mid_replay(proc: subprocess.Popen, out: Path, timeout_s: float = 120) -> bool:

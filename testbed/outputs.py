@@ -79,17 +79,22 @@ def require_new_dir(path: str | Path, flag: str = "--logs") -> Path:
     path = Path(path)
     if os.path.lexists(path) or path.parent == path:
         return require_dir(path, flag)
+    _require_folder(path, flag, "a directory")
+    _probe(path.parent, flag, path)
+    return path
+
+
+def _require_folder(path: Path, flag: str, what: str) -> None:
+    """``path``'s folder exists and is a directory, else one line naming it."""
     parent = path.parent
     try:
         mode = os.stat(parent).st_mode
     except OSError as exc:
         raise TestbedError(f"{flag} {path}: {_why_missing(parent, exc, folder_of=True)}; "
-                           "expected a directory in an existing, writable folder") from None
+                           f"expected {what} in an existing, writable folder") from None
     if not stat.S_ISDIR(mode):
         raise TestbedError(f"{flag} {path}: {parent} is a file, not a directory; "
-                           "expected a directory in an existing, writable folder")
-    _probe(parent, flag, path)
-    return path
+                           f"expected {what} in an existing, writable folder")
 
 
 def require_file(path: str | Path, flag: str = "--graph") -> Path:
@@ -97,17 +102,9 @@ def require_file(path: str | Path, flag: str = "--graph") -> Path:
     path = Path(path)
     if path.is_dir():
         raise TestbedError(f"{flag} {path}: is a directory; expected a file name, e.g. {path / 'out.png'}")
-    parent = path.parent
-    try:
-        mode = os.stat(parent).st_mode
-    except OSError as exc:
-        raise TestbedError(f"{flag} {path}: {_why_missing(parent, exc, folder_of=True)}; "
-                           "expected a file in an existing, writable folder") from None
-    if not stat.S_ISDIR(mode):
-        raise TestbedError(f"{flag} {path}: {parent} is a file, not a directory; "
-                           "expected a file in an existing, writable folder")
+    _require_folder(path, flag, "a file")
     if not path.exists():
-        _probe(parent, flag, path)
+        _probe(path.parent, flag, path)
     return path
 
 

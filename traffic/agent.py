@@ -417,6 +417,11 @@ async def _exchange_sock(loop: asyncio.AbstractEventLoop, sock: socket.socket,
     await loop.sock_sendall(sock, frame_header(t.id, t.bytes))
     for piece in payload_pieces(t.id, t.bytes):
         await loop.sock_sendall(sock, piece)
+    return await _read_ack(loop, sock)
+
+
+async def _read_ack(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> bytes:
+    """One whole ack; ConnectionError if the stream ends inside it."""
     ack = b""
     while len(ack) < ACK.size:
         chunk = await loop.sock_recv(sock, ACK.size - len(ack))
@@ -509,12 +514,7 @@ class _Channel:
         loop = asyncio.get_running_loop()
         try:
             while True:
-                ack = b""
-                while len(ack) < ACK.size:
-                    chunk = await loop.sock_recv(sock, ACK.size - len(ack))
-                    if not chunk:
-                        raise ConnectionError(f"connection closed after {len(ack)} of {ACK.size} ack bytes")
-                    ack += chunk
+                ack = await _read_ack(loop, sock)
                 if not self.inflight:
                     raise ConnectionError("an ack arrived with no transfer in flight")
                 _, fut = self.inflight.popleft()
