@@ -33,7 +33,7 @@ from testbed.emulation import fabricctl
 from testbed.emulation.plan import DatapathConfig, netns_of
 from testbed.errors import EnvironmentProblem, TestbedError
 from testbed.fabric import addressing
-from testbed.fabric.routing import DEFAULT_POLICY, POLICIES, select_ports
+from testbed.fabric.routing import DEFAULT_POLICY, POLICIES, plan_ports
 from testbed.paths import DEFAULT_TRACE, REPO, TRACES_DIR  # noqa: F401 (DEFAULT_TRACE, TRACES_DIR: aliases)
 
 AGENT_PORT = 7000
@@ -94,8 +94,9 @@ class Prepared:
     operating_point: object = None  # traffic.schedule.OperatingPoint of the replayed window
 
 
-def prepare(cfg: ReplayConfig, n_gpus: int, rate_bps: float, mtu: int) -> Prepared:
-    """Everything up to the per-GPU plans: pure computation, no fabric needed."""
+def prepare(cfg: ReplayConfig, n_gpus: int, rate_bps: float, mtu: int, fabric=None) -> Prepared:
+    """Everything up to the per-GPU plans: pure computation, no fabric needed. ``fabric``: the
+    fabric model (``testbed.fabric.build_fabric``), which the ``adaptive`` port policy needs."""
     from traffic import models, placement, schedule, traces
 
     read = traces.read_trace(cfg.trace, cfg.trace_format, skip_bad=cfg.skip_bad)
@@ -111,15 +112,12 @@ def prepare(cfg: ReplayConfig, n_gpus: int, rate_bps: float, mtu: int) -> Prepar
     if not sched.transfers:
         raise TestbedError("the schedule has no transfer: every request is empty")
     offset = min(t.scheduled_start_s for t in sched.transfers)
-    pair_count: dict[tuple[int, int], int] = {}
+    # a GPU's own slice never touches the network
+    net = [(i, t) for i, t in enumerate(sched.transfers) if t.src_gpu != t.dst_gpu]
+    picks = plan_ports([(t.src_gpu, t.dst_gpu, t.bytes, t.scheduled_start_s) for _, t in net], cfg.policy, fabric,
+                       rate_bps)
     rows = []
-    for i, t in enumerate(sched.transfers):
-        if t.src_gpu == t.dst_gpu:
-            continue  # a GPU's own slice never touches the network
-        k = pair_count.get((t.src_gpu, t.dst_gpu), 0)
-        pair_count[(t.src_gpu, t.dst_gpu)] = k + 1
-        choices = select_ports(t.src_gpu, t.dst_gpu, cfg.policy)
-        c = choices[k % len(choices)]
+    for (i, t), c in zip(net, picks):
         rows.append({"id": i, "request_id": t.request_id, "src": f"gpu{t.src_gpu}", "dst": f"gpu{t.dst_gpu}",
                      "src_ip": addressing.ip_of(t.src_gpu, c.src_port),
                      "dst_ip": addressing.ip_of(t.dst_gpu, c.dst_port), "dst_port": AGENT_PORT,
@@ -574,6 +572,7 @@ def replay(fabric_args: dict, dp: DatapathConfig, cfg: ReplayConfig, out_root: P
         from controller.pfc.policy import PfcConfig
 
         pfc = PfcConfig.from_dict(pfc)
+    from testbed.fabric import build_fabric
     from traffic import metrics, replay_io
 
     cfg.validate()
@@ -584,7 +583,8 @@ def replay(fabric_args: dict, dp: DatapathConfig, cfg: ReplayConfig, out_root: P
                            "run 'testbed down' first")
     rate = st["config"]["rate_bps"] if st else dp.rate_bps
     mtu = st["config"]["mtu"] if st else dp.mtu
-    prepared = prepare(cfg, fabric_args["gpus"], rate, mtu)  # bad trace or model fails before anything is built
+    model = fabricctl.fabric_of_state(st) if st else build_fabric(**fabric_args)  # paths for the adaptive policy
+    prepared = prepare(cfg, fabric_args["gpus"], rate, mtu, model)  # bad trace or model fails before anything is built
     if run_dir is None:
         run_id = time.strftime("%Y%m%d-%H%M%S") + f"-{fabric_args['kind']}{fabric_args['gpus']}"
         run_dir = Path(out_root) / run_id

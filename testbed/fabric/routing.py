@@ -17,12 +17,18 @@ through an ECMP group over every uplink (all spines, all parallel cables),
 and a spine forwards to the destination's leaf through an ECMP group over its
 parallel cables. Real switches hash the 5-tuple; ``ecmp_bucket`` is the
 model's hash (CRC-32 of the 5-tuple), used by analysis to predict collisions.
+
+Port choice per transfer (``plan_ports``): how the replay's plan assigns NIC
+ports to each transfer slice, including the ``adaptive`` policy, which needs
+the fabric model's paths (``path_links``); ``link_loads`` adds up the bytes
+each link carries under a plan.
 """
 
 from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass
+from typing import NamedTuple, Sequence
 
 from testbed.errors import TestbedError
 from testbed.fabric import addressing
@@ -52,6 +58,8 @@ POLICIES = {
     "the destination's single-rail switch)",
     "server-out": "always p2 -> destination p1",
     "pair-hash": "one of the two cross-plane paths, chosen by a hash of (src, dst)",
+    "adaptive": "per transfer, the port pair whose path carries the fewest bytes this sender still has "
+    "outstanding at the transfer's start (plan-time model); ties: striped order, offset by the sender's GPU",
 }
 DEFAULT_POLICY = "striped"
 
@@ -69,7 +77,9 @@ def select_ports(src_gpu: int, dst_gpu: int, policy: str = DEFAULT_POLICY) -> li
     The seed's structure implies cross-plane pairs: port 1 (odd group) talks to
     port 2 (even group) and back, each pair having one two-hop path in ZCube.
     Hosts route by destination plane, so choosing the destination address is
-    choosing the source port too.
+    choosing the source port too. ``adaptive`` depends on what the sender has
+    outstanding, so it is decided per transfer by ``plan_ports``; here it gives
+    the choice of a sender with nothing outstanding.
     """
     if policy == "striped":
         return [PortChoice(1, 2, 0.5), PortChoice(2, 1, 0.5)]
@@ -80,6 +90,9 @@ def select_ports(src_gpu: int, dst_gpu: int, policy: str = DEFAULT_POLICY) -> li
     if policy == "pair-hash":
         h = zlib.crc32(f"{src_gpu}>{dst_gpu}".encode()) & 1
         return [PortChoice(1, 2, 1.0)] if h == 0 else [PortChoice(2, 1, 1.0)]
+    if policy == "adaptive":
+        # one transfer from an idle sender (what ``path`` shows): the first of the tie order
+        return [_tie_order(src_gpu, 0)[0]]
     raise TestbedError(f"port policy {policy!r} is unknown: expected one of {', '.join(POLICIES)}")
 
 
@@ -220,3 +233,187 @@ def paths(
         for hops, n in counts.items():
             out.append(Path(choice.src_port, choice.dst_port, hops, len(counts) > 1, n))
     return out
+
+
+# ------------------------------------------------------- port choice per transfer
+Link = tuple[str, int]  # a transmitter: (GPU name, NIC port) or (switch name, OpenFlow output port)
+
+
+class Send(NamedTuple):
+    """One planned transfer (a slice of a KV transfer): bytes, and when it is scheduled to start."""
+
+    src_gpu: int
+    dst_gpu: int
+    bytes: float
+    start_s: float
+
+
+_STRIPED_ORDER = (PortChoice(1, 2, 1.0), PortChoice(2, 1, 1.0))
+
+
+def _tie_order(src_gpu: int, k: int) -> list[PortChoice]:
+    """The adaptive policy's preference among equally loaded choices: the striped
+    order of the pair's k-th transfer (p1 -> dst p2 first when k is even), shifted
+    by one for even GPUs, so the senders of a gather (consecutive TP ranks) do not
+    all start on the same destination port."""
+    first = (k + src_gpu - 1) % 2
+    return [_STRIPED_ORDER[first], _STRIPED_ORDER[1 - first]]
+
+
+def path_links(
+    fabric: Fabric, src: tuple[int, int], dst: tuple[int, int], tables: ForwardingTables | None = None
+) -> dict[Link, float]:
+    """The links a transfer from NIC port ``src`` = (gpu, port) to ``dst`` crosses,
+    each with the fraction of its bytes it carries: the sender's NIC port, then
+    every switch output port along the way. On ZCube's unique path every fraction
+    is 1; at a ROFT ECMP hop the bytes split evenly over the group's ports (the
+    model's expectation of the hash, which picks one of them per flow)."""
+    tables = tables or forwarding_tables(fabric)
+    dst_ip = addressing.ip_of(*dst)
+    try:
+        walks = walk(fabric, tables, src, dst)
+    except RuntimeError as exc:
+        raise TestbedError(f"no path from gpu{src[0]}:p{src[1]} to gpu{dst[0]}:p{dst[1]}: {exc}") from None
+    out: dict[Link, float] = {(addressing.host_name(src[0]), src[1]): 1.0}
+    for hops, outs in walks:
+        share = 1.0
+        for switch in hops:
+            share /= len(tables[switch][dst_ip].ports)
+        for link in zip(hops, outs):
+            out[link] = out.get(link, 0.0) + share
+    return out
+
+
+def _certain_links(fabric: Fabric, src: tuple[int, int], dst: tuple[int, int], tables: ForwardingTables) -> list[Link]:
+    """The links every ECMP alternative crosses: all of them on ZCube; on ROFT the
+    two NIC links (the hash, out of the sender's hands, picks the rest)."""
+    walks = walk(fabric, tables, src, dst)
+    common = set(zip(walks[0][0], walks[0][1]))
+    for hops, outs in walks[1:]:
+        common &= set(zip(hops, outs))
+    return [(addressing.host_name(src[0]), src[1])] + sorted(common)
+
+
+def plan_ports(
+    transfers: Sequence[Send | tuple],
+    policy: str = DEFAULT_POLICY,
+    fabric: Fabric | None = None,
+    rate_bps: float | None = None,
+    tables: ForwardingTables | None = None,
+) -> list[PortChoice]:
+    """The NIC ports of each transfer, as the replay's plan sends it (one choice
+    with share 1 per transfer, in the order given; ``transfers`` are ``Send`` or
+    (src_gpu, dst_gpu, bytes, start_s) tuples).
+
+    ``striped``: the k-th transfer of a (src, dst) pair takes p1 -> dst p2 when k
+    is even and p2 -> dst p1 when odd (the halves of ``select_ports`` become
+    alternate slices). ``rail-out``, ``server-out``, ``pair-hash``: their one
+    choice. ``adaptive`` (needs ``fabric`` and the link rate ``rate_bps``, at
+    which every link runs; bytes are the plan's bytes):
+
+    Transfers are taken by start time (ties in the order given). Each sender
+    keeps, per link, the time until which its own planned bytes occupy it: a
+    transfer of b bytes starting at t begins when every link of its path has
+    sent this sender's earlier bytes and ends b x 8 / rate later, and the path's
+    links are busy until then (the agents send a port pair's slices one after
+    the other on one connection). The sender's outstanding bytes on a link at t
+    are (busy until - t) x rate / 8. A transfer takes the choice whose path has
+    (1) the fewest outstanding bytes on its most loaded link (the earliest ideal
+    finish), then (2) the fewest summed over its links (the path sharing least
+    with the sender's backlog, e.g. not the cable and destination port its last
+    transfer is still on), then (3) the striped order, shifted by one for even
+    GPUs so the senders of a gather (consecutive TP ranks) split over the
+    destination's two ports instead of all taking the same one.
+
+    Why load and not a hash: ROFT's static mapping piles asymmetric KV
+    transfers onto a few links (the seed's observation), and a static choice,
+    hashed or striped, cannot see what a port already carries. A transfer
+    engine that spreads slices over its NICs by load decides this way: Mooncake
+    Transfer Engine's TENT ``DeviceSelector`` gives each slice the NIC with the
+    lowest (in-flight bytes + slice bytes) / bandwidth (kvcache-ai/Mooncake,
+    mooncake-transfer-engine/tent/src/transport/rdma/quota.cpp; the original
+    engine picks a random preferred NIC per 64 KB slice, src/topology.cpp
+    ``Topology::selectDevice``). Like it, the rule sees only the sender's own
+    bytes, not other senders': on ZCube a sender's most loaded link is always
+    its own NIC port, so the path enters through (2), and a cable that several
+    senders' choices share stays as loaded as under ``striped``'s halves.
+
+    On ZCube the port pair fixes the whole path. On ROFT both NIC ports hang off
+    the rail's leaf and the spine is picked by the switches' ECMP hash, out of
+    our hands: the rule only picks the NIC ports, and counts only the links
+    every ECMP alternative shares, the two NIC links.
+    """
+    sends = [Send(*t) for t in transfers]
+    pair_count: dict[tuple[int, int], int] = {}
+    if policy != "adaptive":
+        out = []
+        for s in sends:
+            k = pair_count.get((s.src_gpu, s.dst_gpu), 0)
+            pair_count[(s.src_gpu, s.dst_gpu)] = k + 1
+            choices = select_ports(s.src_gpu, s.dst_gpu, policy)
+            c = choices[k % len(choices)]
+            out.append(PortChoice(c.src_port, c.dst_port, 1.0))
+        return out
+    if fabric is None or rate_bps is None or not rate_bps > 0:
+        raise TestbedError("port policy 'adaptive' needs the fabric model and a positive link rate: it chooses by "
+                           "the bytes each path carries")
+    tables = tables or forwarding_tables(fabric)
+    links_of: dict[tuple[int, int, int, int], list[Link]] = {}
+    busy: dict[tuple[int, Link], float] = {}  # (sender, link) -> time its planned bytes there are sent
+    picks: list[PortChoice | None] = [None] * len(sends)
+    for i in sorted(range(len(sends)), key=lambda j: (sends[j].start_s, j)):
+        s = sends[i]
+        k = pair_count.get((s.src_gpu, s.dst_gpu), 0)
+        pair_count[(s.src_gpu, s.dst_gpu)] = k + 1
+        best = None
+        for rank, c in enumerate(_tie_order(s.src_gpu, k)):
+            key4 = (s.src_gpu, c.src_port, s.dst_gpu, c.dst_port)
+            if key4 not in links_of:
+                try:
+                    links_of[key4] = _certain_links(fabric, (s.src_gpu, c.src_port), (s.dst_gpu, c.dst_port), tables)
+                except RuntimeError as exc:
+                    raise TestbedError(f"no path from gpu{s.src_gpu}:p{c.src_port} to gpu{s.dst_gpu}:p{c.dst_port}: "
+                                       f"{exc}") from None
+            backlog = [max(0.0, busy.get((s.src_gpu, link), s.start_s) - s.start_s) * rate_bps / 8
+                       for link in links_of[key4]]
+            score = (round(max(backlog), 3), round(sum(backlog), 3), rank)
+            if best is None or score < best[0]:
+                best = (score, c, links_of[key4])
+        _, choice, links = best
+        begin = max([s.start_s] + [busy.get((s.src_gpu, link), s.start_s) for link in links])
+        end = begin + s.bytes * 8 / rate_bps
+        for link in links:
+            busy[(s.src_gpu, link)] = end
+        picks[i] = choice
+    return picks
+
+
+def link_loads(
+    fabric: Fabric,
+    transfers: Sequence[Send | tuple],
+    choices: Sequence[PortChoice | Sequence[PortChoice]],
+    tables: ForwardingTables | None = None,
+) -> dict[Link, float]:
+    """Bytes each link carries when transfer i is sent as ``choices[i]`` (one
+    ``PortChoice``, e.g. from ``plan_ports``, or a list of them with their shares,
+    e.g. ``select_ports``): bytes x share x the link's fraction of the path."""
+    tables = tables or forwarding_tables(fabric)
+    loads: dict[Link, float] = {}
+    for t, chosen in zip(transfers, choices, strict=True):
+        s = Send(*t)
+        for c in [chosen] if isinstance(chosen, PortChoice) else chosen:
+            for link, frac in path_links(fabric, (s.src_gpu, c.src_port), (s.dst_gpu, c.dst_port), tables).items():
+                loads[link] = loads.get(link, 0.0) + s.bytes * c.share * frac
+    return loads
+
+
+def link_name(fabric: Fabric, link: Link) -> str:
+    """``gpu3:p1->sw5`` (a NIC port), ``sw2->sw1#0`` (a switch's cable to another
+    switch, with its index among the parallel cables), ``sw1->gpu17:p1``."""
+    node, port = link
+    if node.startswith("gpu"):
+        return f"{node}:p{port}->{fabric.switch_of(int(node[3:]), port)}"
+    peer, peer_port = fabric.peer(node, port)
+    if peer.startswith("gpu"):
+        return f"{node}->{peer}:p{peer_port}"
+    return f"{node}->{peer}#{fabric.ports_towards(node, peer).index(port)}"
