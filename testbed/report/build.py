@@ -17,9 +17,9 @@ from testbed.report.fmt import HEADLINE, num
 from testbed.report.load import Experiment, load_experiment
 from testbed.report.plots import name
 
-NAV = [("headline", "Headline"), ("fct", "FCT"), ("hotspots", "Hotspots"), ("pfc", "PFC"), ("nics", "NIC load"),
-       ("goodput", "Goodput"), ("topology", "Topology & cost"), ("fidelity", "Fidelity"),
-       ("config", "Versions & config")]
+NAV = [("headline", "Headline"), ("operating", "Operating point"), ("seed", "Seed figures"), ("fct", "FCT"),
+       ("hotspots", "Hotspots"), ("pfc", "PFC"), ("nics", "NIC load"), ("goodput", "Goodput"),
+       ("topology", "Topology & cost"), ("fidelity", "Fidelity"), ("config", "Versions & config")]
 
 
 def summarize(exp: Experiment) -> dict:
@@ -66,7 +66,8 @@ def _figures(exp: Experiment, figures: Path) -> dict:
                "queues": plots_net.queue_backlog(exp, figures / "queue_backlog.png"),
                "pfc_raster": plots_net.pfc_raster(exp, figures / "pfc_raster.png"),
                "pfc_fraction": plots_net.paused_fraction(exp, figures / "pfc_paused_fraction.png"),
-               "heatmaps": plots_net.util_heatmaps(exp, figures)}
+               "heatmaps": plots_net.util_heatmaps(exp, figures),
+               "prefill_queue": plots.prefill_queue(exp, figures / "prefill_queue.png")}
     out["topology"], notes = plan.topology_pictures(exp, figures)
     exp.notes.extend(notes)
     return out
@@ -114,8 +115,178 @@ def _headline_section(doc: dict, exp: Experiment) -> str:
     if missing:
         parts.append(f'<p class="warn">No {", ".join(name(m) for m in missing)} run in this experiment'
                      + (" finished" if exp.failed else "") + ": no ZCube/ROFT ratios.</p>")
-    parts.append("<h3>Against the seed's production figures</h3>")
-    parts.append(H.seed_table(doc["seed_comparison"]))
+    return "".join(parts)
+
+
+def _labels(fabric_reps: list[tuple[str, int]], exp: Experiment) -> str:
+    """'every replay', 'ZCube (every repetition), ROFT rep2' or 'ZCube rep1'."""
+    every = {f: sorted(r.index for r in exp.reps[f]) for f in exp.fabrics}
+    mine: dict[str, list[int]] = {}
+    for f, k in fabric_reps:
+        mine.setdefault(f, []).append(k)
+    if mine == every and sum(map(len, every.values())) > 1:
+        return "every replay"
+    return ", ".join(f"{name(f)} (every repetition)" if len(ks) > 1 and sorted(ks) == every[f]
+                     else ", ".join(f"{name(f)} rep{k}" for k in ks) for f, ks in mine.items())
+
+
+def _overload_details(exp: Experiment) -> list[tuple[list[tuple[str, int]], str]]:
+    """The replays' overload flags, identical ones grouped: [([(fabric, rep), ...], detail)], where
+    detail is the warning's parenthesis (per flagged prefill instance: utilization, offered load,
+    queue first -> last third, trend)."""
+    groups: dict[str, list[tuple[str, int]]] = {}
+    for f in exp.fabrics:
+        for r in exp.reps[f]:
+            w = stats.overload_warning(r)
+            if w:
+                head, _, rest = w.partition("(")
+                detail = rest[:-1] if rest.endswith(")") else (rest or head)
+                groups.setdefault(detail.strip(), []).append((f, r.index))
+    return [(where, detail) for detail, where in groups.items()]
+
+
+def overload_alert(doc: dict, exp: Experiment) -> str:
+    """The red banner when a replay flagged the cluster overloaded ('' otherwise)."""
+    if not doc.get("overloaded"):
+        return ""
+    from traffic.schedule import MAX_UTILIZATION
+
+    items = [f"{_labels(where, exp)}: {detail}" for where, detail in _overload_details(exp)]
+    numbers = verdict.overload_numbers(doc)
+    if numbers:
+        items.append(numbers[:1].upper() + numbers[1:] + ".")
+    items.append(f"A prefill queue that keeps growing (or a prefill instance busy {MAX_UTILIZATION:.0%} of the time "
+                 "or more) means requests wait for prefill longer than anything else: more prefill instances, a "
+                 "lower replay speed or a quieter trace window bring prefill utilization to the intended 0.7-0.8.")
+    return H.alert(verdict.OVERLOADED + ".", items, link=("operating", "Operating point"), cls="overload")
+
+
+def _instance_rows(rep, with_rep: bool) -> list[list[str]]:
+    """Table rows of one repetition: instances.csv, else the summary's utilizations."""
+    from traffic.schedule import MAX_UTILIZATION
+
+    pre = [f"rep{rep.index}"] if with_rep else []
+    df = rep.instances
+    if df is None:
+        rows = []
+        for kind in ("prefill", "decode"):
+            for i, u in stats.rep_operating_point(rep)[f"{kind}_utilization"].items():
+                rows.append(pre + [kind, H.escape(i), f"{u:.2f}", "-", "-", "-", "-"])
+        return rows
+    rows = []
+    order = df.assign(k=df["kind"].map({"prefill": 0, "decode": 1}).fillna(2)).sort_values(["k", "instance"])
+    for _, r in order.iterrows():
+        bad = r["kind"] == "prefill" and (r["utilization"] >= MAX_UTILIZATION or r["offered_load"] > 1)
+        cell = (lambda text: f'<td class="bad">{text}</td>') if bad else (lambda text: text)
+        rows.append(pre + [H.escape(str(r["kind"])), str(int(r["instance"])), cell(f"{r['utilization']:.2f}"),
+                           cell(f"{r['offered_load']:.2f}"), num(_int(r.get("requests"))),
+                           f"{r['mean_queue']:.1f}", num(_int(r["max_queue"]))])
+    return rows
+
+
+def _int(v):
+    try:
+        return None if v is None or v != v else int(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def _same_instances(a, b) -> bool:
+    if a.instances is None or b.instances is None:
+        return a.instances is None and b.instances is None and \
+            stats.rep_operating_point(a)["prefill_utilization"] == stats.rep_operating_point(b)["prefill_utilization"]
+    cols = [c for c in a.instances.columns if c in b.instances.columns]
+    return a.instances[cols].reset_index(drop=True).equals(b.instances[cols].reset_index(drop=True))
+
+
+SHORT_TABLE = 12  # rows per fabric: up to this many, every repetition is listed when they differ
+
+
+def _instance_table(exp: Experiment, fabric: str) -> str:
+    reps = exp.reps[fabric]
+    differ = [r for r in reps[1:] if not _same_instances(reps[0], r)]
+    n_rows = len(_instance_rows(reps[0], False))
+    show = reps if differ and n_rows * len(reps) <= SHORT_TABLE else reps[:1]
+    rows = [row for r in show for row in _instance_rows(r, len(show) > 1)]
+    if not rows:
+        return f"<div><h3>{H.fab(fabric)}</h3><p class=\"note\">Not recorded.</p></div>"
+    head = (["rep"] if len(show) > 1 else []) + ["kind", "instance", "utilization", "offered load", "requests",
+                                                   "mean queue", "max queue"]
+    if len(reps) == 1:
+        which = f"rep{reps[0].index}"
+    elif len(show) > 1:
+        which = "every repetition"
+    elif differ:
+        which = f"rep{reps[0].index}; {', '.join(f'rep{r.index}' for r in differ)} differ (see their instances.csv)"
+    else:
+        which = f"rep{reps[0].index}; the other repetitions are identical"
+    return (f"<div><h3>{H.fab(fabric)} <span class=\"unit\">({H.escape(which)})</span></h3>"
+            + H.table(head, rows, left=(2 if len(show) > 1 else 1)) + "</div>")
+
+
+def _operating_section(doc: dict, exp: Experiment, figs: dict) -> str:
+    """Whether the serving cluster kept up, so whether TTFT measures the network or a queue."""
+    from traffic.schedule import MAX_UTILIZATION, MIN_QUEUE_GROWTH
+
+    parts = []
+    ops = {f: doc[f]["operating_point"] for f in exp.fabrics}
+    recorded = [f for f in exp.fabrics if ops[f]["overloaded"] is not None]
+    shares = {f: stats.flat_get(doc[f], "fct_ms.p99") / stats.flat_get(doc[f], "ttft_ms.p99") for f in exp.fabrics
+              if stats.flat_get(doc[f], "fct_ms.p99") is not None and stats.flat_get(doc[f], "ttft_ms.p99")}
+    share_text = ", ".join(f"{name(f)} {v:.1%}" for f, v in shares.items())
+    if doc.get("overloaded"):
+        parts.append(f'<p class="fail">{H.escape(verdict.overload_sentence(doc))}</p>')
+        for where, detail in _overload_details(exp):
+            parts.append(f'<p class="note">The replay\'s overload check, {H.escape(_labels(where, exp))}: '
+                         f"{H.escape(detail)}.</p>")
+    elif recorded:
+        utils = [u for f in recorded for u in ops[f]["prefill_utilization"].values()]
+        span = (f"{min(utils):.2f}" if min(utils) == max(utils) else f"{min(utils):.2f}-{max(utils):.2f}") \
+            if utils else "unknown"
+        text = (f"Prefill keeps up: no prefill queue keeps growing (the replay's overload check) and prefill "
+                f"utilization is {span} (intended: 0.7-0.8). TTFT is queueing + prefill + the measured KV transfer"
+                + (f"; the network's part, the KV-transfer FCT P99 over the TTFT proxy P99, is {share_text}."
+                   if share_text else "."))
+        cls = "pass"
+        if utils and max(utils) > 0.9:
+            cls, text = "warn", text + (f" Prefill is busy {max(utils):.0%} of the time, close to saturation: "
+                                        "a burstier window would queue.")
+        parts.append(f'<p class="{cls}">{H.escape(text)}</p>')
+        missing = [f for f in exp.fabrics if f not in recorded]
+        if missing:
+            parts.append(f'<p class="warn">{H.escape(", ".join(name(f) for f in missing))}: not recorded '
+                         "(replays from before instances.csv and queue.csv).</p>")
+    else:
+        parts.append('<p class="warn">Not recorded: these replays predate instances.csv and queue.csv (and the '
+                     "replay's overload check), so this run cannot tell whether TTFT measures the network or the "
+                     "prefill queue" + (f"; the KV-transfer FCT P99 is {H.escape(share_text)} of the TTFT proxy P99"
+                                        if share_text else "") + ".</p>")
+    tables = [_instance_table(exp, f) for f in exp.fabrics if ops[f]["overloaded"] is not None]
+    if tables:
+        parts.append(f'<div class="side">{"".join(tables)}</div>')
+        parts.append('<p class="note">From instances.csv (the traffic schedule\'s operating point, '
+                     "traffic/schedule.py, over the replayed window). Utilization: share of the window the instance "
+                     "was busy. Offered load: for prefill, the prefill time asked for by the requests arriving in the "
+                     "window over the window (rho: over 1 the instance cannot keep up whatever the scheduling); for "
+                     "decode, the mean number of requests decoding at once. Queue: requests waiting or in prefill "
+                     "(decode: decoding), sampled once a second. Red: a prefill instance busy "
+                     f"{MAX_UTILIZATION:.0%} of the time or more, or offered more than it can do.</p>")
+    src = plots.serving_queue_source(exp)
+    if src is not None and figs.get("prefill_queue"):
+        others = [name(f) for f in src["same"]]
+        caption = (f"Each prefill instance's queue over the replayed window (queue.csv of {name(src['fabric'])} "
+                   f"rep{src['rep']}). Drawn once: the queue comes from the traffic schedule (arrivals and modeled "
+                   "prefill times), not from the network, so it is the same on every fabric replaying the same "
+                   "traffic and a panel per fabric would repeat it"
+                   + (f" ({', '.join(others)}: identical queue.csv)" if others else "")
+                   + (f"; {' and '.join(name(f) + chr(39) + 's' for f in src['differ'])} queue.csv differs, so its "
+                      "traffic differed (see the configs): drawn dashed" if src["differ"] else "")
+                   + (f"; {', '.join(name(f) for f in src['missing'])} recorded none" if src["missing"] else "")
+                   + ". A queue that climbs through the window is requests arriving faster than prefill serves them; "
+                   "the replay flags it when the mean of the last third of the samples exceeds the first third's "
+                   f"by more than {MIN_QUEUE_GROWTH:g} requests with a rising trend (dotted segments, up to 4 "
+                   f"instances), or when an instance is busy {MAX_UTILIZATION:.0%} of the time.")
+        parts.append(H.img(figs["prefill_queue"], caption, "prefill queue over time"))
     return "".join(parts)
 
 
@@ -312,6 +483,9 @@ def build_report(run_dir: Path | str) -> Path:
     title = " vs ".join(name(f) for f in exp.fabrics) + (f", n={n}" if n else "")
     sections = [
         ("headline", "Headline", _headline_section(doc, exp)),
+        ("operating", "Operating point: does TTFT measure the network or a queue?",
+         _operating_section(doc, exp, figs)),
+        ("seed", "Against the seed's production figures", H.seed_table(doc["seed_comparison"])),
         ("fct", "KV-transfer completion times", H.img(figs["fct_cdf"], "Every verified transfer of every repetition. "
          "Left: CDF; right: the tail on log-log axes, where P99 and P99.9 differences show.", "FCT CDF")
          + H.img(figs["slowdown"], "Slowdown = measured FCT / FCT alone on an idle link, per equal-count size bin "
@@ -327,7 +501,9 @@ def build_report(run_dir: Path | str) -> Path:
         ("config", "Versions and configuration", _config_section(doc, exp)),
     ]
     headline = doc["verdict"][:1].upper() + doc["verdict"][1:]
-    page = H.page(title, headline, _subtitle(exp, doc), doc["fidelity_problems"], NAV, sections)
+    alert = overload_alert(doc, exp)
+    page = H.page(title, headline, _subtitle(exp, doc), doc["fidelity_problems"], NAV, sections,
+                  alerts=[alert] if alert else [])
     out = exp.path / "report.html"
     out.write_text(page, encoding="utf-8")
     return out

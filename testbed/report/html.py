@@ -23,7 +23,8 @@ body{margin:0;font:14px/1.45 -apple-system,"Segoe UI",Roboto,"Helvetica Neue",Ar
  color:var(--ink);background:var(--bg)}
 main{max-width:1180px;margin:0 auto;padding:0 20px 60px}
 .banner{background:#b00020;color:#fff;padding:14px 20px}
-.banner b{font-size:16px}.banner ul{margin:6px 0 0;padding-left:20px}
+.banner b{font-size:16px}.banner ul{margin:6px 0 0;padding-left:20px}.banner a{color:#fff}
+.banner+.banner{border-top:1px solid #fff6}
 .okbar{background:#1e7d32;color:#fff;padding:8px 20px}
 h1{font-size:26px;margin:22px 0 4px}h1 .v{display:block;font-size:19px;font-weight:500;color:#333;margin-top:4px}
 h2{font-size:19px;margin:34px 0 8px;padding-bottom:4px;border-bottom:2px solid var(--line)}
@@ -124,17 +125,28 @@ def banner(problems: list[str]) -> str:
             f"emulator, not the fabric.</b><ul>{items}</ul></div>")
 
 
+def alert(headline: str, items: list[str], link: tuple[str, str] | None = None, cls: str = "") -> str:
+    """A red banner besides the fidelity one (e.g. the overloaded cluster): plain-text headline and
+    items, and optionally a link (anchor, text) to the section that explains it."""
+    lis = "".join(f"<li>{escape(i)}</li>" for i in items)
+    more = f' <a href="#{escape(link[0])}">{escape(link[1])}</a>' if link else ""
+    return (f'<div class="banner {escape(cls)}" role="alert"><b>{escape(headline)}</b>{more}'
+            + (f"<ul>{lis}</ul>" if lis else "") + "</div>")
+
+
 def page(title: str, verdict: str, subtitle: str, problems: list[str], nav: list[tuple[str, str]],
-         sections: list[tuple[str, str, str]], wide: bool = False) -> str:
-    """sections: (id, heading, html body); ``wide`` lets side-by-side content use a wide window."""
+         sections: list[tuple[str, str, str]], wide: bool = False, alerts: list[str] = ()) -> str:
+    """sections: (id, heading, html body); ``wide`` lets side-by-side content use a wide window;
+    ``alerts``: red banners (from ``alert``) shown under a failed fidelity banner, above a passed one."""
     links = "".join(f'<a href="#{i}">{escape(t)}</a>' for i, t in nav)
     body = "".join(f'<section id="{i}"><h2>{escape(h)}</h2>{b}</section>' for i, h, b in sections)
     return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
             f'<meta name="viewport" content="width=device-width, initial-scale=1">'
             f"<title>{escape(title)}: {escape(verdict)}</title><style>{CSS}</style></head>"
-            + ('<body class="wide">' if wide else "<body>") +
-            f"{banner(problems)}<main><h1>{escape(title)}<span class=\"v\">{escape(verdict)}</span></h1>"
+            + ('<body class="wide">' if wide else "<body>")
+            + (banner(problems) + "".join(alerts) if problems else "".join(alerts) + banner(problems)) +
+            f"<main><h1>{escape(title)}<span class=\"v\">{escape(verdict)}</span></h1>"
             f'<p class="sub">{escape(subtitle)}</p><nav>{links}</nav>{body}</main></body></html>')
 
 
-__all__ = ["page", "img", "table", "headline_table", "seed_table", "details", "fab", "num", "escape"]
+__all__ = ["page", "alert", "img", "table", "headline_table", "seed_table", "details", "fab", "num", "escape"]

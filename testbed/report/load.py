@@ -5,7 +5,8 @@ The layout is a contract with the ``run`` command: ``experiment.json``,
 directories (see ``testbed.replay``). Everything the report shows comes from
 these files, so loading is the one place that checks them: a missing or
 unreadable essential file is a ``TestbedError`` naming the path and what was
-expected; a missing optional file (PFC, queues, ...) is just ``None``. A
+expected; a missing optional file (PFC, queues, the serving operating point's
+instances.csv and queue.csv, ...) is just ``None``, with a data note. A
 repetition whose replay failed (``run`` leaves error.txt and no summary.json
 there) is kept aside as a failure, so one lost replay does not cost the report.
 """
@@ -23,6 +24,8 @@ from testbed.errors import TestbedError
 
 FABRIC_ORDER = ("zcube", "roft")  # ratios are the first over the second
 PFC_COLUMNS = ("time_ns", "node", "node_type", "port", "event", "cause")
+INSTANCE_COLUMNS = ("instance", "kind", "utilization", "offered_load", "mean_queue", "max_queue")
+SERVING_QUEUE_COLUMNS = ("t_s", "kind", "instance", "queue")
 
 
 @dataclass
@@ -42,6 +45,9 @@ class Rep:
     slowdown_bins: list | None = None
     pfc_events: pd.DataFrame | None = None  # PFC_COLUMNS + time_s, port_id ("sw3:4", "gpu5:p1")
     pfc_ports: pd.DataFrame | None = None
+    # the serving operating point (traffic.schedule.operating_point, written by the replay):
+    instances: pd.DataFrame | None = None  # INSTANCE_COLUMNS, one row per prefill/decode instance
+    serving_queue: pd.DataFrame | None = None  # SERVING_QUEUE_COLUMNS: queue.csv, not the switch queues.csv
 
     @property
     def label(self) -> str:
@@ -108,6 +114,30 @@ def read_transfers(path: Path) -> pd.DataFrame | None:
     return df
 
 
+def read_operating_point(path: Path) -> tuple[pd.DataFrame | None, pd.DataFrame | None]:
+    """instances.csv and queue.csv of a replay run directory (None each when absent or empty: the
+    replay writes an empty file when it has no row). ``kind`` is lower-case text, ``instance`` int."""
+    out = []
+    for fname, needed, numeric in (("instances.csv", INSTANCE_COLUMNS, ("utilization", "offered_load", "mean_queue",
+                                                                      "max_queue", "busy_s", "window_s", "requests")),
+                                   ("queue.csv", SERVING_QUEUE_COLUMNS, ("t_s", "queue"))):
+        f = path / fname
+        df = _csv(f, needed) if f.is_file() and f.stat().st_size > 0 else None
+        if df is not None:
+            df["kind"] = df["kind"].astype(str).str.strip().str.lower()
+            index = pd.to_numeric(df["instance"], errors="coerce")
+            if index.isna().any():
+                row = int(index.isna().to_numpy().argmax())
+                raise TestbedError(f"{f}:{row + 2}: instance {str(df['instance'].iloc[row])!r} is not an "
+                                   "instance index: expected 0, 1, ...")
+            df["instance"] = index.astype(int)
+            for c in numeric:
+                if c in df.columns:
+                    df[c] = pd.to_numeric(df[c], errors="coerce")
+        out.append(df)
+    return out[0], out[1]
+
+
 def read_pfc_events(path: Path) -> pd.DataFrame | None:
     """pfc.txt: ``time_ns node node_type port event cause`` a line (event 1 pause, 0 resume)."""
     if not path.is_file():
@@ -139,6 +169,7 @@ def load_rep(fabric: str, index: int, path: Path) -> Rep:
         raise TestbedError(f"{path / 'summary.json'} is not a JSON object: expected the replay summary")
     config = read_json(path / "config.json", "the replay config", required=False) or {}
     bins = read_json(path / "slowdown_bins.json", "slowdown by size bin", required=False)
+    instances, serving_queue = read_operating_point(path)
     return Rep(
         fabric=fabric, index=index, path=path, summary=summary, config=config,
         transfers=read_transfers(path / "transfers.csv"),
@@ -149,6 +180,7 @@ def load_rep(fabric: str, index: int, path: Path) -> Rep:
         slowdown_bins=bins if isinstance(bins, list) else None,
         pfc_events=read_pfc_events(path / "pfc.txt"),
         pfc_ports=_csv(path / "pfc_ports.csv", ("node", "port", "pauses", "paused_fraction")),
+        instances=instances, serving_queue=serving_queue,
     )
 
 
@@ -193,6 +225,11 @@ def load_experiment(run_dir: Path | str) -> Experiment:
             if absent:
                 notes.append(f"{r.label}: {', '.join(absent)} missing "
                              "(those parts come from summary.json or are left out)")
+            op_absent = [n for n, v in (("instances.csv", r.instances), ("queue.csv", r.serving_queue)) if v is None]
+            if op_absent:
+                notes.append(f"{r.label}: {' and '.join(op_absent)} missing (a replay from before the serving "
+                             "operating point was recorded): the Operating point section shows only what "
+                             "summary.json holds")
     config = read_json(run_dir / "experiment.json", "the resolved experiment config", required=False)
     versions = read_json(run_dir / "versions.json", "the tool versions", required=False)
     if config is None:

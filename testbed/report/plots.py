@@ -1,8 +1,10 @@
-"""Traffic figures: FCT CDF, slowdown by size, goodput over time, per-NIC load.
+"""Traffic figures: FCT CDF, slowdown by size, goodput over time, per-NIC load, prefill queue.
 
 One colour per fabric across every figure (Okabe-Ito blue for ZCube,
 vermillion for ROFT, both readable by colour-blind people) and both fabrics on
-the same axes, so a reader compares shapes without reading legends twice.
+the same axes, so a reader compares shapes without reading legends twice. The
+prefill-queue figure is the exception: its lines are serving instances, drawn
+once (the queue comes from the traffic schedule, the same on every fabric).
 Every function returns the PNG path it wrote, or None when there is nothing to
 draw, and closes its figure (a report draws a dozen).
 """
@@ -16,6 +18,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
 from matplotlib.ticker import LogLocator, NullFormatter  # noqa: E402
 
 from testbed.report import stats  # noqa: E402
@@ -206,3 +209,101 @@ def nic_load(exp: Experiment, out: Path) -> Path | None:
 def _lighter(hex_colour: str, amount: float = 0.55) -> tuple:
     rgb = np.array(matplotlib.colors.to_rgb(hex_colour))
     return tuple(rgb + (1 - rgb) * amount)
+
+
+INSTANCE_COLOURS = ("#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442", "#000000", "#999999", "#882255")
+
+
+def _prefill_queue(rep) -> pd.DataFrame | None:
+    """queue.csv's prefill rows as a table: index t_s, one column per prefill instance."""
+    q = rep.serving_queue
+    if q is None:
+        return None
+    q = q[q["kind"] == "prefill"]
+    if q.empty:
+        return None
+    return q.pivot_table(index="t_s", columns="instance", values="queue", aggfunc="max").sort_index()
+
+
+def serving_queue_source(exp: Experiment) -> dict | None:
+    """Which run the prefill-queue figure draws: the first fabric's repetition 1 with a queue.csv.
+    The queue comes from the traffic schedule, not the network, so every fabric's should be the
+    same: ``same`` lists the fabrics whose first repetition has an identical prefill queue,
+    ``differ`` those whose does not (drawn dashed), ``missing`` those without queue.csv."""
+    drawn = None
+    out = {"fabric": None, "rep": None, "same": [], "differ": [], "missing": []}
+    for f in exp.fabrics:
+        rep = exp.reps[f][0]
+        table = _prefill_queue(rep)
+        if table is None:
+            out["missing"].append(f)
+        elif drawn is None:
+            drawn = table
+            out["fabric"], out["rep"] = f, rep.index
+        elif table.shape == drawn.shape and (table.index == drawn.index).all() and \
+                list(table.columns) == list(drawn.columns) and np.allclose(table.to_numpy(), drawn.to_numpy(),
+                                                                           equal_nan=True):
+            out["same"].append(f)
+        else:
+            out["differ"].append(f)
+    return out if drawn is not None else None
+
+
+def _instance_label(rep, i: int) -> str:
+    df = rep.instances
+    if df is not None:
+        row = df[(df["kind"] == "prefill") & (df["instance"] == i)]
+        if not row.empty:
+            r = row.iloc[0]
+            return f"prefill {i}: utilization {r['utilization']:.2f}, offered load {r['offered_load']:.2f}"
+    u = (rep.summary.get("prefill_utilization") or {}).get(str(i))
+    return f"prefill {i}" + (f": utilization {float(u):.2f}" if isinstance(u, (int, float)) else "")
+
+
+def prefill_queue(exp: Experiment, out: Path) -> Path | None:
+    """Each prefill instance's queue (requests waiting or in prefill) over the replayed window,
+    one line per instance, from the first fabric's repetition 1 (the schedule's queue, the same on
+    every fabric); a fabric whose queue.csv differs is drawn dashed. With at most 4 instances, dotted
+    segments mark the mean of the first and last third of the samples: the replay's overload check
+    compares them (``traffic.schedule.overloaded``)."""
+    src = serving_queue_source(exp)
+    if src is None:
+        return None
+    base = exp.reps[src["fabric"]][0]
+    fig, ax = plt.subplots(figsize=(11, 3.6))
+    table = _prefill_queue(base)
+    thirds = len(table.columns) <= 4 and len(table) >= 3
+    for j, inst in enumerate(table.columns):
+        c = INSTANCE_COLOURS[j % len(INSTANCE_COLOURS)]
+        y = table[inst].dropna()
+        ax.plot(y.index, y.to_numpy(), color=c, lw=1.8, marker="o" if len(y) <= 40 else None, ms=3,
+                label=_instance_label(base, int(inst)))
+        if thirds:
+            k = len(y) // 3
+            for seg in (y.iloc[:k], y.iloc[-k:]):
+                ax.hlines(seg.mean(), seg.index[0], seg.index[-1], color=c, lw=1.2, ls=":", alpha=0.9)
+    top = float(np.nanmax(table.to_numpy()))
+    flagged = [src["fabric"]] if stats.overload_warning(base) is not None else []
+    for f in src["differ"]:
+        other = _prefill_queue(exp.reps[f][0])
+        top = max(top, float(np.nanmax(other.to_numpy())))
+        if stats.overload_warning(exp.reps[f][0]) is not None:
+            flagged.append(f)
+        for j, inst in enumerate(other.columns):
+            y = other[inst].dropna()
+            ax.plot(y.index, y.to_numpy(), color=INSTANCE_COLOURS[j % len(INSTANCE_COLOURS)], lw=1.2, ls="--",
+                    label=f"{name(f)} prefill {int(inst)} (differs)")
+    ax.set_ylim(0, max(3.0, top * 1.15))  # a queue of 1 stays small
+    ax.yaxis.get_major_locator().set_params(integer=True)
+    ax.set_xlabel("time in the replayed window (s)")
+    ax.set_ylabel("requests waiting or in prefill")
+    if not flagged:
+        head = "Prefill queue over time: bounded, prefill keeps up"
+    elif flagged == [src["fabric"]] + src["differ"]:
+        head = "Prefill queue over time: it keeps growing, the replay flagged the cluster overloaded"
+    else:
+        head = f"Prefill queue over time: {' and '.join(name(f) for f in flagged)} flagged overloaded"
+    ax.set_title(head + f" ({name(src['fabric'])} rep{src['rep']}" + (", dotted: first / last third mean)"
+                                                                      if thirds else ")"), loc="left")
+    ax.legend(fontsize=8, loc="upper left")
+    return save(fig, out)

@@ -266,6 +266,80 @@ def _percent(v) -> str:
     return f"{v * 100:.0f}%" if isinstance(v, (int, float)) else "?"
 
 
+def overload_warning(rep: Rep) -> str | None:
+    """The replay's "the cluster is overloaded; TTFT measures the queue (...)" warning, or None."""
+    from traffic.schedule import OVERLOAD_MESSAGE
+
+    for w in rep.summary.get("warnings") or []:
+        if str(w).strip().lower().startswith(OVERLOAD_MESSAGE.lower()):
+            return str(w)
+    return None
+
+
+def _index_key(key: str) -> tuple:
+    """"2" before "10"."""
+    return (0, int(key)) if str(key).isdigit() else (1, str(key))
+
+
+def _per_instance(rep: Rep, kind: str, column: str) -> dict[str, float]:
+    """{instance index as text: value} of one kind from instances.csv (empty without it)."""
+    df = rep.instances
+    if df is None or column not in df.columns:
+        return {}
+    rows = df[df["kind"] == kind].sort_values("instance", kind="stable")
+    return {str(int(i)): round(float(v), 4) for i, v in zip(rows["instance"], rows[column]) if v == v}
+
+
+def _utilization(rep: Rep, kind: str) -> dict[str, float]:
+    """summary.json's ``<kind>_utilization`` (the replay's own), else instances.csv."""
+    got = rep.summary.get(f"{kind}_utilization")
+    if isinstance(got, dict) and got:
+        out = {}
+        for k, v in got.items():
+            try:
+                out[str(k)] = round(float(v), 4)
+            except (TypeError, ValueError):
+                continue
+        if out:
+            return dict(sorted(out.items(), key=lambda kv: _index_key(kv[0])))
+    return _per_instance(rep, kind, "utilization")
+
+
+def rep_operating_point(rep: Rep) -> dict:
+    """One replay's serving operating point: per-instance utilization (and prefill offered load,
+    rho: over 1 the instance cannot keep up), whether the replay flagged the cluster overloaded
+    (its summary's warning, ``traffic.schedule.overloaded``) and where the figures came from.
+    ``overloaded`` is None when the replay recorded no operating point at all (an older run)."""
+    warning = overload_warning(rep)
+    prefill = _utilization(rep, "prefill")
+    recorded = bool(prefill) or rep.instances is not None or rep.serving_queue is not None
+    source = ("summary.json" if isinstance(rep.summary.get("prefill_utilization"), dict) and
+              rep.summary.get("prefill_utilization") else "instances.csv" if rep.instances is not None else None)
+    return {"prefill_utilization": prefill, "decode_utilization": _utilization(rep, "decode"),
+            "prefill_offered_load": _per_instance(rep, "prefill", "offered_load"),
+            "overloaded": True if warning else (False if recorded else None),
+            "warning": warning, "source": source}
+
+
+def operating_point(reps: list[Rep]) -> dict:
+    """A fabric's operating point over its repetitions: per instance the median utilization and
+    offered load, ``overloaded`` true when any repetition was flagged (None when none recorded it),
+    ``overloaded_reps`` which, ``warning`` the first flag verbatim."""
+    per = [rep_operating_point(r) for r in reps]
+
+    def med(key: str) -> dict[str, float]:
+        keys = sorted({k for p in per for k in p[key]}, key=_index_key)
+        return {k: round(statistics.median([p[key][k] for p in per if k in p[key]]), 4) for k in keys}
+
+    flags = [p["overloaded"] for p in per]
+    return {"prefill_utilization": med("prefill_utilization"), "decode_utilization": med("decode_utilization"),
+            "prefill_offered_load": med("prefill_offered_load"),
+            "overloaded": True if True in flags else (False if False in flags else None),
+            "overloaded_reps": [r.index for r, p in zip(reps, per) if p["overloaded"]],
+            "warning": next((p["warning"] for p in per if p["warning"]), None),
+            "recorded_reps": [r.index for r, p in zip(reps, per) if p["overloaded"] is not None]}
+
+
 def aggregate(exp: Experiment) -> dict:
     """The report's summary.json (the contract of issue 6)."""
     doc: dict = {}
@@ -291,6 +365,7 @@ def aggregate(exp: Experiment) -> dict:
         entry["cpu"] = ({"ovs_vswitchd_cores": _median([c.get("ovs_vswitchd_cores") for c in cpus]),
                          "machine_busy_fraction": _median([c.get("machine_busy_fraction") for c in cpus]),
                          "saturated": any(bool(c.get("saturated")) for c in cpus)} if cpus else None)
+        entry["operating_point"] = operating_point(reps)
         problems += fab_problems
         notes += [n for r, m in zip(reps, per) for n in consistency_notes(r, m)]
         doc[fabric] = entry
@@ -300,6 +375,8 @@ def aggregate(exp: Experiment) -> dict:
     doc["fidelity_problems"] = problems
     doc["consistency_notes"] = notes
     doc["reps"] = max(len(r) for r in exp.reps.values())
+    flags = [doc[f]["operating_point"]["overloaded"] for f in exp.fabrics]
+    doc["overloaded"] = True if True in flags else (False if False in flags else None)
     return doc
 
 

@@ -8,7 +8,9 @@ reported as not reproduced, never as a match: under 5%, or, with repetitions,
 [min, max] ranges that overlap (the repetitions measure the noise), or, with
 one repetition (or identical ones), FCT percentiles whose 95% confidence
 intervals overlap. Where the load explains a null result (idle links, a TTFT
-dominated by prefill time) the sentence says so.
+dominated by prefill time) the sentence says so; when a replay flagged the
+cluster overloaded (a prefill queue that keeps growing), the TTFT sentence and
+the title say that TTFT measures the prefill queue, not the network.
 """
 
 from __future__ import annotations
@@ -71,12 +73,57 @@ def _context(summary: dict, key: str) -> str:
             return (f" Neither fabric was loaded (busiest link at {max(utils):.1%} of its rate), so both carried "
                     "the whole offered load: goodput here measures the trace, not the fabric.")
     if key == "ttft_ms.p99":
+        over = overload_sentence(summary)
+        if over:
+            return " " + over
         shares = [flat_get(f, "fct_ms.p99") / flat_get(f, "ttft_ms.p99") for f in (z, r)
                   if flat_get(f, "fct_ms.p99") is not None and flat_get(f, "ttft_ms.p99")]
         if shares and max(shares) < PREFILL_DOMINATED:
             return (f" The TTFT proxy is dominated by prefill and queueing: the KV-transfer FCT P99 is at most "
                     f"{max(shares):.1%} of the TTFT P99, so the fabric can barely move it.")
     return ""
+
+
+OVERLOADED = "The cluster is overloaded; TTFT measures the prefill queue, not the network"
+
+
+def _overloaded(summary: dict) -> list[str]:
+    """Fabrics whose replays the report flagged overloaded (operating_point.overloaded)."""
+    return [f for f, e in summary.items() if isinstance(e, dict) and (e.get("operating_point") or {}).get("overloaded")]
+
+
+def overload_numbers(summary: dict) -> str:
+    """'prefill utilization up to 1.00, offered load up to 1.88; TTFT proxy P99 10,100 ms, of which the
+    KV-transfer FCT P99 is at most 2.6%' over the flagged fabrics (parts left out when unknown)."""
+    flagged = _overloaded(summary)
+    utils = [u for f in flagged for u in summary[f]["operating_point"].get("prefill_utilization", {}).values()]
+    loads = [v for f in flagged for v in summary[f]["operating_point"].get("prefill_offered_load", {}).values()]
+    bits = []
+    if utils:
+        bits.append(f"prefill utilization up to {max(utils):.2f}")
+    if loads:
+        bits.append(f"offered load up to {max(loads):.2f} (over 1: more prefill work arrives than the instance "
+                    "can do)" if max(loads) > 1 else f"offered load up to {max(loads):.2f}")
+    ttft = [flat_get(summary[f], "ttft_ms.p99") for f in flagged if flat_get(summary[f], "ttft_ms.p99") is not None]
+    shares = [flat_get(summary[f], "fct_ms.p99") / flat_get(summary[f], "ttft_ms.p99") for f in flagged
+              if flat_get(summary[f], "fct_ms.p99") is not None and flat_get(summary[f], "ttft_ms.p99")]
+    text = ", ".join(bits)
+    if ttft:
+        text += ("; " if text else "") + f"TTFT proxy P99 {max(ttft) / 1e3:.3g} s"
+        if shares:
+            text += f", of which the KV-transfer FCT P99 is at most {max(shares):.1%}" + (
+                ": the fabric can barely move it" if max(shares) < PREFILL_DOMINATED else "")
+    return text
+
+
+def overload_sentence(summary: dict) -> str:
+    """One sentence when any replay was flagged overloaded, else ''."""
+    flagged = _overloaded(summary)
+    if not flagged:
+        return ""
+    names = " and ".join("ZCube" if f == "zcube" else f.upper() if f == "roft" else f for f in flagged)
+    numbers = overload_numbers(summary)
+    return f"{OVERLOADED} ({names}{': ' + numbers if numbers else ''})."
 
 
 def judge(summary: dict, key: str, measured: float | None = None, source: str = "") -> dict:
@@ -124,9 +171,15 @@ def seed_comparison(summary: dict, cost: dict) -> list[dict]:
 def title_verdict(summary: dict) -> str:
     """One line for the page title: who wins on goodput and the tails, or that nobody does."""
     have = [f for f in ("zcube", "roft") if f in summary]
+    suffix = "; the cluster is overloaded, so TTFT measures the prefill queue, not the network" \
+        if _overloaded(summary) else ""
     if len(have) < 2:
         only = have[0] if have else "unknown"
-        return f"only {'ZCube' if only == 'zcube' else only.upper()} ran: no comparison"
+        return f"only {'ZCube' if only == 'zcube' else only.upper()} ran: no comparison" + suffix
+    return _winner(summary) + suffix
+
+
+def _winner(summary: dict) -> str:
     checks = (("goodput_bps", "goodput", True), ("fct_ms.p99", "FCT P99", False), ("ttft_ms.p99", "TTFT P99", False))
     zwins, rwins = [], []
     for key, name, higher in checks:

@@ -3,7 +3,9 @@
 Writes what ``testbed replay`` and ``run`` would write, from seeded random
 transfers, small enough (n=16 GPUs, ~150 transfers) to build in a second.
 Knobs switch on the conditions the report must notice: PFC files, failed
-transfers, a late replay, crashed agents, a saturated CPU, a lossy PFC run.
+transfers, a late replay, crashed agents, a saturated CPU, a lossy PFC run, an
+overloaded serving cluster (a prefill queue that keeps growing), and a replay
+from before the operating point (no instances.csv / queue.csv).
 """
 
 from __future__ import annotations
@@ -26,13 +28,39 @@ def ip(gpu: int, port: int) -> str:
     return f"10.{port}.{gpu // 256}.{gpu % 256}"
 
 
+def operating_point(overloaded: bool = False):
+    """(OperatingPoint, overload flag or None) of a hand-made schedule: 40 requests over a 10 s window,
+    one every 0.25 s, alternating between 2 FIFO prefill instances (one every 0.5 s each) and 2
+    decode instances. Prefill takes 0.375 s (utilization 0.75, the intended operating point), or
+    0.8 s when ``overloaded`` (offered load 1.6: the queues grow through the window)."""
+    from traffic.schedule import RequestTiming
+    from traffic.schedule import operating_point as measure
+    from traffic.schedule import overloaded as flag
+
+    service = 0.8 if overloaded else 0.375
+    free = [0.0, 0.0]
+    timings = []
+    for i in range(40):
+        arrival, p = i * 0.25, i % 2
+        start = max(arrival, free[p])
+        free[p] = start + service
+        timings.append(RequestTiming(i, arrival, p, (i // 2) % 2, start, start + service, 1000, 10,
+                                     start + service + 1.0))
+    op = measure(timings, 10.0)
+    return op, flag(op)
+
+
 def write_rep(path: Path, fabric: str, seed: int = 0, trace_seed: int = 0, n_transfers: int = 150, slow: float = 1.0,
               failed: int = 0, pfc: bool = False, warnings: list[str] | None = None, crashed: dict | None = None,
               cpu: dict | None = None, lossless_ok: bool | None = True, ttft_p99: float = 900.0,
-              invariants: dict | bool = True, negative_link: bool = False) -> dict:
+              invariants: dict | bool = True, negative_link: bool = False, serving: bool = True,
+              overloaded: bool = False) -> dict:
     """One replay run directory; returns the summary it wrote. ``invariants``: the summary's block
     (True: all checks hold, False: none, as a run from before them); ``negative_link``: links.csv
-    gets the negative spine bytes of issue 14 on its first row."""
+    gets the negative spine bytes of issue 14 on its first row. ``serving``: instances.csv,
+    queue.csv and the summary's utilizations, written by the replay's own writer (False: a replay
+    from before them); ``overloaded``: the schedule overloads prefill, and the summary's first
+    warning is the replay's overload flag."""
     rng = np.random.default_rng(seed)
     trace = np.random.default_rng(trace_seed)  # the same transfers on every fabric, as with one trace
     path.mkdir(parents=True, exist_ok=True)
@@ -143,6 +171,15 @@ def write_rep(path: Path, fabric: str, seed: int = 0, trace_seed: int = 0, n_tra
         invariants = {"ok": True, "violations": [], "checked": ["counters_monotonic", "switch_conservation"]}
     if invariants:
         summary["invariants"] = invariants
+    if serving:
+        from testbed.replay import write_operating_point
+
+        op, flag = operating_point(overloaded)
+        summary |= write_operating_point(path, op)
+        if flag:
+            summary["warnings"].insert(0, flag)
+    elif overloaded:
+        summary["warnings"].insert(0, operating_point(True)[1])  # an older replay: the flag, no files
     (path / "summary.json").write_text(json.dumps(summary, indent=1))
     (path / "config.json").write_text(json.dumps({"fabric": FABRIC_CONFIG[fabric],
                                                   "datapath": {"rate_bps": RATE, "mtu": MTU, "buffer_bytes": 60000},
