@@ -161,6 +161,9 @@ class Serving(_Section):
     mode: Mode = Field("whole", description="whole: after prefill; layerwise: one chunk per layer during it")
     chunk_bytes: Optional[Size] = Field(65536, description="slice size in emulated bytes; 0 or null: no slicing")
     policy: PolicyName = Field(DEFAULT_POLICY, description="NIC port selection")
+    connections: Literal["persistent", "per-transfer"] = Field(
+        "persistent", description="persistent: one TCP connection per NIC port pair, reused by every transfer "
+                                  "(a transfer engine's queue pair); per-transfer: a new connection each")
 
     @field_validator("model")
     @classmethod
@@ -225,7 +228,8 @@ def replay_config(exp: Experiment, rep: int = 1):
                         duration_s=t.duration_s, first_n=t.first_n, speed=t.speed, model=s.model, dtype=s.dtype,
                         prefill_tp=s.prefill_tp, decode_tp=s.decode_tp, prefill_fraction=s.prefill_fraction,
                         scheduler=s.scheduler, seed=exp.seed + rep - 1, mode=s.mode,
-                        chunk_bytes=s.chunk_bytes or None, policy=s.policy, cross_flows=exp.cross_flows,
+                        chunk_bytes=s.chunk_bytes or None, policy=s.policy, connections=s.connections,
+                        cross_flows=exp.cross_flows,
                         represents_bps=exp.link.represents)
 
 

@@ -63,12 +63,15 @@ class ReplayConfig:
     transfer_timeout_s: float = 60.0
     cross_flows: int = 0  # background iperf3 flows (random GPU pairs, seeded) for the whole replay
     represents_bps: float = scale.REAL_LINK_BPS  # the real link an emulated one stands for
+    connections: str = "persistent"  # the agents' --connections
 
     def validate(self) -> "ReplayConfig":
         if self.policy not in POLICIES:
             raise TestbedError(f"policy {self.policy!r} is unknown: expected one of {', '.join(POLICIES)}")
         if not self.duration_s > 0:
             raise TestbedError(f"duration {self.duration_s:g} s is not positive: expected e.g. 120s")
+        if self.connections not in ("persistent", "per-transfer"):
+            raise TestbedError(f"connections {self.connections!r} is unknown: expected persistent or per-transfer")
         if not self.represents_bps > 0:
             raise TestbedError(f"represents {self.represents_bps:g} bit/s is not positive: expected e.g. 400gbit")
         if not self.speed > 0:
@@ -197,7 +200,7 @@ READY_TIMEOUT_S = 60.0  # every agent listening; forked agents take ~2 s for 64 
 START_MARGIN_S = 0.5  # from handing out t0 to the first scheduled start
 
 
-def agent_specs(st: dict, plans: dict, agents_dir: Path, timeout_s: float) -> list:
+def agent_specs(st: dict, plans: dict, agents_dir: Path, timeout_s: float, connections: str = "persistent") -> list:
     """What the launcher forks: one agent per GPU, in its namespace, listening on both NIC ports."""
     from traffic.launcher import AgentSpec
 
@@ -205,7 +208,8 @@ def agent_specs(st: dict, plans: dict, agents_dir: Path, timeout_s: float) -> li
     for g in fabricctl.fabric_of_state(st).gpus():
         name = f"gpu{g}"
         argv = ["--name", name, "--plan", str(plans[name]), "--out", str(agents_dir), "--t0-stdin",
-                "--ready-file", str(agents_dir / f"{name}.ready"), "--transfer-timeout", str(timeout_s)]
+                "--ready-file", str(agents_dir / f"{name}.ready"), "--transfer-timeout", str(timeout_s),
+                "--connections", connections]
         for p in (1, 2):
             argv += ["--listen", f"{addressing.ip_of(g, p)}:{AGENT_PORT}"]
         specs.append(AgentSpec(name, netns_of(g), argv, str(agents_dir / f"{name}.stderr"), AGENT_NICE))
@@ -236,7 +240,7 @@ def _wait_ready(fleet, names: list[str], agents_dir: Path, timeout_s: float) -> 
 
 
 def run_agents(st: dict, prepared: Prepared, run_dir: Path, timeout_s: float, log=print,
-               ready_timeout_s: float = READY_TIMEOUT_S) -> dict:
+               ready_timeout_s: float = READY_TIMEOUT_S, connections: str = "persistent") -> dict:
     """Start one agent per GPU, hand out the common t0 once all listen, wait for the plan, stop them."""
     from traffic import replay_io
     from traffic.launcher import Fleet
@@ -244,7 +248,7 @@ def run_agents(st: dict, prepared: Prepared, run_dir: Path, timeout_s: float, lo
     agents_dir = run_dir / "agents"
     names = [f"gpu{g}" for g in fabricctl.fabric_of_state(st).gpus()]
     plans = replay_io.write_plans(prepared.plan_rows, agents_dir, agents=names)
-    fleet = Fleet(agent_specs(st, plans, agents_dir, timeout_s), agents_dir / "launcher.json", cwd=REPO,
+    fleet = Fleet(agent_specs(st, plans, agents_dir, timeout_s, connections), agents_dir / "launcher.json", cwd=REPO,
                   env={**os.environ, "PYTHONPATH": str(REPO)})
     crashed: dict[str, int] = {}
     try:
@@ -599,7 +603,7 @@ def replay(fabric_args: dict, dp: DatapathConfig, cfg: ReplayConfig, out_root: P
         cross = (start_cross_traffic(st, cfg.cross_flows, cfg.seed, max(r["start"] for r in prepared.plan_rows))
                  if cfg.cross_flows else [])
         try:
-            res = run_agents(st, prepared, run_dir, cfg.transfer_timeout_s, log)
+            res = run_agents(st, prepared, run_dir, cfg.transfer_timeout_s, log, connections=cfg.connections)
         finally:
             cross_result = stop_cross_traffic(cross) if cross else None
             sampler.stop()

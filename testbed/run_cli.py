@@ -42,6 +42,7 @@ FLAGS: dict[str, tuple[str, object]] = {
     "mode": ("serving.mode", None),
     "chunk": ("serving.chunk_bytes", None),
     "policy": ("serving.policy", None),
+    "connections": ("serving.connections", None),
     "seed": ("seed", None),
     "reps": ("repetitions", None),
     "cross": ("cross_flows", None),
@@ -131,6 +132,8 @@ def _experiment_options(p, add_fabric_options, add_link_options) -> None:
     p.add_argument("--mode", choices=list(schedule.MODES))
     p.add_argument("--chunk", help="slice size in emulated bytes (0: no slicing)")
     p.add_argument("--policy", choices=list(POLICIES))
+    p.add_argument("--connections", choices=["persistent", "per-transfer"],
+                   help="agents' TCP connections: one per NIC port pair (default) or one per transfer")
     p.add_argument("--seed", type=int, help="seed of repetition 1 (repetition r: seed + r - 1)")
     p.add_argument("--reps", type=int, help="repetitions")
     p.add_argument("--cross", type=int, metavar="N", help="background iperf3 flows")
