@@ -653,16 +653,20 @@ class Agent:
                 ack = await asyncio.shield(fut)
             end = time.monotonic()
             acked, error = _check_ack(ack, t)
-        except TimeoutError as exc:
-            error = _error_text(exc) if exc.errno else f"timeout after {self.transfer_timeout:g} s"
-        except asyncio.CancelledError:
-            error = "cancelled: agent stopped before the transfer ended"
-        except OSError as exc:
-            error = _error_text(exc)
+        except (TimeoutError, asyncio.CancelledError, OSError) as exc:
+            error = self._failure(exc)
         finally:
             if not fut.done():
                 fut.cancel()
         self._record_sent(t, start, on_wire[0] if on_wire else None, end, acked, error)
+
+    def _failure(self, exc: BaseException) -> str:
+        """A failed transfer's error text: our timeout (no errno) or the kernel's, a stop, or the OS's."""
+        if isinstance(exc, asyncio.CancelledError):
+            return "cancelled: agent stopped before the transfer ended"
+        if isinstance(exc, TimeoutError) and not exc.errno:
+            return f"timeout after {self.transfer_timeout:g} s"
+        return _error_text(exc)
 
     async def _transfer(self, t: PlannedTransfer) -> None:
         """Connect, send, wait for the ack; always leaves exactly one sent record."""
@@ -680,12 +684,8 @@ class Agent:
                 ack = await self.exchange(loop, sock, t)
                 end = time.monotonic()
                 acked, error = _check_ack(ack, t)
-        except TimeoutError as exc:  # ours (no errno) or the kernel's ETIMEDOUT
-            error = _error_text(exc) if exc.errno else f"timeout after {self.transfer_timeout:g} s"
-        except asyncio.CancelledError:
-            error = "cancelled: agent stopped before the transfer ended"
-        except OSError as exc:
-            error = _error_text(exc)
+        except (TimeoutError, asyncio.CancelledError, OSError) as exc:
+            error = self._failure(exc)
         finally:
             if sock is not None:
                 _release(loop, sock)
