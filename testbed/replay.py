@@ -276,7 +276,8 @@ def run_agents(st: dict, prepared: Prepared, run_dir: Path, timeout_s: float, lo
         exits = fleet.stop()
         crashed = {n: rc for n, rc in exits.items() if n in before_stop or rc != 0}
         crashed |= {n: -9 for n in names if n not in exits}
-    return {"t0": t0, "crashed": crashed, "agents_dir": agents_dir, "agents_ready_s": round(ready_s, 3)}
+    return {"t0": t0, "crashed": crashed, "agents_dir": agents_dir, "agents_ready_s": round(ready_s, 3),
+            "agents_cpu_s": round(sum(fleet.cpu_s.values()), 3)}
 
 
 def _progress(total: int):
@@ -626,6 +627,7 @@ def replay(fabric_args: dict, dp: DatapathConfig, cfg: ReplayConfig, out_root: P
         warnings.append(f"agents exited early: {res['crashed']}")
     summary = summarize(st["fabric"]["kind"], rows, prepared, rate, mtu, drops, res["crashed"], warnings)
     summary["agents_ready_s"] = res["agents_ready_s"]
+    summary["agents_cpu_s"] = res["agents_cpu_s"]  # all agents' CPU seconds, start to stop
     summary |= write_operating_point(run_dir, prepared.operating_point)
     summary |= write_breakdowns(run_dir, rows, sampler, rate, mtu)
     summary["cross_traffic"] = cross_result

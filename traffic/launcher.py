@@ -16,8 +16,9 @@ each:
   ``stop`` (or EOF, or SIGTERM) stops them: SIGTERM, then SIGKILL after
   ``--stop-timeout`` seconds.
 * out: JSON lines ``{"event": "started", "name", "pid"}``,
-  ``{"event": "exit", "name", "rc"}`` (rc < 0: killed by that signal) and
-  finally ``{"event": "done"}``.
+  ``{"event": "exit", "name", "rc", "cpu_s"}`` (rc < 0: killed by that
+  signal; cpu_s: the agent's user + system CPU seconds) and finally
+  ``{"event": "done"}``.
 
 Children die with the launcher (PR_SET_PDEATHSIG) and the launcher with its
 parent, so a SIGKILLed replay leaves no agent behind.
@@ -141,7 +142,7 @@ class Launcher:
     def reap(self, block: bool = False) -> None:
         while self.pids:
             try:
-                pid, status = os.waitpid(-1, 0 if block else os.WNOHANG)
+                pid, status, usage = os.wait4(-1, 0 if block else os.WNOHANG)
             except ChildProcessError:
                 return
             if pid == 0:
@@ -149,7 +150,8 @@ class Launcher:
             name = self.pids.pop(pid, None)
             if name is not None:
                 self.exits[name] = os.waitstatus_to_exitcode(status)
-                self.emit(event="exit", name=name, rc=self.exits[name])
+                self.emit(event="exit", name=name, rc=self.exits[name],
+                          cpu_s=round(usage.ru_utime + usage.ru_stime, 3))
             if block:
                 return
 
@@ -247,6 +249,7 @@ class Fleet:
         self.names = [s.name for s in specs]
         self.pids: dict[str, int] = {}
         self.exits: dict[str, int] = {}
+        self.cpu_s: dict[str, float] = {}
         self.done = threading.Event()
         self._lock = threading.Lock()
         self.proc = subprocess.Popen([sys.executable, "-m", "traffic.launcher", "--specs", str(specs_path),
@@ -267,6 +270,7 @@ class Fleet:
                     self.pids[ev["name"]] = ev["pid"]
                 elif ev.get("event") == "exit":
                     self.exits[ev["name"]] = ev["rc"]
+                    self.cpu_s[ev["name"]] = ev.get("cpu_s", 0.0)
             if ev.get("event") == "done":
                 self.done.set()
         self.done.set()

@@ -68,6 +68,7 @@ def test_forked_agents_start_on_the_common_t0_and_verify_every_transfer(tmp_path
         exits = fleet.stop()
     assert exits == {n: 0 for n in names}, [(tmp_path / f"{n}.stderr").read_text() for n in names]
     assert set(fleet.pids) == set(names) and len(set(fleet.pids.values())) == len(names)
+    assert set(fleet.cpu_s) == set(names) and all(0 < c < 30 for c in fleet.cpu_s.values()), fleet.cpu_s
     rows = merge_results(tmp_path, t0)
     assert len(rows) == 12 and all(r["verified"] for r in rows), [r["error"] for r in rows]
     lateness = [r["start"] - r["scheduled_start"] for r in rows]
