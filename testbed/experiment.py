@@ -29,6 +29,7 @@ from testbed.errors import TestbedError
 from testbed.fabric.routing import DEFAULT_POLICY, POLICIES
 from testbed.paths import DEFAULT_TRACE, REPO
 from traffic import models, placement, schedule, traces
+from traffic.agent import CONNECTION_MODES
 
 EXAMPLES_DIR = REPO / "experiments"
 SCHEMA_PATH = EXAMPLES_DIR / "schema.json"
@@ -90,6 +91,7 @@ DType = Literal[tuple(models.DTYPE_BYTES)]
 SchedulerName = Literal[tuple(placement.POLICIES)]
 Mode = Literal[tuple(schedule.MODES)]
 PolicyName = Literal[tuple(POLICIES)]
+Connections = Literal[CONNECTION_MODES]
 
 
 class _Section(BaseModel):
@@ -161,7 +163,7 @@ class Serving(_Section):
     mode: Mode = Field("whole", description="whole: after prefill; layerwise: one chunk per layer during it")
     chunk_bytes: Optional[Size] = Field(65536, description="slice size in emulated bytes; 0 or null: no slicing")
     policy: PolicyName = Field(DEFAULT_POLICY, description="NIC port selection")
-    connections: Literal["persistent", "per-transfer"] = Field(
+    connections: Connections = Field(
         "persistent", description="persistent: one TCP connection per NIC port pair, reused by every transfer "
                                   "(a transfer engine's queue pair); per-transfer: a new connection each")
 

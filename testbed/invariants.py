@@ -1,4 +1,4 @@
-"""Measurement invariants every replay checks on its own numbers (issue 14, section 3).
+"""Measurement invariants every replay checks on its own numbers.
 
 Pure functions on plain data (no fabric, no root): each check takes dicts and
 lists and returns a list of violations, short strings with the numbers; an

@@ -35,6 +35,7 @@ from testbed.errors import EnvironmentProblem, TestbedError
 from testbed.fabric import addressing
 from testbed.fabric.routing import DEFAULT_POLICY, POLICIES, plan_ports
 from testbed.paths import DEFAULT_TRACE, REPO, TRACES_DIR  # noqa: F401 (DEFAULT_TRACE, TRACES_DIR: aliases)
+from traffic.agent import CONNECTION_MODES
 
 AGENT_PORT = 7000
 AGENT_NICE = -10  # agents wake on time although OVS and the TCP stacks keep both cores busy
@@ -63,15 +64,16 @@ class ReplayConfig:
     transfer_timeout_s: float = 60.0
     cross_flows: int = 0  # background iperf3 flows (random GPU pairs, seeded) for the whole replay
     represents_bps: float = scale.REAL_LINK_BPS  # the real link an emulated one stands for
-    connections: str = "persistent"  # the agents' --connections
+    connections: str = CONNECTION_MODES[0]  # the agents' --connections: persistent
 
     def validate(self) -> "ReplayConfig":
         if self.policy not in POLICIES:
             raise TestbedError(f"policy {self.policy!r} is unknown: expected one of {', '.join(POLICIES)}")
         if not self.duration_s > 0:
             raise TestbedError(f"duration {self.duration_s:g} s is not positive: expected e.g. 120s")
-        if self.connections not in ("persistent", "per-transfer"):
-            raise TestbedError(f"connections {self.connections!r} is unknown: expected persistent or per-transfer")
+        if self.connections not in CONNECTION_MODES:
+            raise TestbedError(f"connections {self.connections!r} is unknown: expected one of "
+                               f"{', '.join(CONNECTION_MODES)}")
         if not self.represents_bps > 0:
             raise TestbedError(f"represents {self.represents_bps:g} bit/s is not positive: expected e.g. 400gbit")
         if not self.speed > 0:
@@ -200,12 +202,12 @@ READY_TIMEOUT_S = 60.0  # every agent listening; forked agents take ~2 s for 64 
 START_MARGIN_S = 0.5  # from handing out t0 to the first scheduled start
 
 
-def agent_specs(st: dict, plans: dict, agents_dir: Path, timeout_s: float, connections: str = "persistent") -> list:
+def agent_specs(gpus, plans: dict, agents_dir: Path, timeout_s: float, connections: str) -> list:
     """What the launcher forks: one agent per GPU, in its namespace, listening on both NIC ports."""
     from traffic.launcher import AgentSpec
 
     specs = []
-    for g in fabricctl.fabric_of_state(st).gpus():
+    for g in gpus:
         name = f"gpu{g}"
         argv = ["--name", name, "--plan", str(plans[name]), "--out", str(agents_dir), "--t0-stdin",
                 "--ready-file", str(agents_dir / f"{name}.ready"), "--transfer-timeout", str(timeout_s),
@@ -239,16 +241,17 @@ def _wait_ready(fleet, names: list[str], agents_dir: Path, timeout_s: float) -> 
         time.sleep(0.02)
 
 
-def run_agents(st: dict, prepared: Prepared, run_dir: Path, timeout_s: float, log=print,
-               ready_timeout_s: float = READY_TIMEOUT_S, connections: str = "persistent") -> dict:
+def run_agents(st: dict, prepared: Prepared, run_dir: Path, timeout_s: float, connections: str, log=print,
+               ready_timeout_s: float = READY_TIMEOUT_S) -> dict:
     """Start one agent per GPU, hand out the common t0 once all listen, wait for the plan, stop them."""
     from traffic import replay_io
     from traffic.launcher import Fleet
 
     agents_dir = run_dir / "agents"
-    names = [f"gpu{g}" for g in fabricctl.fabric_of_state(st).gpus()]
+    gpus = list(fabricctl.fabric_of_state(st).gpus())
+    names = [f"gpu{g}" for g in gpus]
     plans = replay_io.write_plans(prepared.plan_rows, agents_dir, agents=names)
-    fleet = Fleet(agent_specs(st, plans, agents_dir, timeout_s, connections), agents_dir / "launcher.json", cwd=REPO,
+    fleet = Fleet(agent_specs(gpus, plans, agents_dir, timeout_s, connections), agents_dir / "launcher.json", cwd=REPO,
                   env={**os.environ, "PYTHONPATH": str(REPO)})
     crashed: dict[str, int] = {}
     try:
@@ -356,7 +359,7 @@ class QueueSampler:
     Only complete samples count: a queue without its bfifo counters (device or
     namespace already gone) ends the sampling instead of reading as 0, which is
     what gave links.csv negative bytes when the last sample ran into the
-    fabric's teardown (issue 14). ``start`` returns after the first sample (the
+    fabric's teardown. ``start`` returns after the first sample (the
     counters start from a quiet fabric); ``stop`` waits for the last; a sample
     that finishes after ``stop`` gave up waiting is discarded. Errors (the
     fabric went away under the thread) end the thread quietly and are kept in
@@ -604,7 +607,7 @@ def replay(fabric_args: dict, dp: DatapathConfig, cfg: ReplayConfig, out_root: P
         cross = (start_cross_traffic(st, cfg.cross_flows, cfg.seed, max(r["start"] for r in prepared.plan_rows))
                  if cfg.cross_flows else [])
         try:
-            res = run_agents(st, prepared, run_dir, cfg.transfer_timeout_s, log, connections=cfg.connections)
+            res = run_agents(st, prepared, run_dir, cfg.transfer_timeout_s, cfg.connections, log)
         finally:
             cross_result = stop_cross_traffic(cross) if cross else None
             sampler.stop()

@@ -386,9 +386,14 @@ def mark_state(run_dir: Path, state: str, why: str | None = None) -> None:
     doc = {"state": state, "pid": os.getpid(), "updated": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     if why:
         doc["why"] = why
-    tmp = run_dir / f".{STATE_FILE}.tmp"
+    _write_state(run_dir / STATE_FILE, doc)
+
+
+def _write_state(path: Path, doc: dict) -> None:
+    """Atomically, so clean or a reader never sees half a state file."""
+    tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(json.dumps(doc) + "\n")
-    tmp.replace(run_dir / STATE_FILE)
+    tmp.replace(path)
 
 
 def mark_killed_runs(out_root: Path) -> list[Path]:
@@ -402,8 +407,7 @@ def mark_killed_runs(out_root: Path) -> list[Path]:
             continue
         pid = doc.get("pid")
         if doc.get("state") == "running" and isinstance(pid, int) and not Path(f"/proc/{pid}").exists():
-            doc |= {"state": "interrupted", "why": f"killed: its process {pid} is gone"}
-            path.write_text(json.dumps(doc) + "\n")
+            _write_state(path, doc | {"state": "interrupted", "why": f"killed: its process {pid} is gone"})
             marked.append(path.parent)
     return marked
 

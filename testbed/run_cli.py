@@ -110,6 +110,7 @@ def _experiment_options(p, add_fabric_options, add_link_options) -> None:
     from testbed.fabric.routing import POLICIES
     from testbed.paths import REPORTS
     from traffic import placement, schedule
+    from traffic.agent import CONNECTION_MODES
 
     before = {a.dest for a in p._actions}
     add_fabric_options(p)
@@ -132,7 +133,7 @@ def _experiment_options(p, add_fabric_options, add_link_options) -> None:
     p.add_argument("--mode", choices=list(schedule.MODES))
     p.add_argument("--chunk", help="slice size in emulated bytes (0: no slicing)")
     p.add_argument("--policy", choices=list(POLICIES))
-    p.add_argument("--connections", choices=["persistent", "per-transfer"],
+    p.add_argument("--connections", choices=list(CONNECTION_MODES),
                    help="agents' TCP connections: one per NIC port pair (default) or one per transfer")
     p.add_argument("--seed", type=int, help="seed of repetition 1 (repetition r: seed + r - 1)")
     p.add_argument("--reps", type=int, help="repetitions")

@@ -785,7 +785,7 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--ready-file", help="written once every listener is bound")
     p.add_argument("--transfer-timeout", type=_positive, default=DEFAULT_TRANSFER_TIMEOUT_S,
                    help="seconds before a transfer is recorded as failed (default 60)")
-    p.add_argument("--connections", choices=CONNECTION_MODES, default="persistent",
+    p.add_argument("--connections", choices=CONNECTION_MODES, default=CONNECTION_MODES[0],
                    help="one persistent connection per (source port, destination port), reused by every "
                         "transfer (default), or a new connection per transfer")
     p.add_argument("--io", choices=IO_MODES, default="sock",

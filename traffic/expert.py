@@ -194,18 +194,17 @@ class ExpertTraffic:
 
     def received(self, kind: str = "dispatch", total: bool = False) -> dict[int, int]:
         """Bytes each GPU of the group receives (its NIC's inbound load), per layer or in total."""
-        per_layer = self._per_layer(kind)
-        out = {g: 0 for g in self.group}
-        for (_, dst), b in per_layer.items():
-            out[dst] += b
-        return {g: b * (self.moe_layers if total else 1) for g, b in out.items()}
+        return self._per_gpu(kind, total, end=1)
 
     def sent(self, kind: str = "dispatch", total: bool = False) -> dict[int, int]:
         """Bytes each GPU of the group sends (its NIC's outbound load), per layer or in total."""
-        per_layer = self._per_layer(kind)
+        return self._per_gpu(kind, total, end=0)
+
+    def _per_gpu(self, kind: str, total: bool, end: int) -> dict[int, int]:
+        """Bytes per GPU at one end of every pair (0: source, 1: destination)."""
         out = {g: 0 for g in self.group}
-        for (src, _), b in per_layer.items():
-            out[src] += b
+        for pair, b in self._per_layer(kind).items():
+            out[pair[end]] += b
         return {g: b * (self.moe_layers if total else 1) for g, b in out.items()}
 
     def load_ratio(self, kind: str = "dispatch") -> float:

@@ -380,7 +380,7 @@ def read_queues(st: dict) -> list[dict]:
     One qdisc dump per namespace: pyroute2's ``get_qdiscs(index=...)`` dumps every qdisc of the
     namespace and filters in Python, so a dump per queue cost 192 dumps of ~600 qdiscs on ROFT n=32
     (12 s a sample idle, 25-28 s under load), and the replay's queue sampler outlived its stop()
-    into the teardown (the negative bytes of issue 14)."""
+    into the teardown, where devices already deleted read as missing counters."""
     from pyroute2 import IPRoute
 
     by_ns: dict[str | None, list[dict]] = {}
