@@ -18,12 +18,12 @@ def main() -> int:
 
     import eventlet
 
-    eventlet.monkey_patch()
-    from controller import compat
+    eventlet.monkey_patch()  # before os-ken is imported, so its sockets and threads are green
+    from os_ken import cfg
+    from os_ken.base import app_manager
 
-    compat.cfg.CONF(args=["--ofp-listen-host", "127.0.0.1", "--ofp-tcp-listen-port", str(args.port)],
-                    project=compat.FRAMEWORK)
-    compat.app_manager.AppManager.run_apps(["controller.app"])
+    cfg.CONF(args=["--ofp-listen-host", "127.0.0.1", "--ofp-tcp-listen-port", str(args.port)], project="os_ken")
+    app_manager.AppManager.run_apps(["controller.app"])
     return 0
 
 

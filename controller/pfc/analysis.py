@@ -36,13 +36,12 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
 from controller.pfc.policy import queue_sort_key, tables_of
 from testbed.errors import TestbedError
 from testbed.fabric import addressing
 from testbed.fabric.routing import walk
 from testbed.fabric.topology import Fabric
+from traffic import metrics
 
 FIELDS = ("time_ns", "node", "node_type", "port", "event", "cause")
 PORT_STATS_COLUMNS = ("node", "port", "queue", "pauses", "paused_s", "longest_pause_s", "paused_fraction")
@@ -72,12 +71,10 @@ def queue_id(node: str, node_type: int, port: int) -> str:
 
 
 def percentiles(values) -> dict:
-    """{"n", "p50", "p99", "max"} of a list of latencies, rounded to 3 decimals (None when empty)."""
-    if not len(values):
-        return {"n": 0, "p50": None, "p99": None, "max": None}
-    a = np.asarray(values, dtype=float)
-    return {"n": len(a), "p50": round(float(np.percentile(a, 50)), 3),
-            "p99": round(float(np.percentile(a, 99)), 3), "max": round(float(a.max()), 3)}
+    """{"n", "p50", "p99", "max"} of a list of latencies (nearest-rank), rounded to 3 decimals (None when empty)."""
+    vals = list(values)
+    return {"n": len(vals), **metrics.rounded_percentiles(vals, ("p50", "p99")),
+            "max": round(float(max(vals)), 3) if vals else None}
 
 
 # ---------------------------------------------------------------------- I/O

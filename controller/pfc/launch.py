@@ -32,7 +32,7 @@ def with_burst_headroom(cfg: "pfc_policy.PfcConfig", rate_bps: float, mtu: int, 
 
 
 def helper_policy(fabric, datapath: dict, pfc: dict, state_dir: str) -> dict:
-    from testbed.emulation.plan import DatapathConfig, plan_datapath
+    from testbed.datapath import DatapathConfig, plan_datapath
 
     dp = DatapathConfig(**datapath)
     plan = plan_datapath(fabric, dp)
@@ -55,7 +55,8 @@ def helper_policy(fabric, datapath: dict, pfc: dict, state_dir: str) -> dict:
     from testbed.fabric import addressing
 
     nics = {f"gpu{g}:p{p}": addressing.ip_of(g, p) for g, p in sorted(fabric.attachment)}
-    return {"rate_bps": dp.rate_bps, "nics": nics, "burst_bytes": dp.burst_bytes, "mtu": dp.mtu, "poll_us": resolved.poll_us,
+    return {"rate_bps": dp.rate_bps, "nics": nics, "burst_bytes": dp.burst_bytes, "mtu": dp.mtu,
+            "poll_us": resolved.poll_us,
             "log": os.path.join(state_dir, "pfc.txt"), "status": os.path.join(state_dir, "pfc_status.json"),
             "resolved": pfc_policy.policy_doc(fabric, resolved).get("config"), "queues": queues}
 

@@ -53,6 +53,7 @@ import numpy as np
 from controller.pfc import bpfmaps, tbfmsg
 from controller.pfc.analysis import percentiles
 from controller.pfc.bpfmaps import F
+from traffic import metrics
 
 MEASURE_AFTER_NS = 30_000_000  # look at departures 30 ms after a pause/resume
 STALL_NS = 30_000_000
@@ -133,7 +134,7 @@ class Transmitter:
 def _in_netns(name: str | None, fn):
     if name is None:
         return fn()
-    from testbed.emulation import netns
+    from testbed import netns
 
     with netns.inside(name):
         return fn()
@@ -240,7 +241,6 @@ class Helper:
         self.scheduling = ""  # how the loop is run (real-time, cores, idle polling), set by main
         self.gap_log: list[str] = []  # pfc_gaps.txt lines: when (ns, end of the gap), phase, ms
         self.frame = policy["mtu"] + 14
-        percentiles([0.0])  # numpy's first percentile takes ~14 ms: not in the loop's first status
 
     # ------------------------------------------------------------------ loop
     def step(self) -> None:
@@ -577,8 +577,8 @@ def _spread(values: list[float]) -> dict:
     """{"n", "min", "p50", "max"} of byte values (None when empty): static thresholds give one value."""
     if not values:
         return {"n": 0, "min": None, "p50": None, "max": None}
-    a = np.asarray(values)
-    return {"n": len(a), "min": int(a.min()), "p50": int(np.median(a)), "max": int(a.max())}
+    vals = list(values)  # one snapshot for all four numbers
+    return {"n": len(vals), "min": int(min(vals)), "p50": int(metrics.percentile(vals, 50)), "max": int(max(vals))}
 
 
 def _counted_backlog(row) -> int:

@@ -1,4 +1,4 @@
-"""controller.rules: what the controller installs, run through FakeFlowTable switch by switch.
+"""controller.rules: what the controller installs, run through a fake flow table switch by switch.
 
 Packets are walked hop by hop through the fake tables of the switches, following the
 fabric's cabling (switch port -> peer), and compared with the routing model's own walk.
@@ -14,11 +14,11 @@ from controller.rules import (
     PRIO_PROBE,
     PROBE_DST_MAC,
     PROBE_ETHERTYPE,
-    FakeFlowTable,
     fabric_programs,
 )
 from testbed.fabric import addressing, build_fabric
 from testbed.fabric.routing import forwarding_tables, walk
+from tests.fakes.flow_table import FakeFlowTable
 
 FABRICS = {
     "zcube16": ("zcube", {"gpus": 16, "gpus_per_switch": 8}),

@@ -1,0 +1,65 @@
+"""The PFC pause daemon (``controller.pfc.pfcd``) as the controller runs it.
+
+The controller starts it once, after every switch is verified, and reports it
+in the status file; a failed start or an exit is an error there, which
+``testbed up`` fails on.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Callable
+from typing import Protocol
+
+
+class Process(Protocol):
+    """What is needed of the started daemon (a ``subprocess.Popen``)."""
+
+    pid: int
+
+    def poll(self) -> int | None: ...
+
+
+class PauseDaemon:
+    """Start pfcd at most once; merge its own status file with whether it still runs."""
+
+    def __init__(self, state_dir: str, start: Callable[[], Process], logger: logging.Logger) -> None:
+        self.status_path = os.path.join(state_dir, "pfc_status.json")
+        self._start = start
+        self.logger = logger
+        self.proc: Process | None = None
+        self.error: str | None = None
+
+    @property
+    def tried(self) -> bool:
+        """Started or failed to: either way it is not started again."""
+        return self.proc is not None or self.error is not None
+
+    def start(self) -> None:
+        """Start pfcd; a failure becomes the status file's error instead of killing the controller."""
+        try:
+            self.proc = self._start()
+            self.logger.info("PFC helper started, pid %d", self.proc.pid)
+        except Exception as exc:  # reported through the status file; 'up' fails on it
+            self.error = f"{type(exc).__name__}: {exc}"
+            self.logger.error("PFC helper not started: %s", self.error)
+
+    def status(self) -> dict:
+        """pfcd's own status document, plus its pid and any error (its exit included)."""
+        doc: dict = {}
+        try:
+            with open(self.status_path) as fh:
+                doc = json.load(fh)
+        except (OSError, ValueError):
+            pass
+        if self.proc is not None:
+            doc["pid"] = self.proc.pid
+            code = self.proc.poll()
+            if code is not None:
+                doc["ready"] = False
+                self.error = self.error or f"pfcd exited with status {code} (see pfcd.log)"
+        if self.error:
+            doc["error"] = self.error
+        return doc

@@ -1,0 +1,1 @@
+"""In-memory stand-ins for switches, shared by the unit tests."""

@@ -1,0 +1,95 @@
+"""controller.oskenswitch: rule specs -> os-ken OpenFlow 1.3 messages -> the specs a read-back yields.
+
+No switch: a stand-in datapath collects the messages, which are serialized to
+wire format (as os-ken would send them) and turned into the stats entries a
+switch would report for them.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+from os_ken.ofproto import ofproto_v1_3 as ofp
+from os_ken.ofproto import ofproto_v1_3_parser as parser
+
+from controller.oskenswitch import OsKenSwitch, flow_stats, group_specs
+from controller.rules import fabric_programs
+from testbed.fabric import build_fabric
+
+
+def datapath(dpid=1):
+    sent = []
+    dp = SimpleNamespace(id=dpid, ofproto=ofp, ofproto_parser=parser, sent=sent)
+    dp.send_msg = sent.append
+    return dp
+
+
+def programs(kind, **kw):
+    return fabric_programs(build_fabric(kind, **kw)).values()
+
+
+@pytest.mark.parametrize("kind,kw", [("zcube", {"gpus": 16, "gpus_per_switch": 8}), ("roft", {"gpus": 16})])
+def test_flows_and_groups_come_back_from_a_read_back_as_the_same_specs(kind, kw):
+    for program in programs(kind, **kw):
+        dp = datapath(program.dpid)
+        sw = OsKenSwitch(dp)
+        for group in program.groups:
+            sw.add_group(group)
+        for flow in program.flows:
+            sw.add_flow(flow)
+        for msg in dp.sent:
+            msg.serialize()  # valid on the wire
+        mods = [m for m in dp.sent if isinstance(m, parser.OFPFlowMod)]
+        stats = [parser.OFPFlowStats(priority=m.priority, match=m.match, instructions=m.instructions, packet_count=3)
+                 for m in mods]
+        assert [s.spec for s in flow_stats(stats)] == program.flows
+        assert all(s.packets == 3 for s in flow_stats(stats))
+        gmods = [m for m in dp.sent if isinstance(m, parser.OFPGroupMod)]
+        assert all(m.command == ofp.OFPGC_ADD and m.type == ofp.OFPGT_SELECT for m in gmods)
+        descs = [parser.OFPGroupDescStats(m.type, m.group_id, m.buckets) for m in gmods]
+        assert group_specs(descs) == program.groups
+
+
+def test_the_table_miss_rule_has_no_actions_and_the_probe_rule_punts_unbuffered():
+    program = next(iter(programs("zcube", gpus=16, gpus_per_switch=8)))
+    dp = datapath()
+    for flow in program.flows[:2]:
+        OsKenSwitch(dp).add_flow(flow)
+    miss, probe = dp.sent
+    assert miss.priority == 0 and miss.instructions[0].actions == []
+    (out,) = probe.instructions[0].actions
+    assert out.port == ofp.OFPP_CONTROLLER and out.max_len == ofp.OFPCML_NO_BUFFER
+
+
+def test_clear_deletes_every_flow_of_every_table_and_every_group():
+    dp = datapath()
+    OsKenSwitch(dp).clear()
+    flows, groups = dp.sent
+    assert (flows.command, flows.table_id, flows.out_port, flows.out_group) == (
+        ofp.OFPFC_DELETE, ofp.OFPTT_ALL, ofp.OFPP_ANY, ofp.OFPG_ANY)
+    assert (groups.command, groups.group_id) == (ofp.OFPGC_DELETE, ofp.OFPG_ALL)
+
+
+def test_read_back_asks_every_table_and_the_counter_poll_table_0():
+    dp = datapath()
+    OsKenSwitch(dp).request_flows()
+    OsKenSwitch(dp).request_flows(table_id=0)
+    every, table0 = dp.sent
+    assert every.table_id == ofp.OFPTT_ALL and table0.table_id == 0
+
+
+def test_probe_goes_out_of_one_port_unbuffered():
+    dp = datapath()
+    OsKenSwitch(dp).packet_out(7, b"x" * 60)
+    (msg,) = dp.sent
+    assert msg.buffer_id == ofp.OFP_NO_BUFFER and msg.in_port == ofp.OFPP_CONTROLLER
+    assert [a.port for a in msg.actions] == [7] and msg.data == b"x" * 60
+    msg.serialize()
+
+
+def test_wrappers_of_one_datapath_are_one_connection():
+    a, b = datapath(5), datapath(5)
+    assert OsKenSwitch(a) == OsKenSwitch(a) and hash(OsKenSwitch(a)) == hash(OsKenSwitch(a))
+    assert OsKenSwitch(a) != OsKenSwitch(b)
+    assert OsKenSwitch(a) != None  # noqa: E711 - a session without a connection holds None
