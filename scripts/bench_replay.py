@@ -76,7 +76,8 @@ def main() -> int:
                       f"{'yes' if r['kept_time'] else 'NO'}", flush=True)
     kept = [r["represents_gbit"] for r in rows if r["kept_time"]]
     if args.json:
-        print(json.dumps({"fabric": args.fabric, "levels": rows, "lowest_represents_kept_gbit": min(kept, default=None)}))
+        print(json.dumps({"fabric": args.fabric, "levels": rows,
+                          "lowest_represents_kept_gbit": min(kept, default=None)}))
     else:
         print(f"{args.fabric}: kept time down to links standing for {min(kept):g} Gbit/s" if kept
               else f"{args.fabric}: kept time at no level")

@@ -30,7 +30,7 @@ if ! .venv/bin/python -c "import mininet.net" 2>/dev/null; then
 fi
 stamp=.venv/.installed-$(sha256sum pyproject.toml | cut -c1-16)
 if [ ! -e "$stamp" ]; then
-    .venv/bin/pip install -q -e .
+    .venv/bin/pip install -q -e ".[test]"  # [test]: pytest and the linter .ci/run runs
     rm -f .venv/.installed-*
     touch "$stamp"
 fi

@@ -95,7 +95,8 @@ def cmd_cost(args) -> int:
     if args.json:
         print(json.dumps(rows, indent=1))
         return 0
-    head = f"{'scale':<18}{'fabric':<7}{'switches':>9}{'ports':>8}{'cables':>8}{'optics':>8}{'sw-sw optics':>13}{'capex':>9}"
+    head = (f"{'scale':<18}{'fabric':<7}{'switches':>9}{'ports':>8}{'cables':>8}{'optics':>8}"
+            f"{'sw-sw optics':>13}{'capex':>9}")
     print(head)
     for row in rows:
         for kind in ("zcube", "roft", "ratio"):
@@ -136,8 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_cost)
 
-    from testbed.emulation import cli as emulation_cli
-    from testbed import replay_cli, run_cli
+    from testbed import emulation_cli, replay_cli, run_cli
 
     emulation_cli.register(sub, add_fabric_options)
     replay_cli.register(sub, add_fabric_options, emulation_cli.add_link_options)

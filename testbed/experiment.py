@@ -21,13 +21,22 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Optional
 
 import yaml
-from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, ValidationInfo,
-                      WithJsonSchema, field_validator)
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    WithJsonSchema,
+    field_validator,
+)
 
 from testbed import scale
 from testbed.errors import TestbedError
 from testbed.fabric.routing import DEFAULT_POLICY, POLICIES
 from testbed.paths import DEFAULT_TRACE, REPO
+from testbed.units import parse_rate, parse_seconds, parse_size
 from traffic import models, placement, schedule, traces
 from traffic.agent import CONNECTION_MODES
 
@@ -43,7 +52,7 @@ def _not_bool(v: Any, what: str) -> None:
 
 
 def _parse_text(v: Any, what: str, parse) -> Any:
-    """Strings go through the CLI's own parser (its error becomes a schema error); numbers pass."""
+    """Strings go through the CLI's parser (``testbed.units``; its error becomes a schema error); numbers pass."""
     _not_bool(v, what)
     if isinstance(v, str):
         try:
@@ -55,22 +64,16 @@ def _parse_text(v: Any, what: str, parse) -> Any:
 
 def _rate(v: Any) -> Any:
     """'3mbit' / '500k' / '2' (Mbit/s, as on the CLI) or a number of bit/s."""
-    from testbed.emulation.cli import parse_rate
-
     return _parse_text(v, "a rate such as 3mbit or a number of bit/s", parse_rate)
 
 
 def _size(v: Any) -> Any:
     """60000 / '60kb' / '64KiB' -> bytes."""
-    from testbed.emulation.cli import parse_size
-
     return _parse_text(v, "a size in bytes such as 60000 or 64KiB", parse_size)
 
 
 def _seconds(v: Any) -> Any:
     """120 / '120s' / '2m' -> seconds."""
-    from testbed.replay_cli import parse_seconds
-
     return _parse_text(v, "a duration such as 120 or 2m", parse_seconds)
 
 
@@ -92,6 +95,9 @@ SchedulerName = Literal[tuple(placement.POLICIES)]
 Mode = Literal[tuple(schedule.MODES)]
 PolicyName = Literal[tuple(POLICIES)]
 Connections = Literal[CONNECTION_MODES]
+Driver = Literal["plan", "live"]
+Arrivals = Literal["trace", "closed"]
+Popularity = Literal["uniform", "zipf"]
 
 
 class _Section(BaseModel):
@@ -111,6 +117,9 @@ class Link(_Section):
     mtu: int = Field(scale.DEFAULT_MTU, description="576 .. 3500 (AF_XDP frames in OVS are 4 KB)")
     nic_buffer_bytes: Optional[Size] = Field(None, description="host NIC queue; null: 1000 frames (txqueuelen)")
     burst_bytes: Size = Field(scale.DEFAULT_BURST_BYTES, description="shaper burst (link rate token bucket)")
+    time_dilation: float = Field(1.0, ge=1, le=100, description="the emulated world runs this many times slower "
+                                 "(live driver): bytes scaled by represents / (rate x dilation), every modelled "
+                                 "time stretched by it, reported serving times converted back")
 
 
 class Pfc(_Section):
@@ -166,6 +175,22 @@ class Serving(_Section):
     connections: Connections = Field(
         "persistent", description="persistent: one TCP connection per NIC port pair, reused by every transfer "
                                   "(a transfer engine's queue pair); per-transfer: a new connection each")
+    driver: Driver = Field("plan", description="plan: every KV transfer timed from the trace before the run; "
+                                               "live: a coordinator runs prefill and decode steps with the "
+                                               "network in the loop (MoE models add expert-parallel traffic)")
+    arrivals: Arrivals = Field("trace", description="live: trace-timed arrivals, or closed: `concurrency` "
+                                                    "requests in flight, a new one when one ends")
+    concurrency: int = Field(64, ge=1, description="closed loop: requests in flight in the whole cluster")
+    prefill_ep: Optional[int] = Field(None, ge=1, description="live, MoE: GPUs per prefill EP group; null: all "
+                                                              "prefill GPUs")
+    decode_ep: Optional[int] = Field(None, ge=1, description="live, MoE: GPUs per decode EP group; null: all "
+                                                             "decode GPUs")
+    decode_batch: int = Field(256, ge=1, description="live: requests per decode unit and step at most")
+    decode_step_s: Seconds = Field(0.030, ge=0, description="live: modelled compute of one decode step")
+    prefill_chunk_tokens: int = Field(512, ge=1, description="live: prefill tokens per unit and step at most")
+    popularity: Popularity = Field("uniform", description="live, MoE: expert popularity (zipf: skewed)")
+    zipf_s: float = Field(1.0, ge=0, description="live, MoE: Zipf exponent with popularity zipf")
+    warmup_s: Seconds = Field(0.0, ge=0, description="live: requests arriving earlier are not measured")
 
     @field_validator("model")
     @classmethod
@@ -206,7 +231,7 @@ class Experiment(_Section):
 
 # --------------------------------------------------- mapping onto the runners
 def fabric_args(exp: Experiment, kind: str) -> dict:
-    """What ``build_fabric`` / ``fabricctl.up`` take, as ``emulation.cli.fabric_kwargs`` builds it."""
+    """What ``build_fabric`` / ``fabricctl.up`` take, as ``emulation_cli.fabric_kwargs`` builds it."""
     if kind == "zcube":
         return {"kind": kind, "gpus": exp.gpus, "gpus_per_switch": exp.gpus_per_switch, "cables": exp.cables}
     return {"kind": kind, "gpus": exp.gpus, "gpus_per_switch": exp.gpus_per_switch,
@@ -214,7 +239,7 @@ def fabric_args(exp: Experiment, kind: str) -> dict:
 
 
 def datapath_config(exp: Experiment):
-    from testbed.emulation.plan import DatapathConfig
+    from testbed.datapath import DatapathConfig
 
     link = exp.link
     return DatapathConfig(rate_bps=link.rate, mtu=link.mtu, buffer_bytes=link.buffer_bytes,
@@ -232,7 +257,11 @@ def replay_config(exp: Experiment, rep: int = 1):
                         scheduler=s.scheduler, seed=exp.seed + rep - 1, mode=s.mode,
                         chunk_bytes=s.chunk_bytes or None, policy=s.policy, connections=s.connections,
                         cross_flows=exp.cross_flows,
-                        represents_bps=exp.link.represents)
+                        represents_bps=exp.link.represents, driver=s.driver, arrivals=s.arrivals,
+                        concurrency=s.concurrency, prefill_ep=s.prefill_ep, decode_ep=s.decode_ep,
+                        decode_batch=s.decode_batch, decode_step_s=s.decode_step_s,
+                        prefill_chunk_tokens=s.prefill_chunk_tokens, popularity=s.popularity, zipf_s=s.zipf_s,
+                        time_dilation=exp.link.time_dilation, warmup_s=s.warmup_s)
 
 
 def pfc_settings(exp: Experiment) -> dict:
@@ -400,7 +429,7 @@ def _key_of(message: str, table: dict, default: str) -> str:
 
 def semantic_check(exp: Experiment) -> None:
     """Apply the rules of the code that will consume the values (raises ``_Problem``: key path, message)."""
-    from testbed.emulation.plan import plan_datapath
+    from testbed.datapath import plan_datapath
     from testbed.fabric import build_fabric
     from traffic import rankmap
 

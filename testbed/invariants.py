@@ -123,7 +123,7 @@ def switch_feeds(queues: list[dict]) -> dict[str, dict[str, list[str]]]:
 
     A switch's egress queue is its ``<switch>:<port>`` switch queue; what feeds a switch is every
     queue whose ``towards`` is that switch: other switches' egress queues cabled to it and the NIC
-    queues of the GPU ports attached to it (testbed.emulation.plan: their receive ends are ports of
+    queues of the GPU ports attached to it (testbed.datapath: their receive ends are ports of
     the switch's receive bridge)."""
     out: dict[str, dict[str, list[str]]] = {}
     for q in queues:

@@ -31,9 +31,9 @@ _REPO = _os.path.dirname(_os.path.dirname(_os.path.abspath(_HERE)))
 if _REPO not in _sys.path:
     _sys.path.insert(0, _REPO)
 
+from testbed.errors import TestbedError as _TestbedError  # noqa: E402
 from testbed.fabric import addressing as _addressing  # noqa: E402
 from testbed.fabric import build_fabric as _build_fabric  # noqa: E402
-from testbed.errors import TestbedError as _TestbedError  # noqa: E402
 
 
 def _refuse_if_fabric_up():

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -29,16 +28,16 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from testbed import scale
+from testbed.datapath import DatapathConfig, netns_of
 from testbed.emulation import fabricctl
-from testbed.emulation.plan import DatapathConfig, netns_of
 from testbed.errors import EnvironmentProblem, TestbedError
 from testbed.fabric import addressing
 from testbed.fabric.routing import DEFAULT_POLICY, POLICIES, plan_ports
 from testbed.paths import DEFAULT_TRACE, REPO, TRACES_DIR  # noqa: F401 (DEFAULT_TRACE, TRACES_DIR: aliases)
 from traffic.agent import CONNECTION_MODES
+from traffic.launcher import AGENT_NICE, AGENT_PORT
 
-AGENT_PORT = 7000
-AGENT_NICE = -10  # agents wake on time although OVS and the TCP stacks keep both cores busy
+DRIVERS = ("plan", "live")
 HEADER_BYTES = 66  # Ethernet 14 + IPv4 20 + TCP with timestamps 32, per packet
 
 
@@ -65,6 +64,19 @@ class ReplayConfig:
     cross_flows: int = 0  # background iperf3 flows (random GPU pairs, seeded) for the whole replay
     represents_bps: float = scale.REAL_LINK_BPS  # the real link an emulated one stands for
     connections: str = CONNECTION_MODES[0]  # the agents' --connections: persistent
+    # the live driver (testbed/live.py): serving with the network in the loop
+    driver: str = "plan"  # plan: every KV transfer timed before the run; live: a coordinator runs the cluster
+    arrivals: str = "trace"  # live: trace-timed arrivals, or closed loop with `concurrency` requests in flight
+    concurrency: int = 64
+    prefill_ep: int | None = None  # live, MoE: GPUs per prefill EP group (None: all prefill GPUs)
+    decode_ep: int | None = None
+    decode_batch: int = 256
+    decode_step_s: float = 0.030
+    prefill_chunk_tokens: int = 512
+    popularity: str = "uniform"
+    zipf_s: float = 1.0
+    time_dilation: float = 1.0
+    warmup_s: float = 0.0
 
     def validate(self) -> "ReplayConfig":
         if self.policy not in POLICIES:
@@ -74,6 +86,13 @@ class ReplayConfig:
         if self.connections not in CONNECTION_MODES:
             raise TestbedError(f"connections {self.connections!r} is unknown: expected one of "
                                f"{', '.join(CONNECTION_MODES)}")
+        if self.driver not in DRIVERS:
+            raise TestbedError(f"driver {self.driver!r} is unknown: expected one of {', '.join(DRIVERS)}")
+        if not self.time_dilation >= 1:
+            raise TestbedError(f"time dilation {self.time_dilation:g} is below 1: expected 1 (none) or more")
+        if self.driver == "plan" and (self.arrivals != "trace" or self.time_dilation != 1):
+            raise TestbedError("closed-loop arrivals and time dilation need serving.driver live; the planned replay "
+                               "times every transfer from the trace")
         if not self.represents_bps > 0:
             raise TestbedError(f"represents {self.represents_bps:g} bit/s is not positive: expected e.g. 400gbit")
         if not self.speed > 0:
@@ -113,7 +132,8 @@ def prepare(cfg: ReplayConfig, n_gpus: int, rate_bps: float, mtu: int, fabric=No
     model = models.get_model(cfg.model)
     place = placement.place(n_gpus, cfg.prefill_tp, cfg.decode_tp, cfg.prefill_fraction)
     sched = schedule.build_schedule(reqs, place, placement.Scheduler(cfg.scheduler, cfg.seed), model, cfg.dtype,
-                                    cfg.mode, cfg.chunk_bytes, scale.bytes_scale(rate_bps, cfg.represents_bps), mtu_bytes=mtu)
+                                    cfg.mode, cfg.chunk_bytes, scale.bytes_scale(rate_bps, cfg.represents_bps),
+                                    mtu_bytes=mtu)
     if not sched.transfers:
         raise TestbedError("the schedule has no transfer: every request is empty")
     offset = min(t.scheduled_start_s for t in sched.transfers)
@@ -317,13 +337,13 @@ def summarize(fabric_name: str, rows: list[dict], prepared: Prepared, rate_bps: 
     for r in rows:
         if r["end"] is not None:
             ends[r["request_id"]] = max(ends.get(r["request_id"], 0.0), r["end"] + prepared.offset_s)
-    ttft = list(schedule.ttft_proxies(prepared.schedule, ends, allow_missing=True).values())
+    ttft = list(schedule.ttft_proxies(prepared.schedule, ends, allow_missing=True).values()) \
+        if prepared.schedule is not None else []
     b_scale = scale.bytes_scale(rate_bps, prepared.represents_bps)
 
     def pct(values: list[float], keys=("p50", "p99", "p999"), factor: float = 1e3) -> dict:
         """Nearest-rank percentiles (times in ms by default); None when nothing was measured."""
-        which = {"p50": 50, "p95": 95, "p99": 99, "p999": 99.9}
-        return {k: (round(metrics.percentile(values, which[k]) * factor, 3) if values else None) for k in keys}
+        return metrics.rounded_percentiles(values, keys, factor)
 
     slowdowns = [metrics.fct_slowdown(f, r["bytes"], rate_bps, mtu_payload=mtu - 52, header_bytes=HEADER_BYTES)
                  for f, r in zip(fct_s, ok)]
@@ -550,7 +570,8 @@ def write_pfc_outputs(run_dir: Path, st: dict, snap: dict | None, rows: list[dic
     spread = analysis.spread(events)
     transfers = [{"request_id": r["request_id"], "src": r["src"], "dst": r["dst"], "src_ip": r["src_ip"],
                   "dst_ip": r["dst_ip"], "start_ns": int((t0 + r["start"]) * 1e9),
-                  "end_ns": int((t0 + r["end"]) * 1e9)} for r in rows if r["start"] is not None and r["end"] is not None]
+                  "end_ns": int((t0 + r["end"]) * 1e9)}
+                 for r in rows if r["start"] is not None and r["end"] is not None]
     fabric = fabricctl.fabric_of_state(st)
     victims = analysis.victim_flows(events, transfers, fabric)
     status = snap["status"]
@@ -592,7 +613,14 @@ def replay(fabric_args: dict, dp: DatapathConfig, cfg: ReplayConfig, out_root: P
     rate = st["config"]["rate_bps"] if st else dp.rate_bps
     mtu = st["config"]["mtu"] if st else dp.mtu
     model = fabricctl.fabric_of_state(st) if st else build_fabric(**fabric_args)  # paths for the adaptive policy
-    prepared = prepare(cfg, fabric_args["gpus"], rate, mtu, model)  # bad trace or model fails before anything is built
+    live = None
+    if cfg.driver == "live":  # bad trace or model fails before anything is built
+        from testbed.live import prepare_live
+
+        live = prepare_live(cfg, fabric_args["gpus"], rate)
+        prepared = Prepared(None, [], 0.0, live.requests, 0, [], cfg.represents_bps)
+    else:
+        prepared = prepare(cfg, fabric_args["gpus"], rate, mtu, model)
     if run_dir is None:
         run_id = time.strftime("%Y%m%d-%H%M%S") + f"-{fabric_args['kind']}{fabric_args['gpus']}"
         run_dir = Path(out_root) / run_id
@@ -604,10 +632,16 @@ def replay(fabric_args: dict, dp: DatapathConfig, cfg: ReplayConfig, out_root: P
             st = fabricctl.up(fabric_args, dp, log=log, pfc=pfc)
         sampler = QueueSampler(st, run_dir / "queues.csv")
         sampler.start()
-        cross = (start_cross_traffic(st, cfg.cross_flows, cfg.seed, max(r["start"] for r in prepared.plan_rows))
-                 if cfg.cross_flows else [])
+        last = (live.config["spec"]["duration_s"] * cfg.time_dilation if live
+                else max(r["start"] for r in prepared.plan_rows))
+        cross = start_cross_traffic(st, cfg.cross_flows, cfg.seed, last) if cfg.cross_flows else []
         try:
-            res = run_agents(st, prepared, run_dir, cfg.transfer_timeout_s, cfg.connections, log)
+            if live:
+                from testbed.live import run_live
+
+                res = run_live(st, live, run_dir, cfg.transfer_timeout_s, cfg.connections, log)
+            else:
+                res = run_agents(st, prepared, run_dir, cfg.transfer_timeout_s, cfg.connections, log)
         finally:
             cross_result = stop_cross_traffic(cross) if cross else None
             sampler.stop()
@@ -617,8 +651,12 @@ def replay(fabric_args: dict, dp: DatapathConfig, cfg: ReplayConfig, out_root: P
     finally:
         if own and fabricctl.load_state() is not None:
             fabricctl.down()
-    rows = replay_io.merge_results(res["agents_dir"], t0=res["t0"])
+    all_rows = replay_io.merge_results(res["agents_dir"], t0=res["t0"])
+    rows = [r for r in all_rows if r.get("kind") in (None, "kv")]  # KV transfers; EP messages apart
+    messages = [r for r in all_rows if r.get("kind") not in (None, "kv")]
     replay_io.write_transfers_csv(rows, run_dir / "transfers.csv")
+    if live:
+        replay_io.write_transfers_csv(messages, run_dir / "messages.csv", extra=("kind", "engine", "step"))
     records = [metrics.FctRecord(int(r["src"][3:]), int(r["dst"][3:]), int(r["bytes"]),
                                  int(round(r["start"] * 1e9)), int(round((r["end"] - r["start"]) * 1e9)),
                                  int(round(metrics.ideal_fct_s(r["bytes"], rate, mtu_payload=mtu - 52,
@@ -629,16 +667,22 @@ def replay(fabric_args: dict, dp: DatapathConfig, cfg: ReplayConfig, out_root: P
     if res["crashed"]:
         warnings.append(f"agents exited early: {res['crashed']}")
     summary = summarize(st["fabric"]["kind"], rows, prepared, rate, mtu, drops, res["crashed"], warnings)
+    if live:
+        from testbed.live import serving_summary
+
+        summary |= serving_summary(res, live, all_rows, messages, run_dir, mtu)
+        warnings += res["warnings"]
     summary["agents_ready_s"] = res["agents_ready_s"]
     summary["agents_cpu_s"] = res["agents_cpu_s"]  # all agents' CPU seconds, start to stop
-    summary |= write_operating_point(run_dir, prepared.operating_point)
-    summary |= write_breakdowns(run_dir, rows, sampler, rate, mtu)
+    if prepared.operating_point is not None:
+        summary |= write_operating_point(run_dir, prepared.operating_point)
+    summary |= write_breakdowns(run_dir, all_rows, sampler, rate, mtu)
     summary["cross_traffic"] = cross_result
     summary["pfc"] = write_pfc_outputs(run_dir, st, pfc_state, rows, res["t0"], t_end, fabric_drops)
     if summary["pfc"]["enabled"] and not summary["pfc"]["lossless_ok"]:
         summary["warnings"].insert(0, f"LOSSLESS INVARIANT VIOLATED: PFC was on and fabric queues dropped "
                                       f"{fabric_drops} packets")
-    summary["invariants"] = check_invariants(run_dir, st, sampler, rows, summary["pfc"]["enabled"])
+    summary["invariants"] = check_invariants(run_dir, st, sampler, all_rows, summary["pfc"]["enabled"])
     summary["warnings"] += [f"MEASUREMENT INVARIANT VIOLATED: {v}" for v in summary["invariants"]["violations"]]
     lost = summary["invariants"]["margins"]["uncounted_loss_bytes"]
     if lost:

@@ -3,35 +3,30 @@
 from __future__ import annotations
 
 import json
-import re
 import sys
 
-from testbed.errors import TestbedError
 from testbed.paths import DEFAULT_TRACE, REPORTS
 from testbed.replay import ReplayConfig
-
-
-def parse_seconds(text: str) -> float:
-    """'120', '120s', '2m' -> seconds."""
-    m = re.fullmatch(r"\s*([0-9.]+)\s*(s|m|min)?\s*", str(text))
-    if not m:
-        raise TestbedError(f"duration {text!r} is not understood: expected e.g. 120s or 2m")
-    return float(m.group(1)) * (60 if m.group(2) in ("m", "min") else 1)
+from testbed.units import parse_rate, parse_seconds
 
 
 def cmd_replay(args) -> int:
     from testbed import replay
-    from testbed.emulation.cli import datapath_config, fabric_kwargs, parse_rate, pfc_config
+    from testbed.emulation_cli import datapath_config, fabric_kwargs, pfc_config
     from testbed.outputs import out_root as out_dir
 
     out_root = out_dir(args.out)  # before anything is built
+    # validated here: a bad trace fails before anything is built
     cfg = ReplayConfig(trace=args.trace, trace_format=args.format, skip_bad=args.skip_bad,
                        start_s=parse_seconds(args.start), duration_s=parse_seconds(args.duration),
                        first_n=args.first, speed=args.speed, model=args.model, dtype=args.dtype,
                        prefill_tp=args.prefill_tp, decode_tp=args.decode_tp, scheduler=args.scheduler,
                        seed=args.seed, mode=args.mode, chunk_bytes=args.chunk or None, policy=args.policy,
-                       cross_flows=args.cross, represents_bps=parse_rate(args.represents)).validate()  # a bad trace fails before anything is built
-    log = (lambda m: print(m, file=sys.stderr))
+                       cross_flows=args.cross, represents_bps=parse_rate(args.represents)).validate()
+
+    def log(m):
+        print(m, file=sys.stderr)
+
     run_dir = replay.replay(fabric_kwargs(args) | {"kind": args.fabric}, datapath_config(args), cfg,
                             out_root, log, pfc=pfc_config(args))
     s = json.loads((run_dir / "summary.json").read_text())
@@ -62,11 +57,12 @@ def register(sub, add_fabric_options, add_link_options) -> None:
     p.add_argument("fabric", choices=FABRICS)
     add_fabric_options(p)
     add_link_options(p)
-    from testbed.emulation.cli import add_pfc_options
+    from testbed.emulation_cli import add_pfc_options
 
     add_pfc_options(p)
     p.add_argument("--trace", default=str(DEFAULT_TRACE),
-                   help="Mooncake JSONL or Azure CSV trace, plain or .gz (default data/traces/mooncake_conversation.jsonl.gz)")
+                   help="Mooncake JSONL or Azure CSV trace, plain or .gz "
+                        "(default data/traces/mooncake_conversation.jsonl.gz)")
     p.add_argument("--format", default="auto", choices=["auto", "mooncake", "azure"])
     p.add_argument("--skip-bad", action="store_true", help="skip bad trace rows (and report how many)")
     p.add_argument("--start", default="0", help="trace time where the slice starts (e.g. 600s)")

@@ -550,8 +550,11 @@ class Agent:
     def __init__(self, name: str, listen: list[tuple[str, int]], plan: list[PlannedTransfer],
                  out_dir: str, t0: float | None, ready_file: str | None = None,
                  transfer_timeout: float = DEFAULT_TRANSFER_TIMEOUT_S, io: str = "sock",
-                 connections: str = "persistent") -> None:
+                 connections: str = "persistent", control: str | None = None) -> None:
         self.name = name
+        self.control = control
+        self._control_out: asyncio.StreamWriter | None = None
+        self._reports: list[str] = []
         self.listen = listen
         self.plan = plan
         self.out_dir = out_dir
@@ -576,16 +579,35 @@ class Agent:
         self._recv.write({"id": r.id, "peer": peer, "local": local, "bytes": r.received,
                           "expected_bytes": r.length, "crc_ok": r.crc_ok, "first_byte": r.first_byte,
                           "last_byte": r.last_byte, "verified": r.verified, "error": r.error})
+        if r.id is not None:
+            self._report({"id": r.id, "t": r.last_byte, "ok": r.verified, "error": r.error})
+
+    def _report(self, obj: dict[str, Any]) -> None:
+        """Tell the coordinator (control mode only) what arrived or failed; lines of one loop turn
+        go in one write."""
+        if self._control_out is None:
+            return
+        if not self._reports:
+            asyncio.get_running_loop().call_soon(self._flush_reports)
+        self._reports.append(json.dumps(obj, separators=(",", ":")) + "\n")
+
+    def _flush_reports(self) -> None:
+        if self._control_out is not None and not self._control_out.is_closing():
+            self._control_out.write("".join(self._reports).encode())
+        self._reports.clear()
 
     def _record_sent(self, t: PlannedTransfer, start: float | None, connected: float | None,
                      end: float | None, acked: int | None, error: str | None) -> None:
         self._sent.write({"id": t.id, "request_id": t.request_id, "src": t.src, "dst": t.dst,
                           "src_ip": t.src_ip, "dst_ip": t.dst_ip, "dst_port": t.dst_port,
-                          "bytes": t.bytes, "scheduled_start": None if self.t0 is None else self.t0 + t.start, "start": start,
+                          "bytes": t.bytes, "scheduled_start": None if self.t0 is None else self.t0 + t.start,
+                          "start": start,
                           "connected": connected, "end": end, "acked_bytes": acked,
                           "ok": error is None, "error": error})
+        if error is not None:
+            self._report({"id": t.id, "failed": error})
         self._pending -= 1
-        if self._pending == 0 and not self._stopping:
+        if self._pending == 0 and not self._stopping and self.control is None:
             _touch(os.path.join(self.out_dir, f"{self.name}.done"))
 
     # -- lifecycle
@@ -609,6 +631,11 @@ class Agent:
         bound = await self.bind()
         if self.ready_file:
             _touch(self.ready_file, json.dumps({"name": self.name, "listen": bound}) + "\n")
+        if self.control is not None:
+            orders = asyncio.create_task(self._take_orders(stop))
+            await stop.wait()
+            await self.shutdown(orders)
+            return
         if self.t0 is None:
             self.t0 = await _t0_from_stdin(stop)
         if not self.plan and self.t0 is not None:
@@ -616,6 +643,32 @@ class Agent:
         dispatcher = asyncio.create_task(self._dispatch() if self.t0 is not None else stop.wait())
         await stop.wait()
         await self.shutdown(dispatcher)
+
+    async def _take_orders(self, stop: asyncio.Event) -> None:
+        """Control mode: connect to the coordinator, then send each message it orders at once.
+
+        ``due`` (when the coordinator ordered it) stands for the scheduled start, so lateness is
+        the order's trip through the socket and this loop."""
+        try:
+            reader, self._control_out = await asyncio.open_unix_connection(self.control)
+        except OSError as exc:
+            print(f"traffic.agent: error: cannot reach the coordinator at {self.control}: {exc}", file=sys.stderr)
+            stop.set()
+            return
+        self._control_out.write((json.dumps({"hello": self.name}) + "\n").encode())
+        self.t0 = 0.0
+        while line := await reader.readline():
+            order = json.loads(line)
+            if order.get("op") == "stop":
+                break
+            t = PlannedTransfer(order["id"], order.get("request_id"), self.name, order.get("dst"),
+                                order["src_ip"], order["dst_ip"], order["dst_port"], order["bytes"], order["due"])
+            self.plan.append(t)
+            self._started += 1
+            task = asyncio.create_task(self._transfer_on_channel(t) if self.persistent else self._transfer(t))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        stop.set()
 
     async def _dispatch(self) -> None:
         """Sleep on the loop's timer to each start time and launch that transfer's task.
@@ -776,9 +829,11 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--name", required=True, help="agent name, e.g. gpu3 (names the output files)")
     p.add_argument("--listen", required=True, action="append", type=parse_listen, metavar="IP:PORT",
                    help="receive on this address (repeat for each NIC port)")
-    p.add_argument("--plan", required=True, help="JSON-lines file of this agent's outgoing transfers")
+    p.add_argument("--plan", help="JSON-lines file of this agent's outgoing transfers")
+    p.add_argument("--control", metavar="SOCKET",
+                   help="take orders from the coordinator on this Unix socket instead of a plan")
     p.add_argument("--out", required=True, help="directory for <name>.sent/.recv.jsonl and <name>.done")
-    start = p.add_mutually_exclusive_group(required=True)
+    start = p.add_mutually_exclusive_group()
     start.add_argument("--t0", type=_finite, help="CLOCK_MONOTONIC seconds that plan starts count from")
     start.add_argument("--t0-stdin", action="store_true",
                        help="read t0 as one line on stdin once every listener is bound")
@@ -799,7 +854,7 @@ async def _main(args: argparse.Namespace, plan: list[PlannedTransfer]) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     agent = Agent(args.name, args.listen, plan, args.out, args.t0, args.ready_file,
-                  args.transfer_timeout, args.io, args.connections)
+                  args.transfer_timeout, args.io, args.connections, args.control)
     await agent.run(stop)
 
 
@@ -808,7 +863,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if not args.name or os.sep in args.name:
             raise AgentError(f"--name {args.name!r} is not allowed; expected a plain name like gpu3")
-        plan = read_plan(args.plan, args.name)
+        if (args.plan is None) == (args.control is None):
+            raise AgentError("give exactly one of --plan FILE or --control SOCKET")
+        if args.control is None and args.t0 is None and not args.t0_stdin:
+            raise AgentError("--plan needs --t0 or --t0-stdin")
+        plan = read_plan(args.plan, args.name) if args.plan else []
         try:
             os.makedirs(args.out, exist_ok=True)
         except OSError as exc:

@@ -44,6 +44,8 @@ PR_SET_PDEATHSIG = 1
 CLONE_NEWNET = 0x40000000
 NETNS_DIR = "/run/netns"
 STOP_TIMEOUT_S = 10.0
+AGENT_PORT = 7000  # every agent listens on both NIC ports' addresses at this port
+AGENT_NICE = -10  # agents wake on time although OVS and the TCP stacks keep both cores busy
 
 
 @dataclass(frozen=True)

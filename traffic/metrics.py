@@ -3,7 +3,9 @@
 Percentiles use the NEAREST-RANK method: the p-th percentile of n sorted
 values is the ceil(p/100 x n)-th smallest (1-based; p = 0 gives the minimum),
 so it is always an observed value and p999 of fewer than 1000 samples is the
-maximum. Size bins are equal-COUNT quantile bins over transfer size, as
+maximum. It is the project's one percentile definition: FCT, slowdown, TTFT,
+start lateness and PFC pause/resume latency all use it (README, "Metrics").
+Size bins are equal-COUNT quantile bins over transfer size, as
 fct_analysis does: sort transfers by size (stable) and cut the sorted list
 into ``n_bins`` groups, group k holding positions [k*n//n_bins,
 (k+1)*n//n_bins). Equal sizes may straddle two bins.
@@ -33,21 +35,39 @@ def _array(name: str, values: Iterable[float]) -> np.ndarray:
     return arr
 
 
-def percentile(values: Iterable[float], p: float) -> float:
-    """Nearest-rank p-th percentile (0 <= p <= 100)."""
+def _nearest_rank(ordered: np.ndarray, p: float) -> float:
+    """The ceil(p/100 x n)-th smallest of ``ordered`` (sorted), the minimum for p = 0."""
     real_at_least("percentile", p, 0.0)
     if p > 100:
         raise TrafficError(f"percentile {p!r} is not allowed; expected 0..100")
-    arr = np.sort(_array("values", values))
-    rank = max(1, math.ceil(round(p / 100.0 * arr.size, 9)))  # round: 99.9% of 1000 is 999, not 999.0000001
-    return float(arr[rank - 1])
+    rank = max(1, math.ceil(round(p / 100.0 * len(ordered), 9)))  # round: 99.9% of 1000 is 999, not 999.0000001
+    return float(ordered[rank - 1])
+
+
+def percentile(values: Iterable[float], p: float) -> float:
+    """Nearest-rank p-th percentile (0 <= p <= 100): the one definition every metric uses."""
+    return _nearest_rank(np.sort(_array("values", values)), p)
 
 
 def percentiles(values: Iterable[float],
                 which: dict[str, float] | None = None) -> dict[str, float]:
     """Named nearest-rank percentiles, by default p50, p95, p99, p999."""
-    arr = _array("values", values)
-    return {name: percentile(arr, p) for name, p in (which or DEFAULT_PERCENTILES).items()}
+    ordered = np.sort(_array("values", values))  # once for all the names
+    return {name: _nearest_rank(ordered, p) for name, p in (which or DEFAULT_PERCENTILES).items()}
+
+
+def rounded_percentiles(values: Iterable[float], keys: Sequence[str] = ("p50", "p99"),
+                        factor: float = 1.0, digits: int = 3) -> dict[str, float | None]:
+    """Named nearest-rank percentiles x ``factor``, rounded; all None when nothing was measured.
+
+    ``keys`` are names from ``DEFAULT_PERCENTILES`` (p50, p95, p99, p999). Reports and summaries
+    use this: an empty measurement is a gap to show, not an error.
+    """
+    vals = list(values)
+    if not vals:
+        return {k: None for k in keys}
+    got = percentiles(vals, {k: DEFAULT_PERCENTILES[k] for k in keys})
+    return {k: round(got[k] * factor, digits) for k in keys}
 
 
 def summary(values: Iterable[float]) -> dict[str, float]:
@@ -176,6 +196,6 @@ def read_fct_txt(path: str | Path) -> list[FctRecord]:
     return records
 
 
-__all__ = ["percentile", "percentiles", "summary", "ideal_fct_s", "fct_slowdown", "SizeBin",
+__all__ = ["percentile", "percentiles", "rounded_percentiles", "summary", "ideal_fct_s", "fct_slowdown", "SizeBin",
            "size_bins", "binned_slowdowns", "FctRecord", "FCT_COLUMNS", "write_fct_txt",
            "read_fct_txt", "DEFAULT_PERCENTILES"]

@@ -29,8 +29,7 @@ from dataclasses import dataclass
 
 from traffic._check import int_at_least, one_of
 from traffic.errors import TrafficError
-from traffic.models import (ModelSpec, bytes_per_head_per_token, check_tp, kv_bytes_per_token,
-                            rank_heads)
+from traffic.models import ModelSpec, bytes_per_head_per_token, check_tp, kv_bytes_per_token, rank_heads
 from traffic.placement import Instance
 
 MLA_SENDERS = ("rank0", "rotate")

@@ -135,6 +135,9 @@ def merge_results(out_dir: str | Path, t0: float | None = None) -> list[dict[str
             "verified": bool(r and r.get("verified") and s and s.get("ok")) and error is None,
             "error": error,
         })
+        for key in ("kind", "engine", "step"):  # the live driver's orders name what a message is
+            if key in base:
+                rows[-1][key] = base[key]
     rows.sort(key=lambda row: (math.inf if row["scheduled_start"] is None else row["scheduled_start"], row["id"]))
     return rows
 
@@ -145,14 +148,15 @@ def start_lateness(rows: Sequence[dict[str, Any]]) -> list[float]:
             if row["start"] is not None and row["scheduled_start"] is not None]
 
 
-def write_transfers_csv(rows: Iterable[dict[str, Any]], path: str | Path) -> int:
-    """Write merged rows as CSV (``COLUMNS``, empty cell for None); return the row count."""
+def write_transfers_csv(rows: Iterable[dict[str, Any]], path: str | Path, extra: Sequence[str] = ()) -> int:
+    """Write merged rows as CSV (``COLUMNS`` + ``extra``, empty cell for None); return the row count."""
     count = 0
+    columns = COLUMNS + tuple(extra)
     with open(path, "w", encoding="utf-8", newline="") as f:
         writer = csv.writer(f)
-        writer.writerow(COLUMNS)
+        writer.writerow(columns)
         for row in rows:
-            writer.writerow(["" if row.get(c) is None else row[c] for c in COLUMNS])
+            writer.writerow(["" if row.get(c) is None else row[c] for c in columns])
             count += 1
     return count
 

@@ -25,8 +25,8 @@ import time
 from collections import Counter
 from typing import Callable, Hashable, Iterable
 
-from testbed.emulation import netns
-from testbed.emulation.plan import netns_of
+from testbed import netns
+from testbed.datapath import netns_of
 from testbed.fabric import addressing
 
 Path = tuple[tuple[str, ...], tuple[int, ...]]  # (switch hops, output ports), as routing.walk gives

@@ -29,12 +29,12 @@ import time
 from pathlib import Path
 from statistics import median
 
+from testbed.bench import ecmp_probe, iperf3_result
+from testbed.datapath import DatapathConfig, netns_of
 from testbed.emulation import fabricctl
-from testbed.emulation.plan import DatapathConfig, netns_of
 from testbed.errors import TestbedError
 from testbed.fabric import Fabric, addressing, build_fabric
 from testbed.fabric.maxmin import all_link_capacities, flow_links, max_min
-from testbed.bench import ecmp_probe, iperf3_result
 from testbed.fabric.routing import forwarding_tables, walk
 
 BASE_PORT = 5201
@@ -169,7 +169,8 @@ def _pattern_summary(flows: list[dict], cpu: dict, retransmits: int | None) -> d
             "cpu": cpu, "cpu_saturated": _saturated(cpu)}
 
 
-def run_permutation(st: dict, duration: int, omit: int, ecmp: str = "spread", log=print) -> tuple[list[dict], dict, None]:
+def run_permutation(st: dict, duration: int, omit: int, ecmp: str = "spread",
+                    log=print) -> tuple[list[dict], dict, None]:
     """iperf3, one client and server per flow; returns (flows, cpu, None: retransmits are per flow)."""
     fabric = fabricctl.fabric_of_state(st)
     rate = st["config"]["rate_bps"]
@@ -314,7 +315,8 @@ def sweep(fabric_args: dict, base: DatapathConfig, rates_bps: list[float], durat
                     patterns=("permutation",), ecmp=ecmp)
         s = res["summary"]
         rows.append({"rate_bps": rate, **s["permutation"], "targets_met": s["targets_met"]})
-        log(f"  {rate / 1e6:g} Mbit/s: median {s['permutation']['median_ratio']:.3f} min {s['permutation']['min_ratio']:.3f} "
+        log(f"  {rate / 1e6:g} Mbit/s: median {s['permutation']['median_ratio']:.3f} "
+            f"min {s['permutation']['min_ratio']:.3f} "
             f"aggregate {s['permutation']['aggregate_goodput_bps'] / 1e6:.1f} Mbit/s "
             f"{'OK' if s['targets_met'] else 'MISSED'}{' (CPU saturated)' if s['cpu_saturated'] else ''}")
     passing = [r for r in rows if r["targets_met"]]

@@ -31,8 +31,8 @@ import numpy as np
 from controller.pfc import analysis
 from controller.pfc.analysis import percentiles
 from testbed.bench import iperf3_result
+from testbed.datapath import DatapathConfig, netns_of
 from testbed.emulation import fabricctl
-from testbed.emulation.plan import DatapathConfig, netns_of
 from testbed.errors import TestbedError
 from testbed.fabric import addressing
 
@@ -253,7 +253,8 @@ def phase(fabric_args: dict, config: DatapathConfig, pfc, victim: tuple[int, int
             paused = paused_queues(analysis.read_events(sdir / "pfc.txt")[skip:])
             if out is not None:
                 save_logs(sdir, out / "spreading", t1, time.monotonic_ns())
-            result["spreading"]["bystander_nics_paused"] = sorted({f"gpu{s[0]}:p{s[1]}" for s, _ in bystanders} & paused)
+            nics = {f"gpu{s[0]}:p{s[1]}" for s, _ in bystanders}
+            result["spreading"]["bystander_nics_paused"] = sorted(nics & paused)
             result["spreading"]["queues_paused"] = len(paused)
     finally:
         fabricctl.down()
@@ -277,7 +278,7 @@ def bench(fabric_args: dict, config: DatapathConfig, pfc, senders: int = 8, seco
     hot = frozenset(g for g in fabric.gpus() if fabric.switch_of(g, victim[1]) == fabric.switch_of(*victim))
     on = phase(fabric_args, config, replace(pfc, enabled=True), victim, who, seconds, log, bystanders=by,
                hot_dsts=hot, out=out)
-    log(f"incast: the same with PFC off")
+    log("incast: the same with PFC off")
     off = phase(fabric_args, config, replace(pfc, enabled=False), victim, who, seconds, log)
     lat = on.pop("latency")
     spread_doc = on.pop("spreading", None)

@@ -46,8 +46,9 @@ from mininet.log import lg
 from mininet.net import Mininet
 from mininet.node import Host, OVSSwitch
 
-from testbed.emulation import fabricctl, netns
-from testbed.emulation.plan import plan_datapath
+from testbed import netns
+from testbed.datapath import plan_datapath
+from testbed.emulation import fabricctl
 from testbed.errors import TestbedError
 from testbed.fabric import Fabric, addressing
 

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 
 from pyroute2 import IPRoute
 
-from testbed.emulation import netns
-from testbed.emulation.plan import ALIAS, LINK_GROUP, DatapathPlan, shaper_lines
+from testbed import netns
+from testbed.datapath import ALIAS, LINK_GROUP, DatapathPlan, shaper_lines
 from testbed.errors import EnvironmentProblem
 
 SIOCETHTOOL = 0x8946
@@ -117,7 +117,8 @@ def build(plan: DatapathPlan, controller_port: int, created: Created, timings: d
             for dev in slaves:
                 lines.append(f"link set dev {dev} master {br}")
             for dev in slaves[:-1]:
-                lines.append(f"link set dev {dev} type bridge_slave learning off flood off mcast_flood off bcast_flood off")
+                lines.append(f"link set dev {dev} type bridge_slave learning off flood off "
+                             "mcast_flood off bcast_flood off")
             lines.append(f"link set dev {feed} type bridge_slave learning off flood on")
         for dev in plan.root_devices:
             lines.append(f"link set dev {dev} alias {ALIAS} group {LINK_GROUP}")

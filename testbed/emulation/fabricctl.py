@@ -8,6 +8,7 @@ a ready fabric or removes everything it made, also on Ctrl-C.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -18,8 +19,9 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from testbed.emulation import build, netns
-from testbed.emulation.plan import ALIAS, NETNS_PREFIX, DatapathConfig, DatapathPlan, plan_datapath
+from testbed import netns
+from testbed.datapath import ALIAS, NETNS_PREFIX, DatapathConfig, DatapathPlan, plan_datapath
+from testbed.emulation import build
 from testbed.errors import EnvironmentProblem, TestbedError
 from testbed.fabric import Fabric, build_fabric
 
@@ -94,7 +96,8 @@ def up(fabric_args: dict, config: DatapathConfig, miswire: tuple[str, str] | Non
     pfc_on = pfc is not None and pfc.enabled
     limits: dict[str, int] = {}
     if pfc_on:
-        from controller.pfc import launch, policy as pfc_policy
+        from controller.pfc import launch
+        from controller.pfc import policy as pfc_policy
 
         pfc = launch.with_burst_headroom(pfc, config.rate_bps, config.mtu, config.burst_bytes)
         resolved = pfc_policy.resolve(pfc, config.rate_bps, config.mtu, config.buffer_bytes)  # bad thresholds fail here
@@ -113,7 +116,8 @@ def up(fabric_args: dict, config: DatapathConfig, miswire: tuple[str, str] | Non
     t0 = time.monotonic()
     sdir = state_dir()
     sdir.mkdir(parents=True, exist_ok=True)
-    for leftover in ("status.json", "controller.log", "pfc.txt", "pfc_latency.txt", "pfc_gaps.txt", "pfc_status.json", "pfcd.log"):
+    for leftover in ("status.json", "controller.log", "pfc.txt", "pfc_latency.txt", "pfc_gaps.txt", "pfc_status.json",
+                     "pfcd.log"):
         (sdir / leftover).unlink(missing_ok=True)
     created = build.Created()
     port = _free_port()
@@ -314,8 +318,8 @@ def _wait_ready(st: dict, fabric: Fabric, log) -> dict:
             if all(s["verified"] for s in switches) and cabling["probes_sent"]:
                 if not cabling["wrong"] and pfc_ready:
                     return status
-                if cabling["wrong"] and (cabling["confirmed"] + len([w for w in cabling["wrong"].values() if w["found"]])
-                                         == cabling["expected"]):
+                found = len([w for w in cabling["wrong"].values() if w["found"]])
+                if cabling["wrong"] and cabling["confirmed"] + found == cabling["expected"]:
                     port, w = next(iter(cabling["wrong"].items()))
                     raise EnvironmentProblem(f"cabling differs from the plan: {port} should reach {w['expected']} "
                                              f"but reaches {w['found']} ({len(cabling['wrong'])} cables wrong)")
@@ -388,7 +392,7 @@ def read_queues(st: dict) -> list[dict]:
         by_ns.setdefault(q["netns"], []).append(q)
     out = []
     for ns, queues in by_ns.items():
-        ctx = netns.inside(ns) if ns else _nullcontext()
+        ctx = netns.inside(ns) if ns else contextlib.nullcontext()
         with ctx:
             ipr = IPRoute()
             try:
@@ -409,14 +413,6 @@ def read_queues(st: dict) -> list[dict]:
             finally:
                 ipr.close()
     return out
-
-
-class _nullcontext:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
 
 
 def pfc_state(st: dict) -> dict:

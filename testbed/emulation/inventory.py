@@ -15,8 +15,8 @@ import os
 import subprocess
 from pathlib import Path
 
-from testbed.emulation import netns
-from testbed.emulation.plan import ALIAS, NETNS_PREFIX
+from testbed import netns
+from testbed.datapath import ALIAS, NETNS_PREFIX
 
 
 def host_settings() -> dict:

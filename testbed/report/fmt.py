@@ -46,7 +46,9 @@ def scaled(entry: dict, key: str, div: float) -> tuple:
     """(median, min, max) of ``key`` divided by ``div`` (None when absent)."""
     v = flat_get(entry, key)
     spread = (entry.get("spread") or {}).get(key)
-    d = (lambda x: x / div if x is not None and div != 1 else x)
+    def d(x):
+        return x / div if x is not None and div != 1 else x
+
     return d(v), (d(spread[0]) if spread else None), (d(spread[1]) if spread else None)
 
 

@@ -23,6 +23,7 @@ from matplotlib.ticker import LogLocator, NullFormatter  # noqa: E402
 
 from testbed.report import stats  # noqa: E402
 from testbed.report.load import Experiment  # noqa: E402
+from traffic import metrics  # noqa: E402
 
 COLOURS = {"zcube": "#0072B2", "roft": "#D55E00"}
 EXTRA = ("#009E73", "#CC79A7", "#E69F00", "#56B4E9")
@@ -77,7 +78,7 @@ def fct_cdf(exp: Experiment, out: Path) -> Path | None:
         ax.step(v, y, where="post", color=colour(f, i), lw=1.6, label=f"{name(f)} (n={len(v)})")
         tail.step(v, 1 - y + 1 / len(v), where="post", color=colour(f, i), lw=1.6, label=name(f))
         for p, mk in ((50, "o"), (99, "s")):
-            x = v[max(1, int(np.ceil(p / 100 * len(v)))) - 1]
+            x = metrics.percentile(v, p)
             ax.plot([x], [p / 100], mk, color=colour(f, i), ms=5)
     ax.set_xscale("log")
     ax.set_xlabel("KV-transfer FCT (ms, log)")

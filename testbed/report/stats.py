@@ -60,10 +60,6 @@ def fct_ci_ms(reps: list[Rep]) -> dict:
     return out
 
 
-def _pct(values: list[float], p: float, factor: float = 1e3) -> float | None:
-    return round(metrics.percentile(values, p) * factor, 3) if values else None
-
-
 def flat_get(doc: dict, key: str):
     """``doc["fct_ms"]["p99"]`` for key "fct_ms.p99" (None when absent)."""
     cur = doc
@@ -158,8 +154,8 @@ def rep_metrics(rep: Rep) -> dict:
             "bytes": int(ok["bytes"].sum()),
             "goodput_bps": round(goodput),
             "goodput_real_equivalent_bps": round(goodput * scale) if scale else None,
-            "fct_ms": {k: _pct(fct, p) for k, p in (("p50", 50), ("p99", 99), ("p999", 99.9))},
-            "start_lateness_ms": {k: _pct(lateness, p) for k, p in (("p50", 50), ("p99", 99))},
+            "fct_ms": metrics.rounded_percentiles(fct, ("p50", "p99", "p999"), factor=1e3),
+            "start_lateness_ms": metrics.rounded_percentiles(lateness, ("p50", "p99"), factor=1e3),
             "requests_per_s": round(ok["request_id"].nunique() / span, 3) if span > 0 else 0.0,
         }
     else:  # no raw rows: fall back to the replay's own numbers
@@ -259,7 +255,9 @@ def invariants_of(rep: Rep) -> dict:
 def invariant_problems(rep: Rep) -> list[str]:
     """One fidelity problem per violated measurement invariant."""
     inv = invariants_of(rep)
-    return [f"{rep.label}: measurement invariant violated: {v}" for v in inv["violations"]] if inv["ok"] is False else []
+    if inv["ok"] is not False:
+        return []
+    return [f"{rep.label}: measurement invariant violated: {v}" for v in inv["violations"]]
 
 
 def _percent(v) -> str:

@@ -11,12 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from integration_helpers import run_testbed
 from testbed.bench.ecmp_probe import port_tx
-from testbed.emulation.plan import netns_of
+from testbed.datapath import netns_of
 from testbed.fabric import addressing, build_fabric
 from testbed.fabric.routing import forwarding_tables, walk
-
-from integration_helpers import run_testbed
 
 ALL = ["zcube16", "roft16", "zcube32", "roft32"]
 HERE = Path(__file__).resolve().parent

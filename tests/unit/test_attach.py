@@ -7,9 +7,10 @@ import pytest
 
 pytest.importorskip("mininet.cli")
 
+from testbed import netns  # noqa: E402
 from testbed.cli import build_parser, main  # noqa: E402
-from testbed.emulation import attach, fabricctl, netns  # noqa: E402
-from testbed.emulation.plan import RX_OFPORT, netns_of  # noqa: E402
+from testbed.datapath import RX_OFPORT, netns_of  # noqa: E402
+from testbed.emulation import attach, fabricctl  # noqa: E402
 from testbed.fabric import addressing, build_fabric  # noqa: E402
 
 

@@ -59,7 +59,8 @@ def test_path_json_contract(capsys):
     status, out, _ = run_cli(capsys, "path", "zcube", "--gpus", "32", "--gpus-per-switch", "8",
                              "--src", "3", "--dst", "17", "--json")
     doc = json.loads(out)
-    assert doc["paths"][0] | {} and {"src_port": 1, "dst_port": 2, "hops": ["sw5", "sw6"]}.items() <= doc["paths"][0].items()
+    want = {"src_port": 1, "dst_port": 2, "hops": ["sw5", "sw6"]}
+    assert doc["paths"][0] | {} and want.items() <= doc["paths"][0].items()
 
 
 def test_graph_outputs(tmp_path, capsys):

@@ -13,8 +13,20 @@ import yaml
 
 from testbed.cli import build_parser
 from testbed.errors import TestbedError
-from testbed.experiment import (EXAMPLES_DIR, SCHEMA_PATH, Experiment, Override, cli_value, datapath_config,
-                                fabric_args, pfc_settings, replay_config, resolve, schema_text, validate)
+from testbed.experiment import (
+    EXAMPLES_DIR,
+    SCHEMA_PATH,
+    Experiment,
+    Override,
+    cli_value,
+    datapath_config,
+    fabric_args,
+    pfc_settings,
+    replay_config,
+    resolve,
+    schema_text,
+    validate,
+)
 from testbed.paths import DEFAULT_TRACE
 from testbed.run_cli import overrides_from_args
 

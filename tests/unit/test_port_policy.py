@@ -110,7 +110,8 @@ def test_planned_striped_moves_the_whole_gather_to_the_server_cable_on_the_next_
     two = GATHER + [Send(g, 17, B, 1.0) for g in (1, 2, 3, 4)]  # the same gather again, 1 s later (idle senders)
     assert ports(plan_ports(two, "striped", f, RATE)) == [(1, 2)] * 4 + [(2, 1)] * 4
     assert planned(f, two[4:], "striped") == ALL_P1  # alone, k restarts at 0: same as the first request
-    assert ports(plan_ports(two, "adaptive", f, RATE)) == [(1, 2), (2, 1), (1, 2), (2, 1), (2, 1), (1, 2), (2, 1), (1, 2)]
+    assert ports(plan_ports(two, "adaptive", f, RATE)) == [(1, 2), (2, 1), (1, 2), (2, 1),
+                                                           (2, 1), (1, 2), (2, 1), (1, 2)]
 
 
 # --------------------------------------------------------------------- the rule

@@ -15,8 +15,7 @@ import pytest
 from report_fixture import write_experiment, write_rep
 from testbed.cli import main
 from testbed.errors import TestbedError
-from testbed.report import build_report, compare, compare_html
-from testbed.report import plots_net, stats, verdict
+from testbed.report import build_report, compare, compare_html, plots_net, stats, verdict
 from testbed.report.build import summarize
 from testbed.report.load import load_experiment
 from traffic import metrics

@@ -18,6 +18,7 @@ from testbed import run, sweep
 from testbed.cli import main
 from testbed.errors import EnvironmentProblem, TestbedError
 from testbed.experiment import EXAMPLES_DIR, Override, resolve, validate
+
 SMOKE = EXAMPLES_DIR / "smoke.yaml"
 
 

@@ -23,8 +23,15 @@ import pytest
 from testbed.errors import TestbedError
 from traffic import agent as ag
 from traffic.metrics import percentile
-from traffic.replay_io import (COLUMNS, NEVER_COMPLETED, merge_results, read_jsonl, start_lateness,
-                               write_plans, write_transfers_csv)
+from traffic.replay_io import (
+    COLUMNS,
+    NEVER_COMPLETED,
+    merge_results,
+    read_jsonl,
+    start_lateness,
+    write_plans,
+    write_transfers_csv,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 

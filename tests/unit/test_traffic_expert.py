@@ -8,8 +8,7 @@ import pytest
 
 from testbed.errors import TestbedError
 from traffic.expert import ep_traffic, ep_traffic_from_routing, expert_owners, expert_popularity
-from traffic.models import (MODELS, ExpertSpec, custom_model, get_model, kv_bytes_per_token,
-                            moe_models)
+from traffic.models import MODELS, ExpertSpec, custom_model, get_model, kv_bytes_per_token, moe_models
 
 # (hidden_size, n_routed_experts, num_experts_per_tok, n_shared_experts, MoE layers) as read
 # from each model's public config.json (MoE layers = num_hidden_layers - first_k_dense_replace)

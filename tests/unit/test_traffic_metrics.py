@@ -5,8 +5,19 @@ from __future__ import annotations
 import pytest
 
 from testbed.errors import TestbedError
-from traffic.metrics import (FctRecord, binned_slowdowns, fct_slowdown, ideal_fct_s, percentile,
-                             percentiles, read_fct_txt, size_bins, summary, write_fct_txt)
+from traffic.metrics import (
+    FctRecord,
+    binned_slowdowns,
+    fct_slowdown,
+    ideal_fct_s,
+    percentile,
+    percentiles,
+    read_fct_txt,
+    rounded_percentiles,
+    size_bins,
+    summary,
+    write_fct_txt,
+)
 
 
 def test_nearest_rank_percentiles():
@@ -26,6 +37,12 @@ def test_percentile_validation():
         percentile([1.0], 101)
     with pytest.raises(TestbedError, match="non-finite"):
         percentile([1.0, float("nan")], 50)
+
+
+def test_rounded_percentiles_scale_round_and_show_nothing_measured_as_none():
+    assert rounded_percentiles([0.0012345, 0.002, 0.004], ("p50", "p99"), factor=1e3) == {"p50": 2.0, "p99": 4.0}
+    assert rounded_percentiles([0.6, 0.0]) == {"p50": 0.0, "p99": 0.6}   # nearest rank: observed values
+    assert rounded_percentiles([], ("p50", "p95", "p999")) == {"p50": None, "p95": None, "p999": None}
 
 
 def test_summary():

@@ -7,8 +7,7 @@ import dataclasses
 import pytest
 
 from testbed.errors import TestbedError
-from traffic.models import (MODELS, custom_model, get_model, kv_bytes_per_token,
-                            kv_bytes_per_token_per_rank, rank_heads)
+from traffic.models import MODELS, custom_model, get_model, kv_bytes_per_token, kv_bytes_per_token_per_rank, rank_heads
 
 # bf16 bytes per token, worked out by hand from the published model configs
 # (GQA: 2 x layers x kv_heads x head_dim x 2 B; MLA: layers x (512 + 64) x 2 B)

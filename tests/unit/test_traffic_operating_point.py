@@ -7,8 +7,7 @@ import pytest
 from testbed.errors import TestbedError
 from traffic.models import custom_model
 from traffic.placement import Scheduler, place
-from traffic.schedule import (OVERLOAD_MESSAGE, RequestTiming, build_schedule, operating_point,
-                              overloaded)
+from traffic.schedule import OVERLOAD_MESSAGE, RequestTiming, build_schedule, operating_point, overloaded
 from traffic.traces import Request
 
 TINY = custom_model("tiny", "gqa", layers=4, kv_heads=2, head_dim=16, prefill_tokens_per_s_per_gpu=1000.0)

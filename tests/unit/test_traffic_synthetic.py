@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from synthetic import LengthSpec, generate
 from testbed.errors import TestbedError
-from traffic.synthetic import LengthSpec, generate
 from traffic.traces import Request
 
 

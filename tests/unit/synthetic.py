@@ -1,4 +1,4 @@
-"""Seeded synthetic request streams for controlled experiments.
+"""Seeded synthetic request streams: a test helper (the testbed replays real traces only).
 
 Arrivals:
 * ``"poisson"``: exponential inter-arrival times with mean 1 / rate_per_s.

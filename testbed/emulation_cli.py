@@ -1,32 +1,18 @@
-"""CLI verbs of the emulated fabric: up, down, exec, cli, status, clean."""
+"""CLI verbs of the emulated fabric (up, down, exec, cli, status, clean) and its benchmarks (bench).
+
+Above ``testbed.emulation`` and ``testbed.bench`` (the verbs drive both), beside the other verb modules.
+"""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
-import re
 import sys
 
 from testbed import scale
 from testbed.errors import TestbedError
-
-_RATE_UNITS = {"": 1e6, "k": 1e3, "kbit": 1e3, "m": 1e6, "mbit": 1e6, "g": 1e9, "gbit": 1e9}
-_SIZE_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1024, "m": 1e6, "mb": 1e6, "mib": 1 << 20}
-
-
-def parse_rate(text: str) -> float:
-    """'2' (Mbit/s), '2mbit', '500k', '1g' -> bit/s."""
-    m = re.fullmatch(r"\s*([0-9.]+)\s*([a-zA-Z]*)\s*", str(text))
-    if not m or m.group(2).lower() not in _RATE_UNITS:
-        raise TestbedError(f"rate {text!r} is not understood: expected e.g. 2mbit, 500kbit, 2 (Mbit/s)")
-    return float(m.group(1)) * _RATE_UNITS[m.group(2).lower()]
-
-
-def parse_size(text: str) -> int:
-    m = re.fullmatch(r"\s*([0-9.]+)\s*([a-zA-Z]*)\s*", str(text))
-    if not m or m.group(2).lower() not in _SIZE_UNITS:
-        raise TestbedError(f"size {text!r} is not understood: expected bytes, e.g. 60000, 60kb, 64KiB")
-    return int(float(m.group(1)) * _SIZE_UNITS[m.group(2).lower()])
+from testbed.units import parse_rate, parse_size
 
 
 def fabric_kwargs(args) -> dict:
@@ -37,7 +23,7 @@ def fabric_kwargs(args) -> dict:
 
 
 def datapath_config(args):
-    from testbed.emulation.plan import DatapathConfig
+    from testbed.datapath import DatapathConfig
 
     return DatapathConfig(rate_bps=parse_rate(args.rate), mtu=args.mtu, buffer_bytes=parse_size(args.buffer),
                           nic_buffer_bytes=parse_size(args.nic_buffer),
@@ -103,7 +89,8 @@ def cmd_up(args) -> int:
                       log=lambda m: print(m, file=sys.stderr), pfc=pfc_config(args))
     t = st["timings"]
     print(f"{args.fabric} with {args.gpus} GPUs is up in {t['up_s']:.1f} s "
-          f"({len(st['queues'])} queues at {st['config']['rate_bps'] / 1e6:g} Mbit/s, controller pid {st['controller_pid']})")
+          f"({len(st['queues'])} queues at {st['config']['rate_bps'] / 1e6:g} Mbit/s, "
+          f"controller pid {st['controller_pid']})")
     for w in st["warnings"]:
         print(f"WARNING: {w}", file=sys.stderr)
     return 0
@@ -160,7 +147,6 @@ def cmd_status(args) -> int:
 
 def cmd_clean(args) -> int:
     from testbed.emulation import fabricctl
-
     from testbed.paths import REPORTS
     from testbed.run import mark_killed_runs
 
@@ -187,15 +173,15 @@ def cmd_cli(args) -> int:
 
 
 def cmd_bench_pfc(args) -> int:
-    from testbed.bench import pfc as pfc_bench
-
     import time
     from pathlib import Path
 
+    from testbed.bench import pfc as pfc_bench
     from testbed.paths import REPORTS
 
     fargs = fabric_kwargs(args) | {"kind": args.fabric or "zcube"}
-    out = Path(args.logs) if args.logs else REPORTS / f"bench-pfc-{fargs['kind']}{fargs['gpus']}-{time.strftime('%Y%m%d-%H%M%S')}"
+    stamp = time.strftime('%Y%m%d-%H%M%S')
+    out = Path(args.logs) if args.logs else REPORTS / f"bench-pfc-{fargs['kind']}{fargs['gpus']}-{stamp}"
     doc = pfc_bench.bench(fargs, datapath_config(args), pfc_config(args), senders=args.senders,
                           seconds=args.duration, log=lambda m: print(m, file=sys.stderr), out=out)
     out.mkdir(parents=True, exist_ok=True)
@@ -214,9 +200,10 @@ def cmd_bench_pfc(args) -> int:
     print(f"  pause latency   {lat('pause_latency_ms')}  (helper reaction p99 {doc['reaction_ms']['p99']} ms)")
     print(f"  resume latency  {lat('resume_latency_ms')}")
     x = on.get("xoff_threshold_bytes") or {}
-    print(f"  thresholds: {doc.get('thresholds')}; XOFF at the crossings min {x.get('min')} B, median {x.get('p50')} B, "
-          f"max {x.get('max')} B")
-    print(f"  target: p99 within {doc['target_ms']} ms, never above 5 ms: {'met' if doc['within_target'] else 'MISSED'}")
+    print(f"  thresholds: {doc.get('thresholds')}; XOFF at the crossings min {x.get('min')} B, "
+          f"median {x.get('p50')} B, max {x.get('max')} B")
+    print(f"  target: p99 within {doc['target_ms']} ms, never above 5 ms: "
+          f"{'met' if doc['within_target'] else 'MISSED'}")
     for w in doc.get("warnings", []):
         print(f"  WARNING: {w}")
     h = on.get("helper", {})
@@ -226,10 +213,11 @@ def cmd_bench_pfc(args) -> int:
           f"{on.get('vcpu_steal_pct')} %")
     for name, r in (("PFC on ", on), ("PFC off", off)):
         print(f"  {name}: {r['drops']} drops, {r['pauses']} pauses, {r['retransmits']} retransmits, goodput "
-              f"{r['goodput_bps'] / 1e6:.2f} Mbit/s" + (f", paused: {' '.join(r['paused_nodes'])}" if r['paused_nodes'] else ""))
+              f"{r['goodput_bps'] / 1e6:.2f} Mbit/s"
+              + (f", paused: {' '.join(r['paused_nodes'])}" if r['paused_nodes'] else ""))
     sp = doc.get("spreading")
     if sp:
-        print(f"  congestion spreading (PFC on): bystander flows, neither to nor from the incast, beside it / alone:")
+        print("  congestion spreading (PFC on): bystander flows, neither to nor from the incast, beside it / alone:")
         for label, want in (("to other GPUs on the hot switch", True), ("elsewhere", False)):
             r = [x for x, hot in zip(sp["ratio"], sp["to_hot_switch"]) if hot == want]
             if r:
@@ -264,7 +252,9 @@ def cmd_bench(args) -> int:
         raise TestbedError("bench fidelity needs a fabric: zcube or roft")
     fargs = fabric_kwargs(args) | {"kind": args.fabric}
     cfg = datapath_config(args)
-    log = (lambda m: print(m, file=sys.stderr))
+    def log(m):
+        print(m, file=sys.stderr)
+
     if args.sweep:
         rates = [parse_rate(r) for r in args.sweep.split(",")]
         doc = fidelity.sweep(fargs, cfg, rates, args.duration, args.omit, log, ecmp=args.ecmp)
@@ -285,11 +275,12 @@ def cmd_bench(args) -> int:
             print(f"  {f['pattern']:<11} {f['src']:>6}:p{f['src_port']} -> {f['dst']:<6}:p{f['dst_port']}  goodput "
                   f"{f['goodput_bps'] / 1e6:6.3f}  ideal {f['ideal_bps'] / 1e6:6.3f} Mbit/s  ratio {f['ratio']:.3f}")
     s = doc["summary"]
-    print(f"{args.fabric} n={args.gpus} at {s['rate_bps'] / 1e6:g} Mbit/s, MTU {s['mtu']}, {s['duration_s']} s per pattern"
-          + (f", ECMP {s['ecmp']}" if s.get("ecmp") else ""))
+    print(f"{args.fabric} n={args.gpus} at {s['rate_bps'] / 1e6:g} Mbit/s, MTU {s['mtu']}, "
+          f"{s['duration_s']} s per pattern" + (f", ECMP {s['ecmp']}" if s.get("ecmp") else ""))
     for name in patterns:
         p = s[name]
-        print(f"  {name:<11} {p['flows']:>5} flows: median {p['median_ratio']:.3f}, min {p['min_ratio']:.3f}, aggregate "
+        print(f"  {name:<11} {p['flows']:>5} flows: median {p['median_ratio']:.3f}, min {p['min_ratio']:.3f}, "
+              "aggregate "
               f"{p['aggregate_goodput_bps'] / 1e6:6.1f} Mbit/s, {p['retransmits']} retransmits, {p['drops']} queue "
               f"drops; ovs-vswitchd {p['cpu']['ovs_vswitchd_cores']:.2f} cores, machine "
               f"{p['cpu']['machine_busy_fraction']:.0%} busy{'  CPU SATURATED' if p['cpu_saturated'] else ''}"
@@ -311,7 +302,7 @@ def register(sub, add_fabric_options) -> None:
     add_fabric_options(p)
     add_link_options(p)
     add_pfc_options(p)
-    p.add_argument("--miswire", help=argparse_suppress())
+    p.add_argument("--miswire", help=argparse.SUPPRESS)
     p.set_defaults(func=cmd_up)
 
     p = sub.add_parser("down", help="tear the running fabric down")
@@ -352,9 +343,3 @@ def register(sub, add_fabric_options) -> None:
 
     p = sub.add_parser("clean", help="remove everything this project left behind (and nothing else)")
     p.set_defaults(func=cmd_clean)
-
-
-def argparse_suppress():
-    import argparse
-
-    return argparse.SUPPRESS
