@@ -7,10 +7,11 @@ will consume the values (``DatapathConfig.validate``, ``ReplayConfig.validate``,
 the fabric builders, ``traffic.placement``). Every problem becomes one line
 ``FILE: key.path: rule (got value)`` as a ``TestbedError``.
 
-The schema defaults ARE the defaults of ``testbed run`` with no arguments (one
-place; ``experiments/default.yaml`` spells them out and a unit test keeps the
-two equal). ``experiments/schema.json`` is generated from this module
-(``python -m testbed.experiment``), also checked by a unit test.
+The schema holds every key's default (one place; ``experiments/kv-replay.yaml``
+spells them out and a unit test keeps the two equal). ``testbed run`` with no
+arguments runs ``experiments/default.yaml``, the calibrated live experiment.
+``experiments/schema.json`` is generated from this module (``python -m
+testbed.experiment``), also checked by a unit test.
 """
 
 import copy
@@ -18,7 +19,7 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal, Optional
+from typing import Annotated, Any, Literal, Optional, Union
 
 import yaml
 from pydantic import (
@@ -42,6 +43,7 @@ from traffic.agent import CONNECTION_MODES
 
 EXAMPLES_DIR = REPO / "experiments"
 SCHEMA_PATH = EXAMPLES_DIR / "schema.json"
+DEFAULT_EXPERIMENT = EXAMPLES_DIR / "default.yaml"  # what `testbed run` runs with no arguments
 FABRIC_NAMES = ("zcube", "roft")
 
 
@@ -219,6 +221,24 @@ class Experiment(_Section):
     seed: int = Field(0, ge=0, description="repetition r uses seed + r - 1 (scheduler, cross traffic)")
     repetitions: int = Field(1, ge=1, le=100)
     cross_flows: int = Field(0, ge=0, description="background iperf3 flows between random GPU pairs")
+    sweep: Optional[dict[str, list[Union[str, int, float]]]] = Field(
+        None, description="the grid `testbed sweep FILE` runs when given no --param: {key: [values]}, one or two "
+                          "keys; `run` ignores it")
+    calibration: Optional[str] = Field(None, description="calibration.json written by `testbed calibrate` that "
+                                                         "this experiment's load was chosen from (relative to the "
+                                                         "experiment file's folder); the report shows it first")
+
+    @field_validator("calibration")
+    @classmethod
+    def _calibration_file(cls, v: Optional[str], info: ValidationInfo) -> Optional[str]:
+        if v is None:
+            return None
+        p = Path(v).expanduser()
+        if not p.is_absolute():
+            p = Path((info.context or {}).get("base") or Path.cwd()) / p
+        if not p.is_file():
+            raise ValueError(f"{p} does not exist: expected a calibration.json written by `testbed calibrate`")
+        return os.path.normpath(os.path.abspath(p))
 
     @field_validator("fabrics")
     @classmethod
@@ -261,7 +281,8 @@ def replay_config(exp: Experiment, rep: int = 1):
                         concurrency=s.concurrency, prefill_ep=s.prefill_ep, decode_ep=s.decode_ep,
                         decode_batch=s.decode_batch, decode_step_s=s.decode_step_s,
                         prefill_chunk_tokens=s.prefill_chunk_tokens, popularity=s.popularity, zipf_s=s.zipf_s,
-                        time_dilation=exp.link.time_dilation, warmup_s=s.warmup_s)
+                        time_dilation=exp.link.time_dilation, warmup_s=s.warmup_s,
+                        gpus_per_server=exp.gpus_per_server)
 
 
 def pfc_settings(exp: Experiment) -> dict:
@@ -536,13 +557,11 @@ def validate(raw: dict, label: str, base: Path | None = None, overrides: list[Ov
 
 
 def resolve(path: str | Path | None, overrides: list[Override] = ()) -> Resolved:
-    """Load an experiment file (None: the defaults), apply CLI overrides, validate everything."""
-    if path is None:
-        raw, label, base, stem, source = {}, "default experiment", None, "default", None
-    else:
-        p = Path(path)
-        raw, label, base, source = read_file(p), str(path), p.resolve().parent, str(p.resolve())
-        stem = p.stem if p.name != "experiment.json" else p.parent.name
+    """Load an experiment file (None: experiments/default.yaml), apply CLI overrides, validate everything."""
+    p = Path(DEFAULT_EXPERIMENT if path is None else path)  # the default's choices are argued in its comments
+    raw, base, source = read_file(p), p.resolve().parent, str(p.resolve())
+    label = "default experiment" if path is None else str(p)
+    stem = p.stem if p.name != "experiment.json" else p.parent.name
     exp = validate(raw, label, base, overrides, default_name=_safe_name(stem))
     return Resolved(exp, source, list(overrides), raw)
 

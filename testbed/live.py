@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -56,7 +58,7 @@ def prepare_live(cfg, n_gpus: int, rate_bps: float) -> LiveSetup:
     model = models.get_model(cfg.model)
     moe = model.expert is not None
     p_tp, d_tp = (1, 1) if moe else (cfg.prefill_tp, cfg.decode_tp)
-    place = placement.place(n_gpus, p_tp, d_tp, cfg.prefill_fraction)
+    place = placement.place(n_gpus, p_tp, d_tp, cfg.prefill_fraction, gpus_per_server=cfg.gpus_per_server)
     n_pre = sum(len(i.gpus) for i in place.prefill)
     n_dec = sum(len(i.gpus) for i in place.decode)
     prefill = serving.build_engines("prefill", place.prefill, (cfg.prefill_ep or n_pre) if moe else None)
@@ -64,7 +66,7 @@ def prepare_live(cfg, n_gpus: int, rate_bps: float) -> LiveSetup:
     dilation = cfg.time_dilation
     b_scale = scale.bytes_scale(rate_bps, cfg.represents_bps) / dilation
     duration = cfg.duration_s if cfg.arrivals == "closed" else cfg.duration_s / cfg.speed
-    spec = dict(model=model.name, dtype=cfg.dtype, gpus_per_server=8, bytes_scale=b_scale,
+    spec = dict(model=model.name, dtype=cfg.dtype, gpus_per_server=cfg.gpus_per_server, bytes_scale=b_scale,
                 chunk_bytes=cfg.chunk_bytes, prefill_chunk_tokens=cfg.prefill_chunk_tokens,
                 decode_batch=cfg.decode_batch, decode_step_s=cfg.decode_step_s, popularity=cfg.popularity,
                 zipf_s=cfg.zipf_s, seed=cfg.seed, arrivals=cfg.arrivals, concurrency=cfg.concurrency,
@@ -144,7 +146,8 @@ def run_live(st: dict, setup: LiveSetup, run_dir: Path, timeout_s: float, connec
 
     agents_dir = run_dir / "agents"
     agents_dir.mkdir(parents=True, exist_ok=True)
-    sock = agents_dir / "control.sock"
+    sock_dir = Path(tempfile.mkdtemp(prefix="tb-serving-"))  # a Unix socket path must stay under 108 bytes
+    sock = sock_dir / "control.sock"
     config = dict(setup.config, socket=str(sock), agents_dir=str(agents_dir), run_dir=str(run_dir), port=AGENT_PORT)
     gpus = list(fabricctl.fabric_of_state(st).gpus())
     config["agents"] = [f"gpu{g}" for g in gpus]
@@ -155,7 +158,9 @@ def run_live(st: dict, setup: LiveSetup, run_dir: Path, timeout_s: float, connec
         deadline = time.monotonic() + 20
         while not sock.exists():
             if coord.proc.poll() is not None or time.monotonic() > deadline:
-                raise EnvironmentProblem(f"the coordinator did not start: {_tail(run_dir / 'coordinator.log')}")
+                said = coord.event("error") or {}
+                raise EnvironmentProblem(f"the coordinator did not start: {said.get('message', '')} "
+                                         f"{_tail(run_dir / 'coordinator.log')}")
             time.sleep(0.02)
         specs = []
         for g in gpus:
@@ -183,6 +188,7 @@ def run_live(st: dict, setup: LiveSetup, run_dir: Path, timeout_s: float, connec
     finally:
         exits = fleet.stop() if fleet is not None else {}
         coord.stop()
+        shutil.rmtree(sock_dir, ignore_errors=True)
     err = coord.event("error")
     if err and not coord.event("done"):
         raise EnvironmentProblem(f"the coordinator failed: {err['message']}")
@@ -200,8 +206,36 @@ def _tail(path: Path) -> str:
         return ""
 
 
+HEADER_BYTES = 66 + 24  # per packet (Ethernet, IPv4, TCP with timestamps) + the agent's frame header
+LINKS_ON_PATH = {"zcube": 3, "roft": 4}  # NIC-switch-switch-NIC; NIC-leaf-spine-leaf-NIC (cross-rail)
+
+
+def exchange_vs_ideal(messages: list[dict], rate_bps: float, mtu: int, links: int, ports: int = 2) -> list[float]:
+    """Per exchange phase (engine, step, dispatch or combine): its measured span (first order to last
+    byte) over its ideal on an otherwise idle fabric: the busiest GPU's bytes (sent or received, headers
+    included) at ``ports`` x the link rate, plus the last packet's store-and-forward over the other
+    ``links - 1`` links of its path."""
+    phases: dict[tuple, list[dict]] = {}
+    for m in messages:
+        if m["verified"] and m.get("step") is not None:
+            phases.setdefault((m.get("engine"), m["step"], m.get("kind")), []).append(m)
+    payload = max(1, mtu - 52)
+    out = []
+    for ms in phases.values():
+        load: dict[tuple[str, str], int] = {}
+        for m in ms:
+            wire = m["bytes"] + HEADER_BYTES * -(-m["bytes"] // payload)
+            for end in (("tx", m["src"]), ("rx", m["dst"])):
+                load[end] = load.get(end, 0) + wire
+        last_packet = min(max(m["bytes"] for m in ms), payload) + HEADER_BYTES
+        ideal = max(load.values()) * 8 / (ports * rate_bps) + (links - 1) * last_packet * 8 / rate_bps
+        span = max(m["end"] for m in ms) - min(m["start"] for m in ms)
+        out.append(span / ideal)
+    return out
+
+
 def serving_summary(res: dict, setup: LiveSetup, rows: list[dict], messages: list[dict], run_dir: Path,
-                    mtu: int) -> dict:
+                    mtu: int, rate_bps: float | None = None, fabric: str = "zcube") -> dict:
     """The live run's serving figures for summary.json, in real-cluster time (wall time / dilation)."""
     import csv
     import math
@@ -228,9 +262,11 @@ def serving_summary(res: dict, setup: LiveSetup, rows: list[dict], messages: lis
                    if s["engine"].startswith("decode") and s["end_s"]]
     lateness = [r["start"] - r["scheduled_start"] for r in rows + messages
                 if r["start"] is not None and r["scheduled_start"] is not None]
+    lateness_real = [x / dilation for x in lateness]
     payload = max(1, mtu - 52)
     packets = [math.ceil(r["bytes"] / payload) for r in rows if r["bytes"]]
     util = srv["utilization"]
+    vs_ideal = exchange_vs_ideal(messages, rate_bps, mtu, LINKS_ON_PATH.get(fabric, 4)) if rate_bps else []
     return {
         "driver": "live",
         "closed_loop": spec["arrivals"] == "closed",
@@ -240,10 +276,14 @@ def serving_summary(res: dict, setup: LiveSetup, rows: list[dict], messages: lis
         "requests_completed": srv["completed_requests"],
         "first_token_missing": srv["first_token_missing"],
         "throughput_tokens_per_s": round(srv["throughput_tokens_per_s"], 2),
+        "completed_requests_per_s": round(srv["completed_requests"] / (end - lo), 3) if end > lo else None,
         "ttft_ms": pct(ttft),
         "decode_step_ms": pct(decode_step),
         "ep_exchange_ms": pct(exchange),
-        "prefill_utilization": {k: v for k, v in util.items() if k.startswith("prefill")},
+        "ep_exchange_vs_ideal": {k: (round(v / 1e3, 3) if v is not None else None)
+                                 for k, v in pct(vs_ideal).items()},
+        "prefill_utilization": srv["prefill_token_utilization"],
+        "prefill_busy": {k: v for k, v in util.items() if k.startswith("prefill")},
         "decode_utilization": {k: v for k, v in util.items() if k.startswith("decode")},
         "ep_bytes": srv["ep_bytes"],
         "nvlink_bytes": srv["nvlink_bytes"],
@@ -251,11 +291,12 @@ def serving_summary(res: dict, setup: LiveSetup, rows: list[dict], messages: lis
         "ep_messages": len(messages),
         "ep_messages_verified": sum(1 for m in messages if m["verified"]),
         "transfer_packets": {"p50": percentile(packets, 50) if packets else None},
-        "start_lateness_ms": pct(lateness),
+        "start_lateness_ms": pct(lateness_real),
+        "start_lateness_wall_ms": pct(lateness),
         "control_lag_ms": srv["control_lag_ms"],
         "coordinator_cpu_s": srv.get("cpu_s"),
         "serving_failed_messages": srv["failed_messages"],
         "engines": setup.engines,
-        "times_note": "ttft, steps and throughput are real-cluster time; fct and lateness are emulated wall time "
-                      f"(real-cluster x {dilation:g})",
+        "times_note": "ttft, steps, throughput and start lateness are real-cluster time; fct and "
+                      f"start_lateness_wall_ms are emulated wall time (real-cluster x {dilation:g})",
     }

@@ -77,6 +77,7 @@ class ReplayConfig:
     zipf_s: float = 1.0
     time_dilation: float = 1.0
     warmup_s: float = 0.0
+    gpus_per_server: int = 8  # live: servers are whole groups of this many GPUs (NVLink inside)
 
     def validate(self) -> "ReplayConfig":
         if self.policy not in POLICIES:
@@ -367,6 +368,12 @@ def summarize(fabric_name: str, rows: list[dict], prepared: Prepared, rate_bps: 
         "rate_bps": rate_bps,
         "bytes_scale": b_scale,
         "represents_bps": prepared.represents_bps,
+        # the live driver's keys, as a planned replay has them: no serving loop, no expert traffic
+        "driver": "plan", "time_dilation": 1.0, "closed_loop": False, "throughput_tokens_per_s": None,
+        "ep_bytes": 0,
+        "kv_bytes": sum(t.kv_bytes for t in prepared.schedule.requests) if prepared.schedule is not None else None,
+        "transfer_packets": {"p50": metrics.percentile([-(-r["bytes"] // max(1, mtu - 52)) for r in ok], 50)
+                             if ok else None},
         "warnings": warnings,
     }
 
@@ -476,16 +483,19 @@ def write_breakdowns(run_dir: Path, rows: list[dict], sampler: QueueSampler, rat
         fh.write("queue,towards,bytes,utilization\n")
         for q, (towards, nbytes, u) in sorted(util.items()):
             fh.write(f"{q},{towards},{nbytes},{u:.4f}\n")
-    nic: dict[str, list[int]] = {}
+    nic: dict[str, list[int]] = {}  # ip -> sent, received, of which expert-parallel: sent, received
     for r in rows:
         if r["verified"]:
-            nic.setdefault(r["src_ip"], [0, 0])[0] += r["bytes"]
-            nic.setdefault(r["dst_ip"], [0, 0])[1] += r["bytes"]
+            ep = r.get("kind") in ("dispatch", "combine")
+            for ip, i in ((r["src_ip"], 0), (r["dst_ip"], 1)):
+                loads = nic.setdefault(ip, [0, 0, 0, 0])
+                loads[i] += r["bytes"]
+                loads[i + 2] += r["bytes"] if ep else 0
     with open(run_dir / "nics.csv", "w") as fh:
-        fh.write("gpu,port,ip,sent_bytes,received_bytes\n")
-        for ip, (tx, rx) in sorted(nic.items(), key=lambda kv: tuple(int(x) for x in kv[0].split("."))):
+        fh.write("gpu,port,ip,sent_bytes,received_bytes,ep_sent_bytes,ep_received_bytes\n")
+        for ip, (tx, rx, ep_tx, ep_rx) in sorted(nic.items(), key=lambda kv: tuple(int(x) for x in kv[0].split("."))):
             port, gpu = int(ip.split(".")[1]), int(ip.split(".")[2]) * 256 + int(ip.split(".")[3])
-            fh.write(f"gpu{gpu},{port},{ip},{tx},{rx}\n")
+            fh.write(f"gpu{gpu},{port},{ip},{tx},{rx},{ep_tx},{ep_rx}\n")
     per_s: dict[int, int] = {}
     for r in rows:
         if r["verified"]:
@@ -670,7 +680,7 @@ def replay(fabric_args: dict, dp: DatapathConfig, cfg: ReplayConfig, out_root: P
     if live:
         from testbed.live import serving_summary
 
-        summary |= serving_summary(res, live, all_rows, messages, run_dir, mtu)
+        summary |= serving_summary(res, live, all_rows, messages, run_dir, mtu, rate, st["fabric"]["kind"])
         warnings += res["warnings"]
     summary["agents_ready_s"] = res["agents_ready_s"]
     summary["agents_cpu_s"] = res["agents_cpu_s"]  # all agents' CPU seconds, start to stop

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -36,7 +37,8 @@ from testbed.experiment import Resolved, datapath_config, fabric_args, pfc_setti
 
 REPO = Path(__file__).resolve().parents[1]
 OVERHEAD_S = 40.0  # per replay: bring-up, agents' start, lead time, teardown, queue sampling and merge
-HEADLINE_KEYS = ("goodput_bps", "fct_p99_ms", "ttft_p99_ms", "pauses", "drops")
+HEADLINE_KEYS = ("goodput_bps", "fct_p99_ms", "ttft_p99_ms", "ttft_p50_ms", "throughput_tokens_per_s", "pauses",
+                 "drops")
 
 Log = Callable[[str], None]
 
@@ -67,14 +69,23 @@ def targets(exp) -> list[Target]:
     return [Target(kind, rep, exp.seed + rep - 1) for rep in range(1, exp.repetitions + 1) for kind in exp.fabrics]
 
 
+def replayed_s(exp) -> float:
+    """Wall seconds one replay runs: the trace slice sped up, or (live, closed loop) the cluster time
+    stretched by the time dilation."""
+    if exp.serving.driver == "live":
+        cluster_s = exp.trace.duration_s if exp.serving.arrivals == "closed" else exp.trace.duration_s / exp.trace.speed
+        return cluster_s * exp.link.time_dilation
+    return exp.trace.duration_s / exp.trace.speed
+
+
 def estimate_s(exp) -> float:
     """fabrics x repetitions x (replayed wall time + set-up overhead)."""
-    return len(exp.fabrics) * exp.repetitions * (exp.trace.duration_s / exp.trace.speed + OVERHEAD_S)
+    return len(exp.fabrics) * exp.repetitions * (replayed_s(exp) + OVERHEAD_S)
 
 
 def estimate_text(exp) -> str:
     return (f"{len(exp.fabrics)} fabric(s) x {exp.repetitions} repetition(s) x "
-            f"({exp.trace.duration_s / exp.trace.speed:g} s replayed + ~{OVERHEAD_S:g} s set-up) "
+            f"({replayed_s(exp):g} s replayed + ~{OVERHEAD_S:g} s set-up) "
             f"= ~{minutes(estimate_s(exp))}")
 
 
@@ -88,6 +99,11 @@ def slice_requests(exp) -> int:
 
     t = exp.trace
     read = traces.read_trace(t.path, t.format, skip_bad=t.skip_bad)
+    if exp.serving.driver == "live" and exp.serving.arrivals == "closed":  # sizes only, from the slice's start
+        reqs = [r for r in read.requests if r.arrival_s >= t.start_s]
+        if not reqs:
+            raise TestbedError(f"trace: no request of {t.path} arrives after {t.start_s:g} s")
+        return len(reqs)
     reqs = traces.slice_requests(read.requests, start_s=t.start_s, end_s=t.start_s + t.duration_s,
                                  first_n=t.first_n, speed=t.speed)
     if not reqs:
@@ -176,6 +192,8 @@ def start_run_dir(resolved: Resolved, run_dir: Path, versions: dict, log: Log, e
                                 "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "argv": sys.argv[1:]}
     _write_json(run_dir / "experiment.json", doc | (extra or {}))
     _write_json(run_dir / "versions.json", versions)
+    if exp.calibration:  # the report shows the evidence the load was chosen from
+        shutil.copyfile(exp.calibration, run_dir / "calibration.json")
     write_plan(exp, run_dir, log)
 
 
@@ -252,6 +270,8 @@ def headline(run_dir: Path) -> dict:
         return {}
     return {"goodput_bps": s.get("goodput_bps"), "goodput_real_equivalent_bps": s.get("goodput_real_equivalent_bps"),
             "fct_p99_ms": (s.get("fct_ms") or {}).get("p99"), "ttft_p99_ms": (s.get("ttft_ms") or {}).get("p99"),
+            "ttft_p50_ms": (s.get("ttft_ms") or {}).get("p50"),
+            "throughput_tokens_per_s": s.get("throughput_tokens_per_s"),
             "pauses": _pauses(s), "drops": s.get("queue_drops"), "transfers": s.get("transfers"),
             "verified": s.get("verified")}
 

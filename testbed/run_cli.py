@@ -43,6 +43,10 @@ FLAGS: dict[str, tuple[str, object]] = {
     "chunk": ("serving.chunk_bytes", None),
     "policy": ("serving.policy", None),
     "connections": ("serving.connections", None),
+    "driver": ("serving.driver", None),
+    "arrivals": ("serving.arrivals", None),
+    "concurrency": ("serving.concurrency", None),
+    "dilation": ("link.time_dilation", None),
     "seed": ("seed", None),
     "reps": ("repetitions", None),
     "cross": ("cross_flows", None),
@@ -94,16 +98,45 @@ def cmd_sweep(args) -> int:
     from testbed.outputs import out_root as out_dir
 
     out_root = out_dir(args.out)  # checked before anything is built, also by --dry-run
-    if not args.param:
-        raise TestbedError("sweep needs --param KEY=V1,V2 (one or two), e.g. --param link.rate=3mbit,4mbit")
-    params = [sweep.parse_param(p) for p in args.param]
+    if args.param:
+        params = [sweep.parse_param(p) for p in args.param]
+    else:  # the file's own grid
+        from testbed.experiment import resolve
+
+        grid = resolve(args.experiment, []).experiment.sweep if args.experiment else None
+        if not grid:
+            raise TestbedError("sweep needs --param KEY=V1,V2 (one or two), e.g. --param link.rate=3mbit,4mbit, "
+                               "or an experiment file with a sweep: {key: [values]} grid")
+        params = [sweep.parse_param(f"{k}={','.join(str(v) for v in vals)}") for k, vals in grid.items()]
     overrides = overrides_from_args(args)
     if args.dry_run:
         points = sweep.resolve_points(args.experiment, overrides, params)
         print(json.dumps([{"point": sweep.point_name(p), "experiment": r.experiment.model_dump(mode="json")}
                           for p, r in points], indent=1))
         return 0
-    return sweep.run_sweep(args.experiment, overrides, params, out_root, log=_stderr)
+    slo = None
+    if args.slo_ttft is not None:
+        from testbed.units import parse_seconds
+
+        slo = parse_seconds(args.slo_ttft) * 1e3
+    return sweep.run_sweep(args.experiment, overrides, params, out_root, log=_stderr, slo_ttft_ms=slo)[0]
+
+
+def cmd_calibrate(args) -> int:
+    from testbed import calibrate
+    from testbed.outputs import out_root as out_dir
+
+    out_root = out_dir(args.out)
+    levels = calibrate.parse_levels(args.levels)
+    status, doc, sweep_dir = calibrate.run_calibration(args.experiment, overrides_from_args(args), levels, out_root,
+                                                       log=_stderr)
+    if args.json:
+        print(json.dumps(doc, indent=1))
+    else:
+        for line in calibrate.table(doc):
+            print(line)
+        print(sweep_dir)
+    return status
 
 
 def _experiment_options(p, add_fabric_options, add_link_options) -> None:
@@ -135,6 +168,11 @@ def _experiment_options(p, add_fabric_options, add_link_options) -> None:
     p.add_argument("--policy", choices=list(POLICIES))
     p.add_argument("--connections", choices=list(CONNECTION_MODES),
                    help="agents' TCP connections: one per NIC port pair (default) or one per transfer")
+    p.add_argument("--driver", choices=["plan", "live"],
+                   help="plan: KV transfers timed from the trace; live: serving with the network in the loop")
+    p.add_argument("--arrivals", choices=["trace", "closed"], help="live: trace-timed or closed-loop arrivals")
+    p.add_argument("--concurrency", type=int, help="live, closed loop: requests in flight")
+    p.add_argument("--dilation", type=float, help="live: the emulated world runs this many times slower")
     p.add_argument("--seed", type=int, help="seed of repetition 1 (repetition r: seed + r - 1)")
     p.add_argument("--reps", type=int, help="repetitions")
     p.add_argument("--cross", type=int, metavar="N", help="background iperf3 flows")
@@ -158,4 +196,15 @@ def register(sub, add_fabric_options, add_link_options) -> None:
     _experiment_options(p, add_fabric_options, add_link_options)
     p.add_argument("--param", action="append", metavar="KEY=V1,V2",
                    help="a dotted experiment key and its values (one or two --param)")
+    p.add_argument("--slo-ttft", metavar="SECONDS",
+                   help="also report the SLO goodput: the highest value of the first key whose TTFT P99 stays "
+                        "within this, e.g. 2s")
     p.set_defaults(func=cmd_sweep)
+
+    p = sub.add_parser("calibrate", conflict_handler="resolve",
+                       help="find the load where ROFT's 100 vs 200 Gbit/s ablation matches the seed's")
+    _experiment_options(p, add_fabric_options, add_link_options)
+    p.add_argument("--levels", default="128,256,384",
+                   help="serving.concurrency levels to try (default 128,256,384)")
+    p.add_argument("--json", action="store_true", help="print the calibration document as JSON")
+    p.set_defaults(func=cmd_calibrate)

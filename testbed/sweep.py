@@ -25,7 +25,8 @@ from testbed import run
 from testbed.errors import TestbedError
 from testbed.experiment import Override, Resolved, check_key_path, cli_value, resolve
 
-CSV_FIELDS = ("goodput_bps", "goodput_bps_min", "goodput_bps_max", "fct_p99_ms", "ttft_p99_ms", "pauses", "drops")
+CSV_FIELDS = ("goodput_bps", "goodput_bps_min", "goodput_bps_max", "fct_p99_ms", "ttft_p99_ms", "pauses", "drops",
+              "throughput_tokens_per_s")
 
 
 def parse_param(text: str) -> tuple[str, list[str]]:
@@ -81,7 +82,7 @@ def _rows(point: list[tuple[str, str]], heads: dict) -> list[dict]:
         g = h.get("goodput_bps") or {}
         row = {"point": point_name(point), **dict(point), "fabric": kind, "runs": h["runs"], "runs_ok": h["ok"],
                "goodput_bps": g.get("mean"), "goodput_bps_min": g.get("min"), "goodput_bps_max": g.get("max")}
-        for key in ("fct_p99_ms", "ttft_p99_ms", "pauses", "drops"):
+        for key in ("fct_p99_ms", "ttft_p99_ms", "pauses", "drops", "throughput_tokens_per_s"):
             row[key] = (h.get(key) or {}).get("mean")
         rows.append(row)
     return rows
@@ -97,8 +98,9 @@ def _write(sweep_dir: Path, keys: list[str], doc: dict, rows: list[dict]) -> Non
 
 def run_sweep(path: str | Path | None, overrides: list[Override], params: list[tuple[str, list[str]]],
               out_root: Path, replay_fn: Callable | None = None, log: run.Log = run.stderr_log,
-              out: run.Log = print) -> int:
-    """The ``sweep`` verb: validate every point, run them in turn, print a table and the sweep directory last."""
+              out: run.Log = print, name: str | None = None, slo_ttft_ms: float | None = None) -> tuple[int, Path]:
+    """The ``sweep`` verb: validate every point, run them in turn, print a table and the sweep directory last;
+    (worst exit status, sweep directory)."""
     points = resolve_points(path, overrides, params)
     base = points[0][1].experiment
     for _, res in points:
@@ -107,7 +109,7 @@ def run_sweep(path: str | Path | None, overrides: list[Override], params: list[t
     log(f"sweep over {' x '.join(f'{k} ({len(v)})' for k, v in params)}: {len(points)} points, "
         f"each {run.estimate_text(base)}; estimated wall time ~{run.minutes(total)}")
     replay_fn = replay_fn or run.real_replay()
-    sweep_dir = run.new_run_dir(Path(out_root), f"sweep-{base.name}")
+    sweep_dir = run.new_run_dir(Path(out_root), name or f"sweep-{base.name}")
     log(f"sweep directory {sweep_dir}")
     versions = run.collect_versions()
     keys = [k for k, _ in params]
@@ -129,11 +131,30 @@ def run_sweep(path: str | Path | None, overrides: list[Override], params: list[t
         doc["points"][i] |= {"status": status, "fabrics": {k: {key: h[key] for key in h if key != "repetitions"}
                                                             for k, h in heads.items()}}
         rows += _rows(point, heads)
+        if slo_ttft_ms is not None:
+            doc["slo_goodput"] = {"slo_ttft_p99_ms": slo_ttft_ms, "key": keys[0],
+                                  "fabrics": slo_goodput(rows, keys[0], slo_ttft_ms)}
         _write(sweep_dir, keys, doc, rows)
     for line in _table(keys, rows):
         out(line)
+    for fabric, best in (doc.get("slo_goodput") or {}).get("fabrics", {}).items():
+        out(f"SLO goodput ({fabric}, TTFT P99 <= {slo_ttft_ms:g} ms): " + (
+            f"{keys[0]} = {best[keys[0]]}, {best['throughput_tokens_per_s']} output tokens/s" if best else "no point"))
     out(str(sweep_dir))
-    return worst
+    return worst, sweep_dir
+
+
+def slo_goodput(rows: list[dict], key: str, slo_ms: float) -> dict:
+    """Per fabric, the highest value of the swept ``key`` whose TTFT P99 (mean over repetitions) stays
+    within ``slo_ms``, with its output tokens/s: the SLO goodput of a load sweep (None: no point did)."""
+    out: dict = {}
+    for fabric in dict.fromkeys(r["fabric"] for r in rows):
+        ok = [r for r in rows if r["fabric"] == fabric and r.get("ttft_p99_ms") is not None
+              and r["ttft_p99_ms"] <= slo_ms]
+        best = max(ok, key=lambda r: float(r[key]), default=None)
+        out[fabric] = None if best is None else {key: best[key], "ttft_p99_ms": best["ttft_p99_ms"],
+                                                 "throughput_tokens_per_s": best.get("throughput_tokens_per_s")}
+    return out
 
 
 def _table(keys: list[str], rows: list[dict]) -> list[str]:

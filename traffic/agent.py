@@ -659,7 +659,9 @@ class Agent:
         self.t0 = 0.0
         while line := await reader.readline():
             order = json.loads(line)
-            if order.get("op") == "stop":
+            if order.get("op") == "stop":  # everything arrived; let the senders read their acks
+                if self._tasks:
+                    await asyncio.wait(set(self._tasks), timeout=self.transfer_timeout)
                 break
             t = PlannedTransfer(order["id"], order.get("request_id"), self.name, order.get("dst"),
                                 order["src_ip"], order["dst_ip"], order["dst_port"], order["bytes"], order["due"])

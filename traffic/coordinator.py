@@ -118,7 +118,7 @@ class Coordinator:
                 self.failed[mid] = rep.get("error") or "not verified"
         self.lag_s.append(time.monotonic() - at)
         self.apply(self.cluster.delivered(mid, max(0.0, (at - self.t0) / self.dilation)))
-        if self.ended and self.cluster.in_flight == 0:
+        if self.cluster.quiet:
             self.finished.set()
 
     # -- actions ----------------------------------------------------------------------------
@@ -139,8 +139,8 @@ class Coordinator:
         self.apply(self.cluster.timer(key, at))
         if key[0] == "end":
             self.ended = True
-            if self.cluster.in_flight == 0:
-                self.finished.set()
+        if self.cluster.quiet:
+            self.finished.set()
 
     def _ports(self, src: int, dst: int) -> tuple[int, int]:
         """The NIC ports of the next message src -> dst: the policy's choices in turn, or (adaptive) the

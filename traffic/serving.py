@@ -350,6 +350,12 @@ class Cluster:
         """Messages sent and not yet delivered."""
         return len(self._owner)
 
+    @property
+    def quiet(self) -> bool:
+        """Stopped, every step finished and nothing in flight: nothing more will happen."""
+        return self.stopped and not self._owner and all(e.phase == "idle" for es in self.engines.values()
+                                                         for e in es)
+
     # -- requests ---------------------------------------------------------------------------
     def _draw(self) -> Request:
         """The next request of the trace for the closed loop (the trace again from its start when used up)."""

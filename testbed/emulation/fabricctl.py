@@ -11,10 +11,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -479,6 +481,12 @@ def clean() -> list[str]:
             elif cmdline[1:3] == [b"-m", b"traffic.launcher"]:
                 _stop_controller(int(entry))
                 removed.append(f"agent launcher process {entry}")
+            elif cmdline[1:3] == [b"-m", b"traffic.coordinator"]:
+                _stop_controller(int(entry))
+                removed.append(f"serving coordinator process {entry}")
+    for sock_dir in Path(tempfile.gettempdir()).glob("tb-serving-*"):  # the live driver's control sockets
+        shutil.rmtree(sock_dir, ignore_errors=True)
+        removed.append(f"control socket folder {sock_dir}")
     if subprocess.run(["ovs-vsctl", "--timeout=5", "show"], capture_output=True).returncode == 0:
         out = build.run(["ovs-vsctl", "--format=json", "--columns=name,external_ids", "list", "bridge"])
         ours = [row[0] for row in json.loads(out)["data"] if [ALIAS, "1"] in row[1][1]]

@@ -30,6 +30,7 @@ def host_settings() -> dict:
 OUR_PROCESSES = {  # argv[1:3] of a process of ours -> what it is
     (b"-m", b"controller"): "controller", (b"-m", b"controller.pfc.pfcd"): "PFC helper",
     (b"-m", b"traffic.launcher"): "agent launcher",  # forked agents keep its command line
+    (b"-m", b"traffic.coordinator"): "serving coordinator",
     (b"-m", b"traffic.cross"): "cross-traffic flow", (b"-m", b"testbed.bench.bulk"): "bulk sender",
 }
 

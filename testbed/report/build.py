@@ -12,12 +12,13 @@ import time
 from pathlib import Path
 
 from testbed.report import html as H
-from testbed.report import plan, plots, plots_net, stats, verdict
+from testbed.report import plan, plots, plots_net, serving, stats, verdict
 from testbed.report.fmt import HEADLINE, num
 from testbed.report.load import Experiment, load_experiment
 from testbed.report.plots import name
 
-NAV = [("headline", "Headline"), ("operating", "Operating point"), ("seed", "Seed figures"), ("fct", "FCT"),
+NAV = [("calibration", "Calibration"), ("headline", "Headline"), ("serving", "Serving"),
+       ("operating", "Operating point"), ("seed", "Seed figures"), ("fct", "FCT"),
        ("hotspots", "Hotspots"), ("pfc", "PFC"), ("nics", "NIC load"), ("goodput", "Goodput"),
        ("topology", "Topology & cost"), ("fidelity", "Fidelity"), ("config", "Versions & config")]
 
@@ -32,7 +33,37 @@ def summarize(exp: Experiment) -> dict:
     doc["cost"] = cost
     doc["run_id"] = exp.run_id
     doc["notes"] = list(exp.notes)
+    doc["calibration"] = calibration_of(exp)
     return doc
+
+
+def calibration_of(exp: Experiment) -> dict | None:
+    """The calibration this run stands on (its calibration.json), or None when it was not calibrated."""
+    try:
+        return json.loads((exp.path / "calibration.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def calibration_applies(cal: dict | None, exp: Experiment) -> bool | None:
+    """Whether the run's workload is the calibrated one (the knob, represents, fabrics, repetitions, seed
+    and name aside); None when unknown."""
+    e = ((exp.config or {}).get("experiment")) or {}
+    base = (cal or {}).get("experiment")
+    if not cal or not base or not e:
+        return None
+
+    def core(x: dict) -> dict:
+        x = json.loads(json.dumps(x))
+        for k in ("fabrics", "repetitions", "seed", "name", "calibration"):
+            x.pop(k, None)
+        x.get("serving", {}).pop("concurrency", None)
+        x.get("link", {}).pop("represents", None)
+        if x.get("trace", {}).get("path"):  # the same trace wherever the clone lives
+            x["trace"]["path"] = Path(x["trace"]["path"]).name
+        return x
+
+    return core(base) == core(e)
 
 
 def write_headline_csv(doc: dict, fabrics: list[str], path: Path) -> Path:
@@ -67,7 +98,9 @@ def _figures(exp: Experiment, figures: Path) -> dict:
                "pfc_raster": plots_net.pfc_raster(exp, figures / "pfc_raster.png"),
                "pfc_fraction": plots_net.paused_fraction(exp, figures / "pfc_paused_fraction.png"),
                "heatmaps": plots_net.util_heatmaps(exp, figures),
-               "prefill_queue": plots.prefill_queue(exp, figures / "prefill_queue.png")}
+               "prefill_queue": plots.prefill_queue(exp, figures / "prefill_queue.png"),
+               "serving": serving.serving_figure(exp, figures / "serving.png"),
+               "calibration": serving.calibration_figure(calibration_of(exp), figures / "calibration.png")}
     out["topology"], notes = plan.topology_pictures(exp, figures)
     exp.notes.extend(notes)
     return out
@@ -482,7 +515,11 @@ def build_report(run_dir: Path | str) -> Path:
     n = (next(iter(exp.reps.values()))[0].config.get("fabric") or {}).get("gpus")
     title = " vs ".join(name(f) for f in exp.fabrics) + (f", n={n}" if n else "")
     sections = [
+        ("calibration", "Calibration: where the network matters as much as in the seed's cluster",
+         serving.calibration_section(doc["calibration"], figs["calibration"],
+                                     calibration_applies(doc["calibration"], exp))),
         ("headline", "Headline", _headline_section(doc, exp)),
+        ("serving", "Serving with the network in the loop", serving.serving_section(doc, exp, figs["serving"])),
         ("operating", "Operating point: does TTFT measure the network or a queue?",
          _operating_section(doc, exp, figs)),
         ("seed", "Against the seed's production figures", H.seed_table(doc["seed_comparison"])),

@@ -21,9 +21,11 @@ from traffic import metrics
 # flattened keys of the headline, in display order
 KEYS = ("goodput_bps", "goodput_real_equivalent_bps", "fct_ms.p50", "fct_ms.p99", "fct_ms.p999",
         "ttft_ms.p50", "ttft_ms.p99", "start_lateness_ms.p50", "start_lateness_ms.p99", "requests_per_s",
-        "pfc_pauses", "queue_drops", "transfers", "verified", "failed", "max_link_utilization", "nic_imbalance")
+        "pfc_pauses", "queue_drops", "transfers", "verified", "failed", "max_link_utilization", "nic_imbalance",
+        "throughput_tokens_per_s", "decode_step_ms.p50", "decode_step_ms.p99", "ep_exchange_ms.p50",
+        "ep_exchange_ms.p99", "ep_messages", "ep_messages_verified")
 RATIO_KEYS = ("goodput_bps", "fct_ms.p50", "fct_ms.p99", "fct_ms.p999", "ttft_ms.p50", "ttft_ms.p99",
-              "requests_per_s")
+              "requests_per_s", "throughput_tokens_per_s", "ep_exchange_ms.p99")
 LATENESS_GOAL_MS = 5.0
 # 1 Hz queue samples bracket the run loosely, so a saturated link can read a
 # little over 1; above this it is a shaping problem, not a sampling one.
@@ -163,6 +165,12 @@ def rep_metrics(rep: Rep) -> dict:
                     "fct_ms", "start_lateness_ms", "requests_per_s"):
             out[key] = s.get(key)
     out["ttft_ms"] = {k: flat_get(s, f"ttft_ms.{k}") for k in ("p50", "p99")}
+    if s.get("driver") == "live":  # the serving figures; lateness over KV and EP, in real-cluster time
+        out["start_lateness_ms"] = s.get("start_lateness_ms")
+        for key in ("throughput_tokens_per_s", "decode_step_ms", "ep_exchange_ms", "ep_messages",
+                    "ep_messages_verified"):
+            out[key] = s.get(key)
+        out["requests_per_s"] = s.get("completed_requests_per_s")  # requests served, not KV transfers seen
     drops = queue_drops(rep)
     out["queue_drops"] = drops if drops is not None else s.get("queue_drops")
     out["pfc_enabled"] = pfc_enabled(rep)
@@ -216,6 +224,9 @@ def fidelity_problems(rep: Rep, m: dict) -> list[str]:
         out.append(f"{rep.label}: agents exited early: {s['crashed_agents']}")
     if m.get("failed"):
         out.append(f"{rep.label}: {m['failed']} of {m['transfers']} transfers failed")
+    if m.get("ep_messages") and m.get("ep_messages_verified") != m.get("ep_messages"):
+        out.append(f"{rep.label}: {m['ep_messages'] - (m.get('ep_messages_verified') or 0)} of {m['ep_messages']} "
+                   "expert-parallel messages were not verified")
     cpu = s.get("cpu")
     if isinstance(cpu, dict) and cpu.get("saturated"):
         out.append(f"{rep.label}: CPU saturated (ovs-vswitchd {cpu.get('ovs_vswitchd_cores')} cores, machine "

@@ -54,7 +54,7 @@ def write_rep(path: Path, fabric: str, seed: int = 0, trace_seed: int = 0, n_tra
               failed: int = 0, pfc: bool = False, warnings: list[str] | None = None, crashed: dict | None = None,
               cpu: dict | None = None, lossless_ok: bool | None = True, ttft_p99: float = 900.0,
               invariants: dict | bool = True, negative_link: bool = False, serving: bool = True,
-              overloaded: bool = False) -> dict:
+              overloaded: bool = False, live: float | None = None) -> dict:
     """One replay run directory; returns the summary it wrote. ``invariants``: the summary's block
     (True: all checks hold, False: none, as a run from before them); ``negative_link``: links.csv
     gets the negative spine bytes of issue 14 on its first row. ``serving``: instances.csv,
@@ -180,11 +180,36 @@ def write_rep(path: Path, fabric: str, seed: int = 0, trace_seed: int = 0, n_tra
             summary["warnings"].insert(0, flag)
     elif overloaded:
         summary["warnings"].insert(0, operating_point(True)[1])  # an older replay: the flag, no files
+    if live is not None:
+        summary |= write_live(path, live, rng)
     (path / "summary.json").write_text(json.dumps(summary, indent=1))
     (path / "config.json").write_text(json.dumps({"fabric": FABRIC_CONFIG[fabric],
                                                   "datapath": {"rate_bps": RATE, "mtu": MTU, "buffer_bytes": 60000},
                                                   "replay": {"trace": "synthetic", "seed": seed}}, indent=1))
     return summary
+
+
+def write_live(path: Path, tokens_per_s: float, rng) -> dict:
+    """requests.csv and steps.csv of a live replay, and its summary keys."""
+    reqs = ["request_id,arrival_s,input_tokens,output_tokens,tokens_out,prefill_engine,decode_engine,prefill_start_s,"
+            "prefill_end_s,kv_bytes,kv_end_s,first_token_s,done_s,ttft_s"]
+    for i in range(40):
+        ttft = 0.3 + float(rng.uniform(0, 0.5)) * 1e3 / tokens_per_s
+        reqs.append(f"{i},{i * 0.1},500,20,20,0,0,{i * 0.1},{i * 0.1 + 0.1},1000,{i * 0.1 + 0.11},"
+                    f"{i * 0.1 + ttft},{i * 0.1 + 1},{ttft}")
+    (path / "requests.csv").write_text("\n".join(reqs) + "\n")
+    steps = ["engine,step,start_s,compute_end_s,dispatch_end_s,end_s,exchange_s,tokens,requests,ep_bytes,"
+             "nvlink_bytes,messages"]
+    for k in range(60):
+        ex = 0.004 * 1e3 / tokens_per_s
+        steps.append(f"decode0,{k + 1},{k * 0.04},{k * 0.04 + 0.03},{k * 0.04 + 0.03 + ex / 2},{k * 0.04 + 0.03 + ex},"
+                     f"{ex},64,64,1000000,1000000,16")
+    (path / "steps.csv").write_text("\n".join(steps) + "\n")
+    return {"driver": "live", "closed_loop": True, "time_dilation": 8.0, "throughput_tokens_per_s": tokens_per_s,
+            "decode_step_ms": {"p50": 34.0, "p99": 40.0}, "ep_exchange_ms": {"p50": 4.0, "p99": 8.0},
+            "ep_messages": 960, "ep_messages_verified": 960, "ep_bytes": 10**9, "nvlink_bytes": 10**9,
+            "kv_bytes": 10**8, "prefill_utilization": {"prefill0": 0.3}, "decode_utilization": {"decode0": 0.95},
+            "control_lag_ms": {"p50": 1.0, "p99": 10.0}}
 
 
 def write_experiment(root: Path, fabrics=("zcube", "roft"), reps: int = 1, rep_options: dict | None = None,

@@ -68,16 +68,27 @@ def test_every_shipped_example_is_valid(path):
     jsonschema.validate(yaml.safe_load(path.read_text()) or {}, json.loads(SCHEMA_PATH.read_text()))
 
 
-def test_default_yaml_is_exactly_the_defaults_of_run():
-    assert resolve(EXAMPLES_DIR / "default.yaml").experiment == resolve(None).experiment
+def test_kv_replay_yaml_is_exactly_the_schema_defaults():
+    spelled = resolve(EXAMPLES_DIR / "kv-replay.yaml").experiment.model_dump(exclude={"name"})
+    assert spelled == validate({}, "defaults").model_dump(exclude={"name"})
+
+
+def test_run_without_an_experiment_runs_default_yaml():
+    got = resolve(None)
+    assert got.source == str((EXAMPLES_DIR / "default.yaml").resolve())
+    assert got.experiment == resolve(EXAMPLES_DIR / "default.yaml").experiment
 
 
 def test_examples_say_what_they_claim():
     by = {p.stem: resolve(p).experiment for p in EXAMPLES}
-    assert by["default"].fabrics == ["zcube", "roft"] and by["default"].gpus == 32
-    assert by["default"].serving.model == "llama-3.1-70b" and by["default"].trace.duration_s == 120
-    assert by["default"].serving.prefill_tp == 8 and by["default"].serving.decode_tp == 2  # the asymmetry
-    assert by["default"].trace.speed == 1.5  # prefill keeps up (utilization ~0.75)
+    d = by["default"]
+    assert d.fabrics == ["zcube", "roft"] and d.gpus == 32 and d.repetitions >= 2  # ratios with a spread
+    assert d.serving.driver == "live" and d.serving.arrivals == "closed" and d.serving.model == "glm-5"
+    assert d.calibration is not None and Path(d.calibration).is_file()  # the calibration it stands on
+    kv = by["kv-replay"]
+    assert kv.serving.model == "llama-3.1-70b" and kv.trace.duration_s == 120 and kv.serving.driver == "plan"
+    assert kv.serving.prefill_tp == 8 and kv.serving.decode_tp == 2  # the asymmetry
+    assert kv.trace.speed == 1.5  # prefill keeps up (utilization ~0.75)
     assert by["incast"].serving.prefill_fraction == 0.75 and by["incast"].trace.speed > 1
     assert by["tp-mismatch"].serving.prefill_tp != by["tp-mismatch"].serving.decode_tp
     assert by["layerwise"].serving.mode == "layerwise" and by["layerwise"].serving.chunk_bytes == 65536
@@ -163,7 +174,7 @@ def test_a_users_own_trace_works_plain_or_gzip(tmp_path):
 def test_empty_file_is_the_defaults_named_after_the_file(tmp_path):
     exp = resolve(write(tmp_path, "", "my-exp.yaml")).experiment
     assert exp.name == "my-exp"
-    assert exp.model_dump(exclude={"name"}) == resolve(None).experiment.model_dump(exclude={"name"})
+    assert exp.model_dump(exclude={"name"}) == validate({}, "defaults").model_dump(exclude={"name"})
 
 
 # ------------------------------------------------------------ overrides

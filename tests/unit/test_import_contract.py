@@ -25,7 +25,7 @@ PACKAGE_UNITS = ("testbed.fabric", "testbed.emulation", "testbed.bench", "testbe
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("entry points", ("testbed.__main__", "testbed.cli", "testbed.emulation_cli", "testbed.replay_cli",
                       "testbed.run_cli", "testbed.mininet_topos")),
-    ("experiments", ("testbed.sweep", "testbed.run", "testbed.experiment")),
+    ("experiments", ("testbed.calibrate", "testbed.sweep", "testbed.run", "testbed.experiment")),
     ("drivers", ("testbed.replay", "testbed.live", "testbed.bench")),
     ("fabric lifecycle", ("testbed.emulation",)),
     ("controller and report", ("controller", "controller.pfc", "testbed.report")),

@@ -1,0 +1,182 @@
+"""The serving figures of live runs (``serving.driver live``) and the calibration the run stands on.
+
+Reads the replays' requests.csv, steps.csv and summary.json and the run's
+calibration.json: what the cluster produced (output tokens/s, TTFT), how long
+its steps took and how much of that was the expert-parallel exchange, and
+which bytes the fabric carried (KV vs EP).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from testbed.report import html as H  # noqa: E402
+from testbed.report import stats  # noqa: E402
+from testbed.report.fmt import num  # noqa: E402
+from testbed.report.load import Experiment  # noqa: E402
+from testbed.report.plots import colour, name, save  # noqa: E402
+
+SEED_ABLATION = {"throughput_ratio": 1.19, "ttft_ratio": 0.78}
+
+
+def live_reps(exp: Experiment) -> dict:
+    """fabric -> its live repetitions (those whose summary says driver live)."""
+    return {f: [r for r in exp.reps[f] if r.summary.get("driver") == "live"] for f in exp.fabrics}
+
+
+def _read(path: Path) -> pd.DataFrame | None:
+    try:
+        return pd.read_csv(path)
+    except (OSError, ValueError):
+        return None
+
+
+def _measured_ttft_s(rep) -> np.ndarray:
+    req = _read(rep.path / "requests.csv")
+    spec = ((rep.config.get("replay") or {}))
+    if req is None or req.empty:
+        return np.array([])
+    lo = spec.get("warmup_s") or 0.0
+    ok = req[(req["arrival_s"] >= lo) & req["ttft_s"].notna()]
+    return ok["ttft_s"].to_numpy()
+
+
+def _decode_steps_ms(rep) -> np.ndarray:
+    steps = _read(rep.path / "steps.csv")
+    if steps is None or steps.empty:
+        return np.array([])
+    d = steps[steps["engine"].str.startswith("decode") & steps["end_s"].notna()]
+    return ((d["end_s"] - d["start_s"]) * 1e3).to_numpy()
+
+
+def serving_figure(exp: Experiment, out: Path) -> Path | None:
+    """TTFT CDF and decode-step-time CDF per fabric (every repetition pooled)."""
+    reps = live_reps(exp)
+    if not any(reps.values()):
+        return None
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 3.4))
+    for i, (f, rs) in enumerate(reps.items()):
+        for ax, vals in ((a, np.concatenate([_measured_ttft_s(r) for r in rs] or [np.array([])])),
+                         (b, np.concatenate([_decode_steps_ms(r) for r in rs] or [np.array([])]))):
+            if len(vals):
+                x = np.sort(vals)
+                ax.plot(x, np.arange(1, len(x) + 1) / len(x), color=colour(f, i), label=name(f), lw=1.6)
+    a.set_xlabel("TTFT (s, real-cluster time)")
+    a.set_ylabel("CDF")
+    a.set_title("Time to first token of the measured requests")
+    b.set_xlabel("decode step (ms, real-cluster time): compute + expert-parallel exchange")
+    b.set_title("Decode step times")
+    for ax in (a, b):
+        ax.legend()
+    return save(fig, out)
+
+
+def _median(values):
+    vals = [v for v in values if v is not None]
+    return None if not vals else float(np.median(vals))
+
+
+def serving_section(doc: dict, exp: Experiment, fig: Path | None) -> str:
+    reps = live_reps(exp)
+    if not any(reps.values()):
+        return ('<p>This experiment used the planned replay (<code>serving.driver: plan</code>): every KV transfer '
+                "was timed from the trace before the run, nothing waited for the network, and the TTFT above is a "
+                "proxy (queue + prefill + the transfer's tail). Run with <code>serving.driver: live</code> for "
+                "serving with the network in the loop.</p>")
+    keys = [("Output tokens/s", "throughput_tokens_per_s", 1), ("TTFT P50 (ms)", "ttft_ms.p50", 1),
+            ("TTFT P99 (ms)", "ttft_ms.p99", 1), ("Decode step P50 (ms)", "decode_step_ms.p50", 1),
+            ("Decode step P99 (ms)", "decode_step_ms.p99", 1), ("EP exchange P50 (ms)", "ep_exchange_ms.p50", 1),
+            ("EP exchange P99 (ms)", "ep_exchange_ms.p99", 1), ("Measured requests", "requests", 1),
+            ("KV bytes (real, GB)", "kv_bytes", 1e9), ("EP bytes on the fabric (real, GB)", "ep_bytes", 1e9),
+            ("EP bytes over NVLink (real, GB)", "nvlink_bytes", 1e9),
+            ("EP messages verified", "ep_messages_verified", 1), ("EP messages", "ep_messages", 1),
+            ("Start lateness P99 (ms, real-cluster)", "start_lateness_ms.p99", 1),
+            ("Coordinator lag P99 (ms, wall)", "control_lag_ms.p99", 1)]
+    fabrics = [f for f in exp.fabrics if reps[f]]
+    rows = []
+    for label, key, div in keys:
+        row = [H.escape(label)]
+        for f in fabrics:
+            v = _median([stats.flat_get(r.summary, key) for r in reps[f]])
+            row.append(H.escape(num(v / div if v is not None else None)))
+        rows.append(row)
+    util = []
+    for f in fabrics:
+        s = reps[f][0].summary
+        pre = ", ".join(f"{k} {v:.2f}" for k, v in (s.get("prefill_utilization") or {}).items())
+        dec = ", ".join(f"{k} {v:.2f}" for k, v in (s.get("decode_utilization") or {}).items())
+        util.append(f"{name(f)}: prefill compute utilization {pre}; decode busy {dec}")
+    s0 = reps[fabrics[0]][0].summary
+    parts = [H.table(["metric"] + [H.fab(f) for f in fabrics], rows),
+             f'<p class="note">Medians over repetitions. {H.escape("; ".join(util))}. The emulated world ran '
+             f"{s0.get('time_dilation', 1):g}x slower than the cluster it models (link.time_dilation); serving times "
+             "are converted back. A step is modelled compute plus the measured exchange of its expert-parallel "
+             "messages over the fabric (dispatch, then combine); a request's TTFT is its prefill queue, prefill "
+             "steps, KV transfer, the wait for a decode step and that step.</p>"]
+    if fig is not None:
+        parts.append(H.img(fig, "Left: TTFT of the requests that arrived after the warm-up; right: every decode "
+                                "step's duration. Every repetition pooled.", "serving CDFs"))
+    return "".join(parts)
+
+
+def calibration_figure(cal: dict | None, out: Path) -> Path | None:
+    """ROFT's 200G/100G throughput and TTFT P99 ratios per level, with the seed's ablation as lines."""
+    if not cal or not cal.get("levels"):
+        return None
+    lv = [r["level"] for r in cal["levels"]]
+    fig, ax = plt.subplots(figsize=(7, 3.4))
+    seeds = cal["seed"]
+    for key, label, c, seed in (("throughput_ratio", "throughput 200G/100G", "#009E73", seeds["throughput_ratio"]),
+                                ("ttft_p99_ratio", "TTFT P99 200G/100G", "#CC79A7", seeds["ttft_ratio"])):
+        vals = [r.get(key) for r in cal["levels"]]
+        lo = [(v - (r.get(f"{key}_spread") or [v, v])[0]) if v is not None else 0 for v, r in zip(vals, cal["levels"])]
+        hi = [((r.get(f"{key}_spread") or [v, v])[1] - v) if v is not None else 0 for v, r in zip(vals, cal["levels"])]
+        ax.errorbar(lv, [np.nan if v is None else v for v in vals], yerr=[lo, hi], marker="o", color=c, label=label,
+                    capsize=3)
+        ax.axhline(seed, color=c, ls="--", lw=1)
+    if cal.get("chosen"):
+        ax.axvline(cal["chosen"]["level"], color="#444", ls=":", lw=1)
+    ax.axhline(1, color="#999", lw=0.6)
+    ax.set_xlabel(f"{cal.get('knob', 'level')} (requests in flight)")
+    ax.set_ylabel("ratio, 200 over 100 Gbit/s")
+    ax.set_title("Calibration on ROFT: our bandwidth ablation (markers) against the seed's (dashed)")
+    ax.legend(fontsize=8)
+    return save(fig, out)
+
+
+def calibration_section(cal: dict | None, fig: Path | None, matches: bool | None) -> str:
+    if not cal:
+        return ("<p>This experiment was not calibrated: nothing ties its network intensity to the seed's bandwidth "
+                "ablation, so its ZCube/ROFT ratios say how the fabrics differ at this load only. "
+                "<code>testbed calibrate</code> finds the load where ROFT's 100 vs 200 Gbit/s ablation matches the "
+                "seed's.</p>")
+    rows = []
+    for r in cal["levels"]:
+        chosen = cal.get("chosen") and r["level"] == cal["chosen"]["level"]
+        rows.append([H.escape(str(r["level"]) + (" (chosen)" if chosen else "")),
+                     H.escape(num(r.get("throughput_ratio"))), H.escape(num(r.get("ttft_p99_ratio"))),
+                     H.escape(num(r.get("ttft_p50_ratio"))), H.escape(num(r.get("distance")))])
+    rows.append([H.escape("seed (512 GPUs, production)"), H.escape(num(cal["seed"]["throughput_ratio"])),
+                 H.escape(num(cal["seed"]["ttft_ratio"])), "-", "0"])
+    within = "within" if cal.get("within_resolution") else "not within"
+    text = (f"<p>The seed's ablation (NICs at 200 instead of 100 Gbit/s: ~+19% throughput, ~-22% TTFT, no topology "
+            f"change) fixes how much the network matters. We ran it on ROFT (the fabric of the seed's cluster before "
+            f"its migration: an assumption) at several levels of {H.escape(cal.get('knob', ''))} and chose the level "
+            f"closest to it: distance {num(cal.get('distance'))}, {within} the testbed's resolution. ZCube never ran "
+            "in the calibration, so its figures below are a prediction at that level, not a fit.</p>")
+    if matches is False:
+        text += ('<p class="warn">This run\'s workload differs from the calibrated one in more than the knob: the '
+                 "calibration does not apply to it.</p>")
+    parts = [text, H.table([H.escape(cal.get("knob", "level")), "throughput 200G/100G", "TTFT P99 200G/100G",
+                            "TTFT P50 200G/100G", "distance"], rows)]
+    if fig is not None:
+        parts.append(H.img(fig, "Markers: our ratios (median over repetition pairs, bars: their range); dashed: the "
+                                "seed's; dotted: the chosen level.", "calibration"))
+    return "".join(parts)
