@@ -22,7 +22,7 @@ class Process(Protocol):
     def poll(self) -> int | None: ...
 
 
-class PauseDaemon:
+class PauseDaemonSupervisor:
     """Start pfcd at most once; merge its own status file with whether it still runs."""
 
     def __init__(self, state_dir: str, start: Callable[[], Process], logger: logging.Logger) -> None:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from controller.cabling import CablingCheck
-from controller.pause_daemon import PauseDaemon, Process
+from controller.pause_daemon import PauseDaemonSupervisor, Process
 from controller.rules import PRIO_MISS, FlowSpec, GroupSpec, SwitchProgram, fabric_programs
 from testbed.fabric import build_fabric
 
@@ -182,9 +182,9 @@ class FabricSessions:
         self.by_dpid = {s.program.dpid: s for s in self.sessions.values()}
         self.status_file = config["status_file"]
         self.cabling = CablingCheck(self.fabric)
-        self.pfc: PauseDaemon | None = None
+        self.pfc: PauseDaemonSupervisor | None = None
         if config.get("pfc", {}).get("enabled"):
-            self.pfc = PauseDaemon(config["state_dir"], lambda: start_pfc(self.fabric, config), self.logger)
+            self.pfc = PauseDaemonSupervisor(config["state_dir"], lambda: start_pfc(self.fabric, config), self.logger)
         self._ticks = 0
         self._probed_at: float | None = None
 

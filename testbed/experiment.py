@@ -251,7 +251,7 @@ class Experiment(_Section):
 
 # --------------------------------------------------- mapping onto the runners
 def fabric_args(exp: Experiment, kind: str) -> dict:
-    """What ``build_fabric`` / ``fabricctl.up`` take, as ``emulation_cli.fabric_kwargs`` builds it."""
+    """What ``build_fabric`` / ``fabricctl.up`` take, as ``testbed.cli.options.fabric_kwargs`` builds it."""
     if kind == "zcube":
         return {"kind": kind, "gpus": exp.gpus, "gpus_per_switch": exp.gpus_per_switch, "cables": exp.cables}
     return {"kind": kind, "gpus": exp.gpus, "gpus_per_switch": exp.gpus_per_switch,

@@ -189,13 +189,15 @@ def run_live(st: dict, setup: LiveSetup, run_dir: Path, timeout_s: float, connec
         exits = fleet.stop() if fleet is not None else {}
         coord.stop()
         shutil.rmtree(sock_dir, ignore_errors=True)
-    err = coord.event("error")
-    if err and not coord.event("done"):
+    done = coord.event("done")
+    if done is None:
+        err = coord.event("error") or {"message": f"it exited ({coord.proc.returncode}) without results: "
+                                                  f"{_tail(run_dir / 'coordinator.log')}"}
         raise EnvironmentProblem(f"the coordinator failed: {err['message']}")
     crashed = {n: rc for n, rc in exits.items() if rc != 0}
     started = coord.event("started")
     return {"t0": started["t0"], "crashed": crashed, "agents_dir": agents_dir, "agents_ready_s": round(ready_s, 3),
-            "agents_cpu_s": round(sum(fleet.cpu_s.values()), 3), "serving": coord.event("done")["results"],
+            "agents_cpu_s": round(sum(fleet.cpu_s.values()), 3), "serving": done["results"],
             "warnings": [e["message"] for e in coord.events if e.get("event") in ("warning", "error")]}
 
 

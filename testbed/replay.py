@@ -49,11 +49,11 @@ class ReplayConfig:
     start_s: float = 0.0  # trace window start (trace seconds)
     duration_s: float = 120.0  # trace seconds replayed (after speed-up: wall seconds = duration / speed)
     first_n: int | None = None
-    speed: float = 1.0
+    speed: float = 1.5
     model: str = "llama-3.1-70b"
     dtype: str = "bf16"
     prefill_tp: int = 8
-    decode_tp: int = 8
+    decode_tp: int = 2
     prefill_fraction: float = 0.5
     scheduler: str = "round_robin"
     seed: int = 0

@@ -1,1 +1,1 @@
-"""PFC emulation: policy (thresholds, feeders), the pause helper and its log analysis."""
+"""PFC emulation: policy (thresholds, feeders), the pause daemon and its log analysis."""

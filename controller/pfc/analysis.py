@@ -1,4 +1,4 @@
-"""What the PFC helper's pause log says: per-port pause time, how far pauses
+"""What the PFC pause daemon's log says: per-port pause time, how far pauses
 spread from their congestion points, and which transfers were victims.
 
 ``pfc.txt`` (close to HPCC's), one event a line, whitespace-separated::

@@ -1,6 +1,6 @@
 """The queue-watch BPF maps from Python, without a BPF library: the bpf(2)
 syscall through ctypes for the two calls we need (open a pinned map, update
-a hash entry) and mmap for the counters, so the PFC helper reads
+a hash entry) and mmap for the counters, so the pause daemon reads
 every queue's state with plain memory loads, and for the doorbell ring.
 
 The layout of ``struct qstate`` mirrors queue_watch.bpf.c.

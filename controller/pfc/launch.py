@@ -1,8 +1,8 @@
-"""The controller's side of PFC: compute the policy, hand it to the helper.
+"""The controller's side of PFC: compute the policy, hand it to the pause daemon.
 
 The controller owns the policy: from the fabric model and the routing it
 derives, for every switch egress queue, its XOFF/XON thresholds and the
-feeders to pause (``controller.pfc.policy``), adds what the helper needs to
+feeders to pause (``controller.pfc.policy``), adds what the daemon needs to
 reach each queue (devices and namespaces from the datapath plan), writes it
 to ``pfc_policy.json`` in the state directory and starts ``pfcd`` on it.
 """
@@ -20,7 +20,7 @@ from controller.pfc import policy as pfc_policy
 
 def with_burst_headroom(cfg: "pfc_policy.PfcConfig", rate_bps: float, mtu: int, burst_bytes: int):
     """Default headroom for the emulated links: besides the frames in flight
-    and the helper's reaction, a resumed tbf sends its whole bucket (``burst``)
+    and the daemon's reaction, a resumed tbf sends its whole bucket (``burst``)
     at once, so a link can deliver that much more after XOFF. A user-given
     headroom is kept (and checked against the in-flight minimum by resolve)."""
     from dataclasses import replace
@@ -31,7 +31,9 @@ def with_burst_headroom(cfg: "pfc_policy.PfcConfig", rate_bps: float, mtu: int, 
     return replace(cfg, headroom_bytes=-(-need // 1000) * 1000)
 
 
-def helper_policy(fabric, datapath: dict, pfc: dict, state_dir: str) -> dict:
+def daemon_policy(fabric, datapath: dict, pfc: dict, state_dir: str) -> dict:
+    """The pause daemon's policy document: thresholds and feeders, with the devices, namespaces and
+    NIC addresses only the datapath plan knows."""
     from testbed.datapath import DatapathConfig, plan_datapath
 
     dp = DatapathConfig(**datapath)
@@ -62,8 +64,9 @@ def helper_policy(fabric, datapath: dict, pfc: dict, state_dir: str) -> dict:
 
 
 def start(fabric, config: dict) -> subprocess.Popen:
+    """Write the policy next to the controller's files and start pfcd on it (its output to pfcd.log)."""
     sdir = config["state_dir"]
-    doc = helper_policy(fabric, config["datapath"], config["pfc"], sdir)
+    doc = daemon_policy(fabric, config["datapath"], config["pfc"], sdir)
     path = Path(sdir) / "pfc_policy.json"
     path.write_text(json.dumps(doc, indent=1))
     log = open(Path(sdir) / "pfcd.log", "ab")

@@ -1,4 +1,4 @@
-"""The PFC helper: the fast loop that turns queue thresholds into pauses.
+"""The PFC pause daemon: the fast loop that turns queue thresholds into pauses.
 
 The controller owns the policy (which queue pauses which transmitters, the
 XOFF/XON thresholds: ``controller.pfc.policy``) and starts this process with
@@ -23,7 +23,7 @@ promise that. Split:
 * log: ``pfc.txt`` (HPCC-like, one event a line) and a status JSON once a
   second (paused transmitters, counts, measured pause/resume latencies).
 
-Latency, measured from kernel timestamps of traffic (the helper's own XOFF/XON
+Latency, measured from kernel timestamps of traffic (the daemon's own XOFF/XON
 frames are stamped apart): pause latency = last departure of a paused feeder
 - the XOFF crossing of its cause (feeders that sent nothing after the
 crossing count 0); resume latency = first departure of a resumed feeder that
@@ -45,7 +45,7 @@ import socket
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -98,14 +98,14 @@ class Transmitter:
         self.cut_short = -1  # number of the last resume that a new pause ended before any frame left
         self.deq_at_change = 0  # departure counter just before the last pause's tbf change
         self.deq_after_kick = 0  # ... and right after its XOFF frame (bytes that left later show in the log)
-        self.kick_due = False  # changed, its XOFF/XON frame not sent yet (Helper.kicks)
+        self.kick_due = False  # changed, its XOFF/XON frame not sent yet (PauseDaemon.kicks)
         self.resume_item: ResumeProbe | None = None  # its last resume, until measured
 
     kick_errors = 0  # frames the kernel refused (class-wide: reported in the status)
 
     def resume(self) -> None:
         """Back to the link rate with a full bucket, and an XON frame to run the qdisc now
-        (on exit; the loop sends the frame later, see Helper.kick)."""
+        (on exit; the loop sends the frame later, see PauseDaemon.kick)."""
         self.change(self.resume_msg)
         self.send_frame(self.xon_frame)
 
@@ -132,6 +132,7 @@ class Transmitter:
 
 
 def _in_netns(name: str | None, fn):
+    """``fn()`` inside network namespace ``name`` (None: where we are)."""
     if name is None:
         return fn()
     from testbed import netns
@@ -141,116 +142,215 @@ def _in_netns(name: str | None, fn):
 
 
 def _ifindex(name: str) -> int:
+    """A device's index in the current namespace."""
     return socket.if_nametoindex(name)
 
 
-class Helper:
+def _kick_socket(dev: str) -> socket.socket:
+    """A raw socket on ``dev`` for the XOFF/XON frames that run its qdisc."""
+    k = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+    # frames held in a paused queue keep counting against the socket's send
+    # buffer; with the default one a later kick would fail (EAGAIN) unseen
+    k.setsockopt(socket.SOL_SOCKET, 32, 1 << 22)  # SO_SNDBUFFORCE (root): 4 MB
+    k.bind((dev, 0))
+    k.setblocking(False)
+    return k
+
+
+@dataclass(frozen=True, eq=False)
+class DaemonConfig:
+    """What the policy asks of the loop, worked out once: every queue's kernel row, which
+    queues are watched, the switches' shared pools, and where a queue's packets come from."""
+
+    policy: dict
+    queues: dict  # queue id -> the policy's entry
+    qids: list[str]  # sorted: a queue's row in the kernel's table is its index here
+    slot: dict[str, int]
+    watched: list[str]  # queues with an XOFF threshold, whose crossings the loop acts on
+    watched_slots: np.ndarray
+    switch_slot: dict[str, int]  # dynamic thresholds: one extra row per switch counts its pool
+    nic_index: dict[str, int]  # NIC queue id -> its column in the kernel's tb_seen table
+    sources: dict[str, list[tuple[str, frozenset]]]  # watched queue -> (feeder, NIC columns through it)
+    window_ns: dict[str, int]  # how long a packet that entered a watched queue may still be in it
+    poll_s: float
+    frame: int  # bytes of one full-size frame
+
+    @classmethod
+    def from_policy(cls, policy: dict) -> "DaemonConfig":
+        """Everything the loop needs from ``policy`` that no kernel object is needed for."""
+        queues = policy["queues"]
+        qids = sorted(queues)
+        slot = {qid: i for i, qid in enumerate(qids)}
+        watched = [qid for qid in qids if queues[qid].get("xoff")]
+        switches = sorted({queues[q]["dynamic"]["switch"] for q in watched if queues[q].get("dynamic")})
+        nic_index = {nic: i for i, nic in enumerate(sorted(policy.get("nics", {})))}
+        return cls(policy=policy, queues=queues, qids=qids, slot=slot, watched=watched,
+                   watched_slots=np.array([slot[q] for q in watched], dtype=np.int64),
+                   switch_slot={sw: len(qids) + i for i, sw in enumerate(switches)}, nic_index=nic_index,
+                   sources={qid: _sources(queues[qid], nic_index) for qid in watched},
+                   window_ns={qid: _window_ns(queues[qid], policy["rate_bps"]) for qid in watched},
+                   poll_s=policy["poll_us"] / 1e6, frame=policy["mtu"] + 14)
+
+    def check_fits(self) -> None:
+        """Exit unless every queue and switch pool has a row in the kernel's table."""
+        if len(self.qids) + len(self.switch_slot) > bpfmaps.MAX_QUEUES:
+            raise SystemExit(f"pfcd: {len(self.qids)} queues and {len(self.switch_slot)} switch pools do not fit "
+                             f"the kernel's {bpfmaps.MAX_QUEUES} rows")
+
+
+def _sources(q: dict, nic_index: dict[str, int]) -> list[tuple[str, frozenset]]:
+    """Each feeder of a watched queue with the NIC columns whose packets can come through it."""
+    return [(f, frozenset(nic_index[n] for n in q.get("sources", {}).get(f, []) if n in nic_index))
+            for f in q["feeders"]]
+
+
+def _window_ns(q: dict, rate_bps: float) -> int:
+    """Packets that entered within the time the queue takes to drain XOFF bytes (x1.5) are still
+    in it (dynamic thresholds: the highest XOFF the queue can see)."""
+    return int(1.5 * q.get("dynamic", {}).get("xoff_max", q["xoff"]) * 8 / rate_bps * 1e9)
+
+
+class NetlinkSockets:
+    """Netlink sockets by network namespace: a non-blocking one for tbf changes (a pause never
+    waits for the kernel's answer) and, in a GPU's namespace, a blocking one for reading a NIC
+    queue's backlog (``PauseDaemon._backlog`` waits for that answer)."""
+
+    def __init__(self) -> None:
+        self.nonblocking: dict[str | None, socket.socket] = {}
+        self.blocking: dict[str, socket.socket] = {}
+
+    def for_namespace(self, ns: str | None) -> socket.socket:
+        """The non-blocking socket of ``ns``, opened with its blocking twin on first use."""
+        if ns not in self.nonblocking:
+            self.nonblocking[ns] = _in_netns(ns, tbfmsg.route_socket)
+            if ns is not None:
+                self.blocking[ns] = _in_netns(ns, lambda: tbfmsg.route_socket(timeout=0.05))
+        return self.nonblocking[ns]
+
+    def drain_errors(self) -> int:
+        """Errors the kernel answered to tbf changes since the last call."""
+        return sum(len(tbfmsg.drain_errors(s)) for s in self.nonblocking.values())
+
+
+@dataclass
+class LoopStats:
+    """What the loop did, for the status file."""
+
+    xoffs: int = 0
+    pauses: int = 0
+    resumes: int = 0
+    stalls: int = 0  # resumes with backlog that sent nothing within STALL_NS
+    resyncs: int = 0
+    eaten: int = 0  # pauses of an empty queue whose bucket had to be eaten
+    cut_short: int = 0  # resumes ended by a new pause before any frame left (not measured)
+    netlink_errors: int = 0
+    xoff_at: list[float] = field(default_factory=list)  # XOFF threshold at each crossing (bytes): dynamic ones vary
+    pause_lat_ms: list[float] = field(default_factory=list)
+    resume_lat_ms: list[float] = field(default_factory=list)
+
+
+class LoopGaps:
+    """Times something kept the loop from watching for over 2 ms, by phase: counted, the longest
+    kept, and each one a line of pfc_gaps.txt (when, ns at the end of the gap; phase; ms)."""
+
+    def __init__(self) -> None:
+        self.count: dict[str, int] = {}
+        self.max_ms: dict[str, float] = {}
+        self.lines: list[str] = []  # not yet handed to the writer
+
+    def note(self, phase: str, seconds: float, at_ns: int | None = None) -> None:
+        """A loop phase that took ``seconds`` (or a sleep that overslept by that much)."""
+        if seconds > 0.002:
+            self.count[phase] = self.count.get(phase, 0) + 1
+            self.max_ms[phase] = max(self.max_ms.get(phase, 0.0), round(seconds * 1e3, 3))
+            self.lines.append(f"{at_ns or time.monotonic_ns()} {phase} {seconds * 1e3:.3f}\n")
+
+
+class PauseDaemon:
+    """The pause daemon's loop: watches the kernel's queue table, pauses and resumes feeders,
+    measures pause and resume latencies, and hands status and log lines to the writer."""
+
     def __init__(self, policy: dict) -> None:
         self.policy = policy
-        self.queues: dict = policy["queues"]
-        self.poll_s = policy["poll_us"] / 1e6
-        self.qids = sorted(self.queues)
-        self.slot = {qid: i for i, qid in enumerate(self.qids)}
+        self.cfg = DaemonConfig.from_policy(policy)
         self.bell = bpfmaps.Doorbell()  # first: select() wants a low fd
         self.table = bpfmaps.QueueTable()
+        self.sockets = NetlinkSockets()
+        self.tx: dict[str, Transmitter] = self._open_transmitters()
+        self.cfg.check_fits()
+        self._arm_thresholds()
+        self.last_over = np.zeros(len(self.cfg.watched), dtype=np.uint64)
+        self.seen = self._open_sources()
+        self.next_extend_ns = 0
+        self.held: dict[str, set[str]] = {}  # congested queue -> the feeders it holds
+        self.pending: list[tuple] = []  # (due_ns, kind, crossed_ns, feeders, cause, noticed_ns)
+        self.kicks: collections.deque[Transmitter] = collections.deque()  # changed, frame not sent yet
+        self.stats = LoopStats()
+        self.gaps = LoopGaps()
+        self.log: list[str] = []  # pfc.txt lines not yet handed to the writer
+        self.lat_log: list[str] = []  # pfc_latency.txt lines
+        self.scheduling = ""  # how the loop is run (real-time, cores, idle polling), set by main
+
+    def _open_transmitters(self) -> dict[str, Transmitter]:
+        """Every queue's kernel row cleared and found by its devices (enqueue on the queue's own,
+        departure on its veth peer's), and a Transmitter to pause it with."""
         enq, deq = bpfmaps.open_pinned("tb_enq_slot"), bpfmaps.open_pinned("tb_deq_slot")
-        t = self.table.table
-        socks: dict[str | None, socket.socket] = {}
-        self.ask: dict[str, socket.socket] = {}
-        self.tx: dict[str, Transmitter] = {}
-        for qid in self.qids:
-            q = self.queues[qid]
-            s = self.slot[qid]
-            t[s, :] = 0
+        tx = {}
+        for qid in self.cfg.qids:
+            q, s = self.cfg.queues[qid], self.cfg.slot[qid]
+            self.table.table[s, :] = 0
             if q["kind"] == "switch":
                 bpfmaps.update_u32(enq, _ifindex(q["dev"]), s)
             bpfmaps.update_u32(deq, _ifindex(q["peer"]), s)
-            ns = q["netns"]
-            if ns not in socks:
-                socks[ns] = _in_netns(ns, tbfmsg.route_socket)
-                if ns is not None:  # blocking, for reading a NIC queue's backlog (see _backlog)
-                    self.ask[ns] = _in_netns(ns, lambda: tbfmsg.route_socket(timeout=0.05))
-            ifindex = _in_netns(ns, lambda: _ifindex(q["dev"]))
-
-            def kick_socket(dev=q["dev"]):
-                k = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
-                # frames held in a paused queue keep counting against the socket's send
-                # buffer; with the default one a later kick would fail (EAGAIN) unseen
-                k.setsockopt(socket.SOL_SOCKET, 32, 1 << 22)  # SO_SNDBUFFORCE (root): 4 MB
-                k.bind((dev, 0))
-                k.setblocking(False)
-                return k
-
-            self.tx[qid] = Transmitter(qid, q, s, ifindex, socks[ns], _in_netns(ns, kick_socket),
-                                       policy["rate_bps"], policy["burst_bytes"], policy["mtu"])
+            tx[qid] = self._transmitter(qid, q, s)
         os.close(enq)
         os.close(deq)
-        self.socks = list(socks.values())
-        self.watched = [qid for qid in self.qids if self.queues[qid].get("xoff")]
-        self.watched_slots = np.array([self.slot[q] for q in self.watched], dtype=np.int64)
-        # dynamic thresholds: one extra row per switch counts the bytes in its pool
-        switches = sorted({self.queues[q]["dynamic"]["switch"] for q in self.watched if self.queues[q].get("dynamic")})
-        self.switch_slot = {sw: len(self.qids) + i for i, sw in enumerate(switches)}
-        if len(self.qids) + len(switches) > bpfmaps.MAX_QUEUES:
-            raise SystemExit(f"pfcd: {len(self.qids)} queues and {len(switches)} switch pools do not fit the "
-                             f"kernel's {bpfmaps.MAX_QUEUES} rows")
-        for row in self.switch_slot.values():
+        return tx
+
+    def _transmitter(self, qid: str, q: dict, s: int) -> Transmitter:
+        """The Transmitter of queue ``qid``, with its namespace's netlink socket and its own raw one."""
+        ns = q["netns"]
+        sock = self.sockets.for_namespace(ns)
+        ifindex = _in_netns(ns, lambda: _ifindex(q["dev"]))
+        return Transmitter(qid, q, s, ifindex, sock, _in_netns(ns, lambda: _kick_socket(q["dev"])),
+                           self.policy["rate_bps"], self.policy["burst_bytes"], self.policy["mtu"])
+
+    def _arm_thresholds(self) -> None:
+        """The watched queues' thresholds into their kernel rows (switch pools cleared first)."""
+        t = self.table.table
+        for row in self.cfg.switch_slot.values():
             t[row, :] = 0
-        for qid in self.watched:
-            row, q = t[self.slot[qid]], self.queues[qid]
+        for qid in self.cfg.watched:
+            row, q = t[self.cfg.slot[qid]], self.cfg.queues[qid]
             if q.get("dynamic"):
                 d = q["dynamic"]
-                row[F["shared"]], row[F["sw_slot"]] = d["shared"], self.switch_slot[d["switch"]]
+                row[F["shared"]], row[F["sw_slot"]] = d["shared"], self.cfg.switch_slot[d["switch"]]
                 row[F["alpha_x256"]] = max(1, round(d["alpha"] * 256))
             row[F["xon"]] = q["xon"]
             row[F["xoff"]] = q["xoff"]  # xoff last: it arms the crossing
-        self.last_over = np.zeros(len(self.watched), dtype=np.uint64)
-        # ingress accounting: which NICs' packets are in a queue (kernel: tb_src, tb_seen)
-        nic_index = {nic: i for i, nic in enumerate(sorted(policy.get("nics", {})))}
-        self.seen = bpfmaps.QueueTable("tb_seen", bpfmaps.MAX_NICS)
+
+    def _open_sources(self) -> bpfmaps.QueueTable:
+        """Ingress accounting: the kernel maps each NIC's address to its column (tb_src) and stamps,
+        per watched queue, when a packet of that NIC last entered it (tb_seen, returned)."""
+        seen = bpfmaps.QueueTable("tb_seen", bpfmaps.MAX_NICS)
         src_map = bpfmaps.open_pinned("tb_src")
-        for nic, ip in policy.get("nics", {}).items():
-            bpfmaps.update_u32(src_map, bpfmaps.ip_key(ip), nic_index[nic])
+        for nic, ip in self.policy.get("nics", {}).items():
+            bpfmaps.update_u32(src_map, bpfmaps.ip_key(ip), self.cfg.nic_index[nic])
         os.close(src_map)
-        for qid in self.watched:
-            self.seen.table[self.slot[qid], :] = 0
-        self.sources = {qid: [(f, frozenset(nic_index[n] for n in self.queues[qid].get("sources", {}).get(f, [])
-                                                if n in nic_index))
-                              for f in self.queues[qid]["feeders"]] for qid in self.watched}
-        self.next_extend_ns = 0
-        # packets that entered within the time the queue takes to drain XOFF bytes (x1.5) are still in it
-        # (dynamic: the highest XOFF the queue can see)
-        self.window_ns = {qid: int(1.5 * self.queues[qid].get("dynamic", {}).get("xoff_max", self.queues[qid]["xoff"])
-                                   * 8 / policy["rate_bps"] * 1e9) for qid in self.watched}
-        self.xoff_at: list[float] = []  # the XOFF threshold of every crossing (bytes): dynamic ones vary
-        self.held: dict[str, set[str]] = {}  # congested queue -> the feeders it holds
-        self.log: list[str] = []  # pfc.txt lines not yet handed to the writer
-        self.lat_log: list[str] = []  # pfc_latency.txt lines
-        self.pending: list[tuple] = []  # (due_ns, kind, crossed_ns, feeders, cause, noticed_ns)
-        self.pause_lat_ms: list[float] = []
-        self.resume_lat_ms: list[float] = []
-        self.stalls = 0
-        self.pauses = self.resumes = self.xoffs = 0
-        self.netlink_errors = 0
-        self.resyncs = 0
-        self.eaten = 0  # pauses of an empty queue whose bucket had to be eaten
-        self.cut_short = 0  # resumes ended by a new pause before any frame left (not measured)
-        self.kicks: collections.deque[Transmitter] = collections.deque()  # changed, frame not sent yet
-        self.gaps: dict[str, int] = {}  # loop phase -> times it kept the helper away over 2 ms
-        self.gap_max_ms: dict[str, float] = {}
-        self.scheduling = ""  # how the loop is run (real-time, cores, idle polling), set by main
-        self.gap_log: list[str] = []  # pfc_gaps.txt lines: when (ns, end of the gap), phase, ms
-        self.frame = policy["mtu"] + 14
+        for qid in self.cfg.watched:
+            seen.table[self.cfg.slot[qid], :] = 0
+        return seen
 
     # ------------------------------------------------------------------ loop
     def step(self) -> None:
+        """One turn: act on every XOFF/XON crossing since the last, extend held pauses, measure."""
         t = self.table.table
-        over = t[self.watched_slots, F["over"]]
+        over = t[self.cfg.watched_slots, F["over"]]
         changed = np.nonzero(over != self.last_over)[0]
         if len(changed):
             now = time.monotonic_ns()
             for i in changed:
-                cause = self.watched[i]
+                cause = self.cfg.watched[i]
                 if over[i]:
                     self._xoff(cause, now)
                 else:
@@ -265,16 +365,17 @@ class Helper:
     def _active_feeders(self, cause: str, since_ns: int) -> list[str]:
         """Feeders of ``cause`` through which some NIC whose packets entered it
         after ``since_ns`` came."""
-        active = set(np.flatnonzero(self.seen.table[self.slot[cause]] >= since_ns).tolist())
-        return [f for f, nics in self.sources[cause] if not nics.isdisjoint(active)]
+        active = set(np.flatnonzero(self.seen.table[self.cfg.slot[cause]] >= since_ns).tolist())
+        return [f for f, nics in self.cfg.sources[cause] if not nics.isdisjoint(active)]
 
     def _xoff(self, cause: str, now: int) -> None:
-        self.xoffs += 1
-        crossed = int(self.table.table[self.slot[cause], F["xoff_ns"]])
-        self.xoff_at.append(float(self.table.table[self.slot[cause], F["xoff_at"]]))
+        """``cause`` crossed XOFF: pause the feeders its recent packets came through (all if none known)."""
+        self.stats.xoffs += 1
+        crossed = int(self.table.table[self.cfg.slot[cause], F["xoff_ns"]])
+        self.stats.xoff_at.append(float(self.table.table[self.cfg.slot[cause], F["xoff_at"]]))
         self.held[cause] = set()
-        active = self._active_feeders(cause, crossed - self.window_ns[cause])
-        self._hold(cause, active or list(self.queues[cause]["feeders"]), crossed, now)  # none known: all
+        active = self._active_feeders(cause, crossed - self.cfg.window_ns[cause])
+        self._hold(cause, active or list(self.cfg.queues[cause]["feeders"]), crossed, now)  # none known: all
 
     def _hold(self, cause: str, feeders: list[str], crossed: int, now: int) -> None:
         """Pause those of ``feeders`` that ``cause`` does not hold yet."""
@@ -291,7 +392,7 @@ class Helper:
                     tx.resume_item.backlog = 0  # paused again before its XON frame: nothing to measure
                 self._pause(tx)
                 tx.pause_cross_ns, tx.pause_notice_ns, tx.pause_cause = crossed, now, cause
-                self.pauses += 1
+                self.stats.pauses += 1
                 fresh.append(tx)
                 self.log.append(f"{now} {tx.node} {tx.node_type} {tx.port} 1 {cause}\n")
         if fresh:
@@ -303,8 +404,8 @@ class Helper:
         once their bytes piled up)."""
         now = time.monotonic_ns()
         for cause, held in self.held.items():
-            if len(held) < len(self.queues[cause]["feeders"]):
-                active = self._active_feeders(cause, now - self.window_ns[cause])
+            if len(held) < len(self.cfg.queues[cause]["feeders"]):
+                active = self._active_feeders(cause, now - self.cfg.window_ns[cause])
                 if not set(active) <= held:
                     self._hold(cause, active, now, now)
 
@@ -316,12 +417,13 @@ class Helper:
         t = self.table.table
         if t[tx.slot, F["resume_mark"]]:  # resumed, but no frame has left since: that resume measures nothing
             tx.cut_short = tx.resumes
-            self.cut_short += 1
+            self.stats.cut_short += 1
         tx.deq_at_change = tx.deq_after_kick = int(t[tx.slot, F["deq_bytes"]])
         tx.change(tx.pause_msg)
         self._kick_later(tx)
 
     def _kick_later(self, tx: Transmitter) -> None:
+        """Queue ``tx``'s XOFF/XON frame for ``kick`` (once, however often it changes meanwhile)."""
         if not tx.kick_due:
             tx.kick_due = True
             self.kicks.append(tx)
@@ -331,9 +433,9 @@ class Helper:
         state now calls for). Separate from the tbf changes, which all go out
         at the crossing, so a crossing waits for one send at most: a send also
         runs the CPU's pending network softirq work (forwarding others'
-        packets). One step that paused 8 transmitters, frames included, held
-        the loop 31 ms while other queues crossed XOFF; single sends have
-        taken up to 8.5 ms since (logged as "kick" hold-ups).
+        packets), which can take milliseconds (logged as "kick" hold-ups);
+        sending every frame of a crossing in one turn would keep the loop from
+        seeing other queues cross XOFF for that long each.
 
         After an XOFF frame: if it left too (the kernel stamps MAC control
         frames), the queue ran dry with part of the bucket unused, and a later
@@ -348,18 +450,19 @@ class Helper:
             kicked_ns = time.monotonic_ns()
             tx.send_frame(tx.xoff_frame)
             tx.deq_after_kick = int(t[tx.slot, F["deq_bytes"]])
-            left = self.frame - (tx.deq_after_kick - tx.deq_at_change)  # bucket still unused
+            left = self.cfg.frame - (tx.deq_after_kick - tx.deq_at_change)  # bucket still unused
             if int(t[tx.slot, F["ctl_deq_ns"]]) >= kicked_ns and left - 59 >= len(tx.xoff_frame):
                 tx.send_frame(tx.xoff_frame.ljust(left - 59, b"\0"))
-                self.eaten += 1
+                self.stats.eaten += 1
         else:
             tx.send_frame(tx.xon_frame)
             if tx.resume_item is not None and tx.resume_item.backlog is None:
                 tx.resume_item.backlog = self._backlog(tx)
 
     def _xon(self, cause: str, now: int) -> None:
+        """``cause`` fell below XON: resume the feeders it held that no other queue holds."""
         t = self.table.table
-        crossed = int(t[self.slot[cause], F["xon_ns"]])
+        crossed = int(t[self.cfg.slot[cause], F["xon_ns"]])
         fresh = []
         for f in sorted(self.held.pop(cause, ())):
             tx = self.tx[f]
@@ -376,7 +479,7 @@ class Helper:
                 t[tx.slot, F["resume_mark"]] = 1
                 tx.change(tx.resume_msg)
                 self._kick_later(tx)
-                self.resumes += 1
+                self.stats.resumes += 1
                 tx.resumes += 1
                 tx.resume_item = ResumeProbe(tx, tx.resumes)
                 fresh.append(tx.resume_item)
@@ -390,18 +493,10 @@ class Helper:
             return
         last = int(self.table.table[tx.slot, F["last_deq_ns"]])
         lat = (last - tx.pause_cross_ns) / 1e6 if last > tx.pause_cross_ns else 0.0
-        self.pause_lat_ms.append(lat)
+        self.stats.pause_lat_ms.append(lat)
         later = int(self.table.table[tx.slot, F["deq_bytes"]]) - tx.deq_after_kick
         self._latency_line("pause", tx, tx.pause_cause, tx.pause_cross_ns, tx.pause_notice_ns, last, lat, later)
         tx.pause_cross_ns = 0
-
-    def note_gap(self, phase: str, seconds: float, at_ns: int | None = None) -> None:
-        """A loop phase that took over 2 ms (or a sleep that overslept by that
-        much): the helper was not watching. Counted, and the longest kept."""
-        if seconds > 0.002:
-            self.gaps[phase] = self.gaps.get(phase, 0) + 1
-            self.gap_max_ms[phase] = max(self.gap_max_ms.get(phase, 0.0), round(seconds * 1e3, 3))
-            self.gap_log.append(f"{at_ns or time.monotonic_ns()} {phase} {seconds * 1e3:.3f}\n")
 
     def _latency_line(self, kind: str, tx: Transmitter, cause: str, crossed: int, noticed: int, seen: int,
                       lat_ms: float, later: int = 0) -> None:
@@ -416,18 +511,18 @@ class Helper:
         while, read the real backlog (netlink, a few queues only) and correct."""
         t = self.table.table
         now = time.monotonic_ns()
-        for qid, slot in zip(self.watched, self.watched_slots):
+        for qid, slot in zip(self.cfg.watched, self.cfg.watched_slots):
             row = t[slot]
             if not row[F["over"]] or now - int(row[F["xoff_ns"]]) < 50_000_000:
                 continue
             counted = _counted_backlog(row)
-            real = _real_backlog(ipr, self.queues[qid]["dev"])
-            if real is None or counted - real <= self.frame:
+            real = _real_backlog(ipr, self.cfg.queues[qid]["dev"])
+            if real is None or counted - real <= self.cfg.frame:
                 continue
             row[F["drop_adjust"]] += counted - real
             if row[F["alpha_x256"]]:  # the bytes were counted into the switch's pool too
                 t[int(row[F["sw_slot"]]), F["drop_adjust"]] += counted - real
-            self.resyncs += 1
+            self.stats.resyncs += 1
             if real < int(row[F["xon"]]):
                 row[F["xon_ns"]] = time.monotonic_ns()
                 row[F["over"]] = 0
@@ -441,13 +536,14 @@ class Helper:
             if self.table.table[tx.slot, F["first_deq_ns"]]:
                 return 1
             try:
-                stats = tbfmsg.queue_stats(self.ask[self.queues[tx.qid]["netns"]], tx.ifindex)
+                stats = tbfmsg.queue_stats(self.sockets.blocking[self.cfg.queues[tx.qid]["netns"]], tx.ifindex)
             except (OSError, KeyError):
                 return None
             return stats["backlog"] if stats else None
         return _counted_backlog(self.table.table[tx.slot])
 
     def _measure(self) -> None:
+        """Pause and resume latencies whose departures are due to be read (MEASURE_AFTER_NS after)."""
         now = time.monotonic_ns()
         t = self.table.table
         while self.pending and self.pending[0][0] <= now:
@@ -468,51 +564,51 @@ class Helper:
                     if first:
                         lat = max(0, first - crossed) / 1e6
                     else:
-                        self.stalls += 1  # had backlog, sent nothing for 30 ms after resume
+                        self.stats.stalls += 1  # had backlog, sent nothing for 30 ms after resume
                         lat = STALL_NS / 1e6
-                    self.resume_lat_ms.append(lat)
+                    self.stats.resume_lat_ms.append(lat)
                     self._latency_line("resume", tx, cause, crossed, noticed, first, lat)
 
     # ---------------------------------------------------------------- status
     def status(self) -> dict:
-        for s in self.socks:
-            self.netlink_errors += len(tbfmsg.drain_errors(s))
+        """The status document (pfc_status.json): counts, pauses now, latencies, loop hold-ups."""
+        self.stats.netlink_errors += self.sockets.drain_errors()
         t = self.table.table
         return {
             "pid": os.getpid(),
             "ready": True,
             "updated": time.time(),
-            "xoff_crossings": self.xoffs,
-            "pauses": self.pauses,
-            "resumes": self.resumes,
+            "xoff_crossings": self.stats.xoffs,
+            "pauses": self.stats.pauses,
+            "resumes": self.stats.resumes,
             "paused_now": sorted(q for q, tx in self.tx.items() if tx.holders),
-            "over_now": [q for q, o in zip(self.watched, t[self.watched_slots, F["over"]]) if o],
-            "pause_latency_ms": percentiles(self.pause_lat_ms),
-            "resume_latency_ms": percentiles(self.resume_lat_ms),
-            "xoff_threshold_bytes": _spread(self.xoff_at),
-            "resume_stalls": self.stalls,
-            "backlog_resyncs": self.resyncs,
-            "empty_pauses": self.eaten,
+            "over_now": [q for q, o in zip(self.cfg.watched, t[self.cfg.watched_slots, F["over"]]) if o],
+            "pause_latency_ms": percentiles(self.stats.pause_lat_ms),
+            "resume_latency_ms": percentiles(self.stats.resume_lat_ms),
+            "xoff_threshold_bytes": _spread(self.stats.xoff_at),
+            "resume_stalls": self.stats.stalls,
+            "backlog_resyncs": self.stats.resyncs,
+            "empty_pauses": self.stats.eaten,
             "kick_errors": Transmitter.kick_errors,
-            "resumes_cut_short": self.cut_short,
+            "resumes_cut_short": self.stats.cut_short,
             "scheduling": self.scheduling,
             "doorbell_rings": self.bell.rings,
-            "loop_gaps": self.gaps,
-            "loop_gap_max_ms": self.gap_max_ms,
-            "netlink_errors": self.netlink_errors,
-            "max_backlog": {q: int(t[self.slot[q], F["max_backlog"]]) for q in self.watched
-                            if t[self.slot[q], F["max_backlog"]]},
+            "loop_gaps": self.gaps.count,
+            "loop_gap_max_ms": self.gaps.max_ms,
+            "netlink_errors": self.stats.netlink_errors,
+            "max_backlog": {q: int(t[self.cfg.slot[q], F["max_backlog"]]) for q in self.cfg.watched
+                            if t[self.cfg.slot[q], F["max_backlog"]]},
         }
 
     def hand_over(self, writer: "Writer") -> None:
         """Status and new log lines to the writer thread (no file I/O here)."""
         for at, took in Transmitter.slow_changes:
-            self.note_gap("netlink", took, at)
+            self.gaps.note("netlink", took, at)
         Transmitter.slow_changes.clear()
         doc = self.status()
         logs = {os.path.basename(self.policy["log"]): self.log, "pfc_latency.txt": self.lat_log,
-                "pfc_gaps.txt": self.gap_log}
-        self.log, self.lat_log, self.gap_log = [], [], []
+                "pfc_gaps.txt": self.gaps.lines}
+        self.log, self.lat_log, self.gaps.lines = [], [], []
         writer.put(doc, logs)
 
     def release_all(self) -> None:
@@ -528,8 +624,8 @@ class Helper:
 
 class Writer(threading.Thread):
     """Writes the status JSON and appends the logs, off the fast loop: on a disk
-    /run, ext4 flushes a file renamed over another at once, which held the loop
-    for up to 0.5 s while it wrote status in line (blocking I/O releases the GIL)."""
+    /run, ext4 flushes a file renamed over another at once, which can block for
+    hundreds of milliseconds (blocking I/O releases the GIL, so the loop runs on)."""
 
     def __init__(self, policy: dict) -> None:
         super().__init__(name="pfcd-writer", daemon=True)
@@ -542,8 +638,9 @@ class Writer(threading.Thread):
         self.inbox.put((doc, logs))
 
     def run(self) -> None:
+        """Until ``close``: each status replaces the file, each log line is appended."""
         # real-time too, one step below the loop: a normal thread descheduled while it
-        # holds the GIL kept the loop waiting for the GIL (gaps of 10+ ms)
+        # holds the GIL keeps the loop waiting for the GIL (gaps of 10+ ms)
         try:
             os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(5))
         except (OSError, AttributeError):
@@ -569,6 +666,7 @@ class Writer(threading.Thread):
                 fh.close()
 
     def close(self) -> None:
+        """Write what is queued, then stop (waits up to 10 s)."""
         self.inbox.put(None)
         self.join(timeout=10)
 
@@ -587,6 +685,7 @@ def _counted_backlog(row) -> int:
 
 
 def _real_backlog(sock: socket.socket, dev: str) -> int | None:
+    """A root-namespace queue's backlog as its qdisc reports it (None: no answer)."""
     try:
         stats = tbfmsg.queue_stats(sock, _ifindex(dev))
     except OSError:
@@ -596,7 +695,7 @@ def _real_backlog(sock: socket.socket, dev: str) -> int | None:
 
 def _away_from_pmd() -> str:
     """Run the loop on a core OVS's PMD thread does not poll: a FIFO thread
-    sharing the PMD's core waited behind its long kernel sends (loop gaps of
+    sharing the PMD's core waits behind its long kernel sends (loop gaps of
     10-20 ms). Nothing changes on a one-core machine or if OVS does not say."""
     import re
     import subprocess
@@ -617,10 +716,10 @@ def _away_from_pmd() -> str:
 def _no_idle_halt() -> tuple[int | None, str]:
     """Ask the kernel (PM QoS, /dev/cpu_dma_latency = 0 us) to poll instead of
     halting idle CPUs, for as long as the returned fd stays open. In a VM a
-    halted vCPU is woken by the host, and that wake-up was the helper's worst
-    lateness here: a 200 us sleep overslept by p99.9 2.1 ms / max 6.9 ms on an
+    halted vCPU is woken by the host, and that wake-up is the daemon's worst
+    lateness: a 200 us sleep oversleeps by p99.9 2.1 ms / max 6.9 ms on an
     idle machine with halting, p99.9 0.14 ms with polling. The cost is host
-    CPU for the idle vCPU time while the helper runs; the kernel drops the
+    CPU for the idle vCPU time while the daemon runs; the kernel drops the
     request when the process exits, however it exits."""
     import struct
 
@@ -632,11 +731,11 @@ def _no_idle_halt() -> tuple[int | None, str]:
     return fd, "idle CPUs poll"
 
 
-def _quiet_gc(helper: Helper) -> None:
+def _quiet_gc(daemon: PauseDaemon) -> None:
     """Python's full garbage collection scans every container object: ~7 ms
     for the ~23k this process holds after start-up, more on a busy CPU, with
     the GIL held whichever thread runs it. Everything built so far lives as
-    long as the helper, so it is frozen out of the scan; collections that
+    long as the daemon, so it is frozen out of the scan; collections that
     still take over 2 ms are logged as "gc" hold-ups."""
     gc.collect()
     gc.freeze()
@@ -646,7 +745,7 @@ def _quiet_gc(helper: Helper) -> None:
         if phase == "start":
             started[0] = time.monotonic()
         elif started[0]:
-            helper.note_gap("gc", time.monotonic() - started[0])
+            daemon.gaps.note("gc", time.monotonic() - started[0])
 
     gc.callbacks.append(timed)
 
@@ -665,10 +764,38 @@ def _realtime() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the pause daemon on a policy file until SIGTERM/SIGINT or its controller's exit;
+    every queue it paused is resumed on the way out."""
     ap = argparse.ArgumentParser(prog="pfcd")
     ap.add_argument("--policy", required=True)
     args = ap.parse_args(argv)
     policy = json.loads(Path(args.policy).read_text())
+    stop = _stop_on_signals()
+    daemon = PauseDaemon(policy)
+    sys.setswitchinterval(0.0005)  # the loop gets the GIL back from the writer within 0.5 ms, not 5
+    writer = Writer(policy)
+    writer.start()  # before _realtime: the writer thread stays SCHED_OTHER
+    qos_fd, idle = _no_idle_halt()
+    sched = daemon.scheduling = ", ".join((_realtime(), _away_from_pmd(), idle))
+    _quiet_gc(daemon)
+    daemon.hand_over(writer)
+    print(f"pfcd: watching {len(daemon.cfg.watched)} queues, {len(daemon.tx)} transmitters, poll "
+          f"{policy['poll_us']} us, scheduling {sched}", file=sys.stderr, flush=True)
+    parent = os.getppid()
+    ipr = tbfmsg.route_socket(timeout=0.05)  # blocking: resync waits for each answer
+    try:
+        _loop(daemon, writer, stop, ipr, parent)
+    finally:
+        daemon.release_all()
+        daemon.hand_over(writer)
+        writer.close()
+        if qos_fd is not None:
+            os.close(qos_fd)
+    return 0
+
+
+def _stop_on_signals() -> dict:
+    """A flag that SIGTERM and SIGINT raise, so the loop ends between turns and resumes every queue."""
     stop = {"flag": False}
 
     def on_signal(signum, frame):
@@ -676,54 +803,41 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    helper = Helper(policy)
-    sys.setswitchinterval(0.0005)  # the loop gets the GIL back from the writer within 0.5 ms, not 5
-    writer = Writer(policy)
-    writer.start()  # before _realtime: the writer thread stays SCHED_OTHER
-    qos_fd, idle = _no_idle_halt()
-    sched = helper.scheduling = ", ".join((_realtime(), _away_from_pmd(), idle))
-    _quiet_gc(helper)
-    helper.hand_over(writer)
-    print(f"pfcd: watching {len(helper.watched)} queues, {len(helper.tx)} transmitters, poll "
-          f"{policy['poll_us']} us, scheduling {sched}", file=sys.stderr, flush=True)
+    return stop
+
+
+def _loop(daemon: PauseDaemon, writer: Writer, stop: dict, ipr, parent: int) -> None:
+    """The fast loop: a step, at most one frame, resync every 0.1 s and status every second, then
+    sleep until the doorbell rings or ``poll_s`` passed; each phase over 2 ms is a noted gap."""
+    gaps, poll_s = daemon.gaps, daemon.cfg.poll_s
     next_status = time.monotonic() + 1.0
-    parent = os.getppid()
-    ipr = tbfmsg.route_socket(timeout=0.05)  # blocking: resync waits for each answer
     next_resync = time.monotonic() + 0.1
-    try:
-        while not stop["flag"]:
-            t0 = time.monotonic()
-            helper.step()
-            now = time.monotonic()
-            helper.note_gap("step", now - t0)
-            if helper.kicks:  # one frame a turn: a crossing meanwhile is seen before the next one
-                helper.kick()
-                t1 = time.monotonic()
-                helper.note_gap("kick", t1 - now)
-                now = t1
-            if now >= next_resync:
-                helper.resync(ipr)
-                helper.note_gap("resync", time.monotonic() - now)
-                next_resync = now + 0.1
-            if now >= next_status:
-                helper.hand_over(writer)
-                helper.note_gap("status", time.monotonic() - now)
-                next_status = now + 1.0
-                if os.getppid() != parent:
-                    print("pfcd: the controller is gone; resuming every queue and exiting", file=sys.stderr)
-                    break
-            if helper.kicks:
-                continue
+    while not stop["flag"]:
+        t0 = time.monotonic()
+        daemon.step()
+        now = time.monotonic()
+        gaps.note("step", now - t0)
+        if daemon.kicks:  # one frame a turn: a crossing meanwhile is seen before the next one
+            daemon.kick()
             t1 = time.monotonic()
-            if not helper.bell.wait(helper.poll_s):
-                helper.note_gap("sleep", time.monotonic() - t1 - helper.poll_s)  # timed out late by that much
-    finally:
-        helper.release_all()
-        helper.hand_over(writer)
-        writer.close()
-        if qos_fd is not None:
-            os.close(qos_fd)
-    return 0
+            gaps.note("kick", t1 - now)
+            now = t1
+        if now >= next_resync:
+            daemon.resync(ipr)
+            gaps.note("resync", time.monotonic() - now)
+            next_resync = now + 0.1
+        if now >= next_status:
+            daemon.hand_over(writer)
+            gaps.note("status", time.monotonic() - now)
+            next_status = now + 1.0
+            if os.getppid() != parent:
+                print("pfcd: the controller is gone; resuming every queue and exiting", file=sys.stderr)
+                break
+        if daemon.kicks:
+            continue
+        t1 = time.monotonic()
+        if not daemon.bell.wait(poll_s):
+            gaps.note("sleep", time.monotonic() - t1 - poll_s)  # timed out late by that much
 
 
 if __name__ == "__main__":

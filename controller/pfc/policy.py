@@ -1,6 +1,6 @@
 """PFC policy: thresholds, per-queue buffer limits and which queues feed which.
 
-Pure logic, no root. The helper (``pfcd``) executes what this computes: when a
+Pure logic, no root. The pause daemon (``pfcd``) executes what this computes: when a
 switch egress queue's backlog crosses XOFF it pauses the queue's *feeders*
 (the upstream egress queues whose traffic the routing can send into it), and
 resumes them when the backlog drops below XON; a feeder held by several
@@ -14,7 +14,7 @@ Sizes (all bytes; ``frame`` = MTU + 14):
 
 * headroom per feeding link >= 2 frames (one being sent when the pause lands,
   one the pause mechanism lets through: a paused tbf still releases the frame
-  its fresh bucket allows) + what the link carries during the helper's
+  its fresh bucket allows) + what the link carries during the daemon's
   worst reaction time (``rate * reaction_ms``);
 * xoff defaults to half the buffer, xon to xoff - 2 frames (at least 1 frame);
 * or, with ``dynamic_alpha`` (Broadcom's dynamic threshold, the one HPCC's
@@ -60,8 +60,8 @@ class PfcConfig:
     xon_bytes: int | None = None
     headroom_bytes: int | None = None  # per feeding link
     dynamic_alpha: float | None = None  # dynamic threshold: xoff = alpha x the switch's free shared buffer
-    poll_us: int = DEFAULT_POLL_US  # helper poll interval, 50 .. 5000
-    reaction_ms: float = DEFAULT_REACTION_MS  # assumed worst reaction time of the helper (sizes the headroom)
+    poll_us: int = DEFAULT_POLL_US  # the daemon's poll interval, 50 .. 5000
+    reaction_ms: float = DEFAULT_REACTION_MS  # assumed worst reaction time of the daemon (sizes the headroom)
 
     @classmethod
     def from_dict(cls, d: dict | None) -> "PfcConfig":
@@ -94,10 +94,12 @@ class ResolvedPfc:
 
 
 def _rate_text(rate_bps: float) -> str:
+    """A rate as a user writes it, for error messages."""
     return f"{rate_bps / 1e6:g} Mbit/s" if rate_bps >= 1e6 else f"{rate_bps / 1e3:g} kbit/s"
 
 
 def _whole(name: str, value) -> int | None:
+    """A byte setting: None (the default) or a whole number >= 0."""
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
@@ -118,46 +120,83 @@ def resolve(cfg: PfcConfig, rate_bps: float, mtu: int, buffer_bytes: int) -> Res
     Values are checked even with ``enabled=False`` (a bad setting is bad either way). With
     ``dynamic_alpha`` the thresholds are the kernel's to compute: xoff/xon given as well are
     refused, and the resolved xoff/xon are the floors (2 frames, 1 frame)."""
+    _check_link(rate_bps, mtu, buffer_bytes)
+    xoff = _whole("xoff", cfg.xoff_bytes)
+    xon = _whole("xon", cfg.xon_bytes)
+    headroom = _whole("headroom", cfg.headroom_bytes)
+    poll_us = _poll_us(cfg.poll_us)
+    reaction_ms = _reaction_ms(cfg.reaction_ms)
+    alpha = _dynamic_alpha(cfg.dynamic_alpha, xoff, xon)
+    frame = mtu + ETH_HEADER
+    need = min_headroom(rate_bps, mtu, reaction_ms)
+    headroom = _headroom(headroom, need, frame, rate_bps, reaction_ms)
+    if alpha is not None:
+        xoff, xon = 2 * frame, frame  # floors of the kernel's dynamic thresholds
+    xoff, xon = _thresholds(xoff, xon, frame, buffer_bytes)
+    return ResolvedPfc(enabled=bool(cfg.enabled), xoff_bytes=xoff, xon_bytes=xon, headroom_bytes=headroom,
+                       min_headroom_bytes=need, frame_bytes=frame, buffer_bytes=buffer_bytes,
+                       rate_bps=float(rate_bps), mtu=mtu, poll_us=poll_us, reaction_ms=float(reaction_ms),
+                       dynamic_alpha=alpha)
+
+
+def _check_link(rate_bps: float, mtu: int, buffer_bytes: int) -> None:
+    """The datapath values every PFC size is derived from must make sense first."""
     if not rate_bps > 0:
         raise TestbedError(f"link rate {rate_bps!r} bit/s must be > 0 for PFC")
     if isinstance(mtu, bool) or not isinstance(mtu, int) or mtu < 1:
         raise TestbedError(f"mtu {mtu!r} must be a whole number >= 1 for PFC")
     if isinstance(buffer_bytes, bool) or not isinstance(buffer_bytes, int) or buffer_bytes < 1:
         raise TestbedError(f"buffer {buffer_bytes!r} B must be a whole number >= 1 for PFC")
-    xoff = _whole("xoff", cfg.xoff_bytes)
-    xon = _whole("xon", cfg.xon_bytes)
-    headroom = _whole("headroom", cfg.headroom_bytes)
-    poll_us = DEFAULT_POLL_US if cfg.poll_us is None else cfg.poll_us
+
+
+def _poll_us(poll_us) -> int:
+    """The daemon's poll interval: whole microseconds within POLL_US_RANGE (None: the default)."""
+    poll_us = DEFAULT_POLL_US if poll_us is None else poll_us
     if isinstance(poll_us, bool) or not isinstance(poll_us, int):
         raise TestbedError(f"pfc poll_us {poll_us!r} is not a whole number of microseconds")
     if not POLL_US_RANGE[0] <= poll_us <= POLL_US_RANGE[1]:
         raise TestbedError(f"pfc poll_us {poll_us} is out of range: expected {POLL_US_RANGE[0]} .. "
                            f"{POLL_US_RANGE[1]} us")
-    reaction_ms = DEFAULT_REACTION_MS if cfg.reaction_ms is None else cfg.reaction_ms
+    return poll_us
+
+
+def _reaction_ms(reaction_ms) -> float:
+    """The daemon's assumed worst reaction time, which sizes the headroom (None: the default)."""
+    reaction_ms = DEFAULT_REACTION_MS if reaction_ms is None else reaction_ms
     if isinstance(reaction_ms, bool) or not isinstance(reaction_ms, (int, float)) or not reaction_ms > 0:
         raise TestbedError(f"pfc reaction_ms {reaction_ms!r} must be > 0 (the helper's worst reaction time)")
-    alpha = cfg.dynamic_alpha
-    if alpha is not None:
-        if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or \
-                not MIN_DYNAMIC_ALPHA <= alpha <= MAX_DYNAMIC_ALPHA:
-            raise TestbedError(f"pfc dynamic_alpha {alpha!r} is out of range: expected 1/128 (0.0078125) <= alpha "
-                               f"<= {MAX_DYNAMIC_ALPHA:g}")
-        given = [f"{name} {v} B" for name, v in (("xoff", xoff), ("xon", xon)) if v is not None]
-        if given:
-            raise TestbedError(f"pfc {given[0]} conflicts with dynamic_alpha {alpha:g}: the XOFF threshold is then "
-                               "alpha x the switch's free buffer; leave xoff and xon unset")
-        alpha = float(alpha)
+    return reaction_ms
 
-    frame = mtu + ETH_HEADER
-    need = min_headroom(rate_bps, mtu, reaction_ms)
+
+def _dynamic_alpha(alpha, xoff: int | None, xon: int | None) -> float | None:
+    """Dynamic thresholds' alpha, in the range the kernel can hold; static xoff/xon given with it
+    conflict, since the kernel then computes the thresholds."""
+    if alpha is None:
+        return None
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or \
+            not MIN_DYNAMIC_ALPHA <= alpha <= MAX_DYNAMIC_ALPHA:
+        raise TestbedError(f"pfc dynamic_alpha {alpha!r} is out of range: expected 1/128 (0.0078125) <= alpha "
+                           f"<= {MAX_DYNAMIC_ALPHA:g}")
+    given = [f"{name} {v} B" for name, v in (("xoff", xoff), ("xon", xon)) if v is not None]
+    if given:
+        raise TestbedError(f"pfc {given[0]} conflicts with dynamic_alpha {alpha:g}: the XOFF threshold is then "
+                           "alpha x the switch's free buffer; leave xoff and xon unset")
+    return float(alpha)
+
+
+def _headroom(headroom: int | None, need: int, frame: int, rate_bps: float, reaction_ms: float) -> int:
+    """Headroom per feeding link: at least what is in flight (``need``); None: that, rounded up."""
     if headroom is None:
-        headroom = -(-need // HEADROOM_ROUND) * HEADROOM_ROUND
-    elif headroom < need:
+        return -(-need // HEADROOM_ROUND) * HEADROOM_ROUND
+    if headroom < need:
         raise TestbedError(
             f"pfc headroom {headroom} B is below the {need} B in flight on one link (2 frames of {frame} B + "
             f"{need - 2 * frame} B at {_rate_text(rate_bps)} in {reaction_ms:g} ms)")
-    if alpha is not None:
-        xoff, xon = 2 * frame, frame  # floors of the kernel's dynamic thresholds
+    return headroom
+
+
+def _thresholds(xoff: int | None, xon: int | None, frame: int, buffer_bytes: int) -> tuple[int, int]:
+    """XOFF and XON with their defaults: XOFF inside the buffer and at least two frames, XON below it."""
     if xoff is None:
         xoff = buffer_bytes // 2
     if xoff > buffer_bytes:
@@ -169,10 +208,7 @@ def resolve(cfg: PfcConfig, rate_bps: float, mtu: int, buffer_bytes: int) -> Res
         xon = max(xoff - 2 * frame, frame)
     if xon >= xoff:
         raise TestbedError(f"pfc xon {xon} B must be below xoff {xoff} B")
-    return ResolvedPfc(enabled=bool(cfg.enabled), xoff_bytes=xoff, xon_bytes=xon, headroom_bytes=headroom,
-                       min_headroom_bytes=need, frame_bytes=frame, buffer_bytes=buffer_bytes,
-                       rate_bps=float(rate_bps), mtu=mtu, poll_us=poll_us, reaction_ms=float(reaction_ms),
-                       dynamic_alpha=alpha)
+    return xoff, xon
 
 
 def shared_buffer(resolved: ResolvedPfc, n_ports: int) -> int:
@@ -193,7 +229,7 @@ def queue_limit(resolved: ResolvedPfc, n_feeders: int, xoff_max: int | None = No
     PFC on: ``xoff + n_feeders * headroom`` (with dynamic thresholds, the
     highest XOFF the queue can see, ``xoff_max``, stands for xoff). Up to XOFF the queue fills like
     any buffer; after XOFF each of its ``n_feeders`` feeding links may still
-    deliver up to one headroom (frames in flight plus the helper's reaction
+    deliver up to one headroom (frames in flight plus the daemon's reaction
     time), reserved per feeding link as a real switch reserves headroom per
     ingress port, so a correctly reacting PFC never drops. PFC off: the plain
     ``buffer_bytes``."""
@@ -308,7 +344,7 @@ def sources_via(fabric: Fabric) -> dict[str, dict[str, frozenset[str]]]:
     enter the queue through that feeder}, from every host-routed path.
 
     What real PFC's ingress accounting needs: a switch pauses an ingress port
-    only for bytes that came in on it. The helper, seeing which NICs' packets
+    only for bytes that came in on it. The daemon, seeing which NICs' packets
     sit in a congested queue (the kernel stamps each NIC's last arrival per
     queue), pauses only the feeders those NICs' traffic came through, not
     every link that could have carried some."""
@@ -363,7 +399,7 @@ def thresholds(fabric: Fabric, resolved: ResolvedPfc) -> dict[str, dict]:
 
 
 def policy_doc(fabric: Fabric, resolved: ResolvedPfc, nic_limit_bytes: int | None = None) -> dict:
-    """JSON-able policy for the helper. Keys:
+    """JSON-able policy for the pause daemon. Keys:
 
     * ``version`` (1), ``fabric`` (``Fabric.describe()``), ``kind``, ``n_gpus``;
     * ``config``: the resolved settings (``ResolvedPfc`` as a dict): ``enabled``,

@@ -8,6 +8,7 @@ Ctrl-C half way removes exactly what exists and nothing else.
 from __future__ import annotations
 
 import array
+import contextlib
 import fcntl
 import json
 import os
@@ -15,12 +16,12 @@ import socket
 import struct
 import subprocess
 import time
-from dataclasses import dataclass, field
 
 from pyroute2 import IPRoute
 
 from testbed import netns
 from testbed.datapath import ALIAS, LINK_GROUP, DatapathPlan, shaper_lines
+from testbed.emulation.state import Created
 from testbed.errors import EnvironmentProblem
 
 SIOCETHTOOL = 0x8946
@@ -30,6 +31,7 @@ OVS_SNDBUF_BYTES = 16 * 1024 * 1024
 
 
 def run(cmd: list[str], stdin: str | None = None, timeout: float = 120) -> str:
+    """Run a command; a failure is one line naming the command and its last error line."""
     proc = subprocess.run(cmd, input=stdin, text=True, capture_output=True, timeout=timeout)
     if proc.returncode:
         last = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit status {proc.returncode}"
@@ -54,6 +56,7 @@ def offloads_off(names: list[str]) -> None:
 
 
 def _write(path: str, value) -> None:
+    """Set a sysctl; one a kernel does not have is skipped (the fabric works without it)."""
     try:
         with open(path, "w") as fh:
             fh.write(str(value))
@@ -61,115 +64,129 @@ def _write(path: str, value) -> None:
         pass
 
 
-@dataclass
-class Created:
-    """What this run made, for exact teardown."""
-
-    netns: list[str] = field(default_factory=list)
-    links: list[str] = field(default_factory=list)  # root-namespace devices (one end per veth suffices)
-    ovs_bridges: list[str] = field(default_factory=list)
-    qos_uuid: str | None = None
-
-    def as_dict(self) -> dict:
-        return {"netns": self.netns, "links": self.links, "ovs_bridges": self.ovs_bridges, "qos_uuid": self.qos_uuid}
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "Created":
-        return cls(d.get("netns", []), d.get("links", []), d.get("ovs_bridges", []), d.get("qos_uuid"))
-
-
 def build(plan: DatapathPlan, controller_port: int, created: Created, timings: dict,
           limits: dict[str, int] | None = None, bpf_obj=None) -> None:
     """Build ``plan``. ``limits`` overrides the byte limit of some switch queues
     (PFC: xoff + headroom per feeding link); ``bpf_obj`` (PFC on) is the
     compiled queue-watch object to attach to every queue."""
-    t0 = time.monotonic()
-    cfg = plan.config
+    with _timed(timings, "netns_s"):
+        _add_namespaces(plan, created)
+    with _timed(timings, "links_s"):
+        _add_links(plan, created)
+    with _timed(timings, "hosts_s"):
+        for host in plan.hosts:
+            _configure_host(plan, host)
+    with _timed(timings, "ovs_s"):
+        _build_ovs(plan, controller_port, created)
+    with _timed(timings, "queues_s"):
+        _add_queues(plan, limits or {}, bpf_obj)
+
+
+@contextlib.contextmanager
+def _timed(timings: dict, key: str):
+    """Record how long a phase took (seconds, ms resolution): ``up`` reports each phase."""
+    t = time.monotonic()
+    yield
+    timings[key] = round(time.monotonic() - t, 3)
+
+
+def _add_namespaces(plan: DatapathPlan, created: Created) -> None:
+    """Every namespace in one ``ip -batch``; refuses names that exist, which are not ours to reuse."""
     os.makedirs(netns.NETNS_DIR, exist_ok=True)
     for name in plan.netns_names:
         if netns.exists(name):
             raise EnvironmentProblem(f"network namespace {name} already exists: run 'testbed clean'")
     run(["ip", "-batch", "-"], "".join(f"netns add {n}\n" for n in plan.netns_names))
     created.netns.extend(plan.netns_names)
-    timings["netns_s"] = round(time.monotonic() - t0, 3)
 
-    t = time.monotonic()
+
+def _add_links(plan: DatapathPlan, created: Created) -> None:
+    """The root namespace's veths and receive bridges, wired, marked as ours and up."""
     ipr = IPRoute()
     try:
-        for a, b, b_ns, b_mac in plan.veths:
-            if ipr.link_lookup(ifname=a):
-                raise EnvironmentProblem(f"interface {a} already exists: run 'testbed clean'")
-            peer = {"ifname": b, "mtu": cfg.mtu}
-            if b_ns:
-                peer["net_ns_fd"] = b_ns
-            if b_mac:
-                peer["address"] = b_mac
-            ipr.link("add", ifname=a, kind="veth", mtu=cfg.mtu, peer=peer)
-            created.links.append(a)
+        _add_veths(ipr, plan, created)
         for br in plan.bridges:
             # no multicast snooping: a snooping bridge sends router-discovery (224.0.0.106) into the switch
             ipr.link("add", ifname=br, kind="bridge", br_stp_state=0, br_forward_delay=0, br_ageing_time=0,
                      br_mcast_snooping=0)
             created.links.append(br)
-        lines = []
-        for br, slaves in plan.bridges.items():
-            feed = slaves[-1]
-            for dev in slaves:
-                lines.append(f"link set dev {dev} master {br}")
-            for dev in slaves[:-1]:
-                lines.append(f"link set dev {dev} type bridge_slave learning off flood off "
-                             "mcast_flood off bcast_flood off")
-            lines.append(f"link set dev {feed} type bridge_slave learning off flood on")
-        for dev in plan.root_devices:
-            lines.append(f"link set dev {dev} alias {ALIAS} group {LINK_GROUP}")
-        run(["ip", "-batch", "-"], "\n".join(lines) + "\n")
+        run(["ip", "-batch", "-"], "\n".join(_bridge_port_lines(plan)) + "\n")
         offloads_off([d for d in plan.root_devices if d not in plan.bridges])
         for dev in plan.root_devices:
             _write(f"/proc/sys/net/ipv6/conf/{dev}/disable_ipv6", 1)
-            # no IGMPv3 membership reports when it comes up: sent into a switch port, they were table misses
+            # IGMPv2: no membership reports when it comes up (sent into a switch port, they are table misses)
             _write(f"/proc/sys/net/ipv4/conf/{dev}/force_igmp_version", 2)
             ipr.link("set", index=ipr.link_lookup(ifname=dev)[0], state="up")
     finally:
         ipr.close()
-    timings["links_s"] = round(time.monotonic() - t, 3)
 
-    t = time.monotonic()
-    for host in plan.hosts:
-        _configure_host(plan, host)
-    timings["hosts_s"] = round(time.monotonic() - t, 3)
 
-    t = time.monotonic()
-    _build_ovs(plan, controller_port, created)
-    timings["ovs_s"] = round(time.monotonic() - t, 3)
+def _add_veths(ipr: IPRoute, plan: DatapathPlan, created: Created) -> None:
+    """Every veth pair, its far end straight into its namespace; each recorded as soon as it exists."""
+    mtu = plan.config.mtu
+    for a, b, b_ns, b_mac in plan.veths:
+        if ipr.link_lookup(ifname=a):
+            raise EnvironmentProblem(f"interface {a} already exists: run 'testbed clean'")
+        peer = {"ifname": b, "mtu": mtu}
+        if b_ns:
+            peer["net_ns_fd"] = b_ns
+        if b_mac:
+            peer["address"] = b_mac
+        ipr.link("add", ifname=a, kind="veth", mtu=mtu, peer=peer)
+        created.links.append(a)
 
-    t = time.monotonic()
-    root_tc = []
-    limits = limits or {}
-    for q in plan.queues:
-        if q.netns is None:
-            root_tc += shaper_lines(q.dev, cfg, limits.get(q.qid))
-    for far, target in plan.mirreds:
-        root_tc += [f"qdisc replace dev {far} clsact",
-                    f"filter add dev {far} ingress protocol all prio 2 u32 match u32 0 0 "
-                    f"action mirred egress redirect dev {target}"]
-    if bpf_obj is not None:
-        from controller.pfc import attach
 
-        root_tc += attach.tc_lines(plan.queues, bpf_obj, {far for far, _ in plan.mirreds})
-    procs = [_tc_batch(None, root_tc)]
+def _bridge_port_lines(plan: DatapathPlan) -> list[str]:
+    """``ip -batch`` lines: receive ends into their bridge, which floods only towards the switch
+    (its last port); every root device gets our alias and link group, by which clean-up finds it."""
+    lines = []
+    for br, slaves in plan.bridges.items():
+        feed = slaves[-1]
+        for dev in slaves:
+            lines.append(f"link set dev {dev} master {br}")
+        for dev in slaves[:-1]:
+            lines.append(f"link set dev {dev} type bridge_slave learning off flood off "
+                         "mcast_flood off bcast_flood off")
+        lines.append(f"link set dev {feed} type bridge_slave learning off flood on")
+    for dev in plan.root_devices:
+        lines.append(f"link set dev {dev} alias {ALIAS} group {LINK_GROUP}")
+    return lines
+
+
+def _add_queues(plan: DatapathPlan, limits: dict[str, int], bpf_obj) -> None:
+    """Every queue's shaper, one ``tc -batch`` per namespace, all running at once."""
+    procs = [_tc_batch(None, _root_tc_lines(plan, limits, bpf_obj))]
     by_ns: dict[str, list[str]] = {}
     for q in plan.queues:
         if q.netns:
-            by_ns.setdefault(q.netns, []).extend(shaper_lines(q.dev, cfg, cfg.nic_buffer_bytes))
+            by_ns.setdefault(q.netns, []).extend(shaper_lines(q.dev, plan.config, plan.config.nic_buffer_bytes))
     procs += [_tc_batch(ns, lines) for ns, lines in by_ns.items()]
     for proc in procs:
         _, err = proc.communicate(timeout=120)
         if proc.returncode:
             raise EnvironmentProblem(f"tc batch failed: {err.strip().splitlines()[-1:]}")
-    timings["queues_s"] = round(time.monotonic() - t, 3)
+
+
+def _root_tc_lines(plan: DatapathPlan, limits: dict[str, int], bpf_obj) -> list[str]:
+    """The root namespace's tc lines: switch queues, the redirects towards the GPUs and, with
+    PFC, the queue-watch counters."""
+    lines = []
+    for q in plan.queues:
+        if q.netns is None:
+            lines += shaper_lines(q.dev, plan.config, limits.get(q.qid))
+    for far, target in plan.mirreds:
+        lines += [f"qdisc replace dev {far} clsact",
+                  f"filter add dev {far} ingress protocol all prio 2 u32 match u32 0 0 "
+                  f"action mirred egress redirect dev {target}"]
+    if bpf_obj is not None:
+        from controller.pfc import queue_watch
+
+        lines += queue_watch.tc_lines(plan.queues, bpf_obj, {far for far, _ in plan.mirreds})
+    return lines
 
 
 def _tc_batch(ns: str | None, lines: list[str]) -> subprocess.Popen:
+    """Start one ``tc -batch`` (in namespace ``ns``) without waiting, so namespaces build in parallel."""
     cmd = ["tc", "-force", "-batch", "-"] if ns is None else ["tc", "-force", "-n", ns, "-batch", "-"]
     proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     proc.stdin.write("\n".join(lines) + "\n")
@@ -179,6 +196,7 @@ def _tc_batch(ns: str | None, lines: list[str]) -> subprocess.Popen:
 
 
 def _configure_host(plan: DatapathPlan, host) -> None:
+    """A GPU's namespace: sysctls, NICs up with their addresses, routes per plane, static neighbours."""
     cfg = plan.config
     with netns.inside(host.netns):
         # IGMPv2: no membership reports when the NICs come up (IGMPv3 sends them to
@@ -207,6 +225,7 @@ def _configure_host(plan: DatapathPlan, host) -> None:
 
 
 def _build_ovs(plan: DatapathPlan, controller_port: int, created: Created) -> None:
+    """Every switch in one ovsdb transaction, refusing bridges of the same names that are not ours."""
     for name in plan.ovs_ports:
         existing = subprocess.run(["ovs-vsctl", "br-exists", name], capture_output=True).returncode == 0
         if existing:

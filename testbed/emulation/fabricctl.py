@@ -1,8 +1,8 @@
 """The containerlab-like verbs on one fabric at a time: up, down, exec, status, clean.
 
 State of the running fabric (what was built, controller PID and port,
-timings) is in ``$TESTBED_STATE_DIR`` (default /run/zcube-testbed), together
-with the controller's config, log and status file. ``up`` either returns with
+timings: ``FabricState``) is in ``$TESTBED_STATE_DIR`` (default /run/zcube-testbed),
+together with the controller's config, log and status file. ``up`` either returns with
 a ready fabric or removes everything it made, also on Ctrl-C.
 """
 
@@ -24,40 +24,50 @@ from pathlib import Path
 from testbed import netns
 from testbed.datapath import ALIAS, NETNS_PREFIX, DatapathConfig, DatapathPlan, plan_datapath
 from testbed.emulation import build
+from testbed.emulation.state import Created, FabricState
 from testbed.errors import EnvironmentProblem, TestbedError
 from testbed.fabric import Fabric, build_fabric
 
 READY_TIMEOUT_S = 60
+# files of an earlier fabric that a new one would otherwise append to or be misread by
+_LEFTOVER_FILES = ("status.json", "controller.log", "pfc.txt", "pfc_latency.txt", "pfc_gaps.txt", "pfc_status.json",
+                   "pfcd.log")
 
 
 def state_dir() -> Path:
+    """Where the running fabric's files live (one fabric per machine)."""
     return Path(os.environ.get("TESTBED_STATE_DIR", "/run/zcube-testbed"))
 
 
 def state_file() -> Path:
+    """The running fabric's ``FabricState``, as JSON."""
     return state_dir() / "state.json"
 
 
 def require_root() -> None:
+    """Refuse early, in one line, what would fail half way without root."""
     if os.geteuid() != 0:
         raise EnvironmentProblem("this verb needs root (network namespaces, Open vSwitch): run it with sudo")
 
 
 def require_ovs() -> None:
+    """Refuse early, in one line, what would fail half way without Open vSwitch."""
     proc = subprocess.run(["ovs-vsctl", "--timeout=5", "show"], capture_output=True, text=True)
     if proc.returncode:
         raise EnvironmentProblem("Open vSwitch is not running: start it with scripts/setup.sh "
                                  "(or /usr/share/openvswitch/scripts/ovs-ctl start)")
 
 
-def load_state() -> dict | None:
+def load_state() -> FabricState | None:
+    """The running fabric's state (None: no fabric is up)."""
     try:
-        return json.loads(state_file().read_text())
+        return FabricState.from_json(state_file().read_text())
     except FileNotFoundError:
         return None
 
 
-def require_state() -> dict:
+def require_state() -> FabricState:
+    """The running fabric's state, or the one-line error that says how to start one."""
     st = load_state()
     if st is None:
         raise TestbedError("no fabric is up: start one with 'testbed up zcube' or 'testbed up roft'")
@@ -65,6 +75,7 @@ def require_state() -> dict:
 
 
 def _alive(pid: int | None) -> bool:
+    """Whether ``pid`` runs (a zombie does not: it is only waiting to be reaped)."""
     if not pid:
         return False
     try:
@@ -78,104 +89,134 @@ def _alive(pid: int | None) -> bool:
 
 
 def _free_port() -> int:
+    """A TCP port nothing listens on, for the controller."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
-def fabric_of_state(st: dict) -> Fabric:
-    return build_fabric(**st["fabric"])
+def fabric_of_state(st: FabricState) -> Fabric:
+    """The model of the running fabric."""
+    return st.model()
 
 
 # ----------------------------------------------------------------------- up
 def up(fabric_args: dict, config: DatapathConfig, miswire: tuple[str, str] | None = None,
-       log=print, pfc=None) -> dict:
+       log=print, pfc=None) -> FabricState:
     """Build, program and verify a fabric; return its state. Raises on failure
     after removing everything it made. ``pfc``: a PfcConfig (None or disabled:
     lossy queues, no pause)."""
     fabric = build_fabric(**fabric_args)  # bad parameters fail before anything is touched
     plan = plan_datapath(fabric, config)
-    pfc_on = pfc is not None and pfc.enabled
-    limits: dict[str, int] = {}
-    if pfc_on:
-        from controller.pfc import launch
-        from controller.pfc import policy as pfc_policy
-
-        pfc = launch.with_burst_headroom(pfc, config.rate_bps, config.mtu, config.burst_bytes)
-        resolved = pfc_policy.resolve(pfc, config.rate_bps, config.mtu, config.buffer_bytes)  # bad thresholds fail here
-        limits = {q: th["limit"] for q, th in pfc_policy.thresholds(fabric, resolved).items()}
+    pfc, limits = _pfc_queue_limits(fabric, config, pfc)  # bad thresholds fail here
     if miswire:
         _miswire(plan, *miswire)
     require_root()
     require_ovs()
-    existing = load_state()
-    if existing is not None:
-        if _alive(existing.get("controller_pid")) or any(netns.exists(n) for n in existing["created"]["netns"]):
-            raise TestbedError(f"a fabric is already up ({existing['fabric']['kind']}, "
-                               f"{existing['fabric']['gpus']} GPUs): run 'testbed down' first")
-        raise TestbedError("a stale fabric state was left behind: run 'testbed clean' first")
-
+    _refuse_second_fabric()
     t0 = time.monotonic()
+    sdir = _fresh_state_dir()
+    st = FabricState(fabric={"kind": fabric.kind, **_fabric_kwargs(fabric)}, config=asdict(config),
+                     created=Created(), controller_port=_free_port(), queues=[asdict(q) for q in plan.queues],
+                     state_dir=str(sdir), pfc=asdict(pfc) if pfc is not None else {"enabled": False},
+                     queue_limits=limits)
+    _save(st)  # from here on, 'clean' can find what exists even if this process dies
+    try:
+        _bring_up(st, fabric, plan, t0, log)
+    except BaseException:
+        _undo_up(st, log)
+        raise
+    return st
+
+
+def _pfc_queue_limits(fabric: Fabric, config: DatapathConfig, pfc) -> tuple:
+    """The PFC settings with the links' burst in the headroom, and the switch queues' byte limits
+    they give ({} without PFC): checked before anything is touched."""
+    if pfc is None or not pfc.enabled:
+        return pfc, {}
+    from controller.pfc import launch
+    from controller.pfc import policy as pfc_policy
+
+    pfc = launch.with_burst_headroom(pfc, config.rate_bps, config.mtu, config.burst_bytes)
+    resolved = pfc_policy.resolve(pfc, config.rate_bps, config.mtu, config.buffer_bytes)
+    return pfc, {q: th["limit"] for q, th in pfc_policy.thresholds(fabric, resolved).items()}
+
+
+def _refuse_second_fabric() -> None:
+    """One fabric per machine: a running one needs 'down', a dead one's leftovers 'clean'."""
+    existing = load_state()
+    if existing is None:
+        return
+    if _alive(existing.controller_pid) or any(netns.exists(n) for n in existing.created.netns):
+        raise TestbedError(f"a fabric is already up ({existing.fabric['kind']}, "
+                           f"{existing.fabric['gpus']} GPUs): run 'testbed down' first")
+    raise TestbedError("a stale fabric state was left behind: run 'testbed clean' first")
+
+
+def _fresh_state_dir() -> Path:
+    """The state directory, without an earlier fabric's logs and status files."""
     sdir = state_dir()
     sdir.mkdir(parents=True, exist_ok=True)
-    for leftover in ("status.json", "controller.log", "pfc.txt", "pfc_latency.txt", "pfc_gaps.txt", "pfc_status.json",
-                     "pfcd.log"):
+    for leftover in _LEFTOVER_FILES:
         (sdir / leftover).unlink(missing_ok=True)
-    created = build.Created()
-    port = _free_port()
-    st = {"fabric": {"kind": fabric.kind, **_fabric_kwargs(fabric)}, "config": asdict(config),
-          "controller_port": port, "controller_pid": None, "created": created.as_dict(),
-          "queues": [asdict(q) for q in plan.queues], "timings": {}, "warnings": [],
-          "state_dir": str(sdir), "pfc": asdict(pfc) if pfc is not None else {"enabled": False},
-          "queue_limits": limits}
-    _save(st)  # from here on, 'clean' can find what exists even if this process dies
-    timings = st["timings"]
-    ovs_settings: dict = {}
-    try:
-        st["controller_pid"] = _start_controller(st, sdir)
-        _save(st)
-        restore_wmem = _prepare_ovs_send_buffer(st)
-        ovs_settings = _set_ovs_tuning()
-        st["ovs_restore"] = ovs_settings
-        bpf_obj = None
-        if pfc_on:
-            from controller.pfc import attach
+    return sdir
 
-            attach.ensure_bpffs()
-            attach.remove_pins()
-            bpf_obj = attach.compile_object(sdir / "queue_watch.o")
-        try:
-            build.build(plan, port, created, timings, limits, bpf_obj)
-        finally:
-            st["created"] = created.as_dict()
-            _save(st)
-        build.wait_ovs_ports(plan)
-        status = _wait_ready(st, fabric, log)
-        timings["controller_ready_s"] = round(time.monotonic() - t0, 3)
-        _first_send(plan)
-        if restore_wmem is not None:
-            build._write("/proc/sys/net/core/wmem_default", restore_wmem)
-        if (build.ovs_send_buffer_bytes() or 0) < build.OVS_SNDBUF_BYTES // 2:
-            st["warnings"].append("ovs-vswitchd's AF_PACKET send buffer is small: switch queues will drop "
-                                  "silently inside OVS; restart OVS with no other bridges to fix")
-        st["controller_status"] = {"miss_packets": status["miss_packets"], "cabling": status["cabling"]}
-        timings["up_s"] = round(time.monotonic() - t0, 3)
+
+def _bring_up(st: FabricState, fabric: Fabric, plan: DatapathPlan, t0: float, log) -> None:
+    """Start the controller, build the datapath, wait until the controller verified it; the
+    state file is saved after each step that makes something, for 'clean'."""
+    st.controller_pid = _start_controller(st)
+    _save(st)
+    restore_wmem = _prepare_ovs_send_buffer(st)
+    st.ovs_restore = _set_ovs_tuning()
+    bpf_obj = _prepare_queue_watch(st.directory) if st.pfc_enabled else None
+    try:
+        build.build(plan, st.controller_port, st.created, st.timings, st.queue_limits, bpf_obj)
+    finally:
         _save(st)
-        return st
-    except BaseException:
-        if os.environ.get("TESTBED_KEEP_ON_FAILURE"):
-            log("up failed: TESTBED_KEEP_ON_FAILURE is set, leaving it for inspection ('testbed clean' removes it)")
-            raise
-        log("up failed: removing what was built")
-        _stop_pfc(st)
-        _stop_controller(st.get("controller_pid"))
-        build.teardown(created)
-        _restore_ovs_tuning(ovs_settings)
-        state_file().unlink(missing_ok=True)
-        raise
+    build.wait_ovs_ports(plan)
+    status = _wait_ready(st, fabric, log)
+    st.timings["controller_ready_s"] = round(time.monotonic() - t0, 3)
+    _first_send(plan)
+    _check_send_buffer(st, restore_wmem)
+    st.controller_status = {"miss_packets": status["miss_packets"], "cabling": status["cabling"]}
+    st.timings["up_s"] = round(time.monotonic() - t0, 3)
+    _save(st)
+
+
+def _prepare_queue_watch(sdir: Path) -> Path:
+    """PFC: the BPF filesystem mounted, no maps pinned by an earlier fabric, the programs compiled."""
+    from controller.pfc import queue_watch
+
+    queue_watch.ensure_bpffs()
+    queue_watch.remove_pins()
+    return queue_watch.compile_object(sdir / "queue_watch.o")
+
+
+def _check_send_buffer(st: FabricState, restore_wmem: str | None) -> None:
+    """Give wmem_default back once OVS made its socket, and warn if that socket's buffer is small."""
+    if restore_wmem is not None:
+        build._write("/proc/sys/net/core/wmem_default", restore_wmem)
+    if (build.ovs_send_buffer_bytes() or 0) < build.OVS_SNDBUF_BYTES // 2:
+        st.warnings.append("ovs-vswitchd's AF_PACKET send buffer is small: switch queues will drop "
+                           "silently inside OVS; restart OVS with no other bridges to fix")
+
+
+def _undo_up(st: FabricState, log) -> None:
+    """A failed or interrupted ``up``: remove what it made (unless asked to keep it for inspection)."""
+    if os.environ.get("TESTBED_KEEP_ON_FAILURE"):
+        log("up failed: TESTBED_KEEP_ON_FAILURE is set, leaving it for inspection ('testbed clean' removes it)")
+        return
+    log("up failed: removing what was built")
+    _stop_pfc(st)
+    _stop_process(st.controller_pid)
+    build.teardown(st.created)
+    _restore_ovs_tuning(st.ovs_restore or {})
+    state_file().unlink(missing_ok=True)
 
 
 def _fabric_kwargs(f: Fabric) -> dict:
+    """The ``build_fabric`` keyword arguments that rebuild ``f`` from the state file."""
     p = dict(f.params)
     out = {"gpus": p["gpus"]}
     if f.kind == "zcube":
@@ -185,9 +226,10 @@ def _fabric_kwargs(f: Fabric) -> dict:
     return out
 
 
-def _save(st: dict) -> None:
+def _save(st: FabricState) -> None:
+    """Atomically: a reader (or 'clean' after a crash) never sees half a state file."""
     tmp = state_file().with_suffix(".tmp")
-    tmp.write_text(json.dumps(st, indent=1))
+    tmp.write_text(st.to_json())
     os.replace(tmp, state_file())
 
 
@@ -206,14 +248,16 @@ def _miswire(plan: DatapathPlan, port_a: str, port_b: str) -> None:
     plan.bridges[bb][plan.bridges[bb].index(db)] = da
 
 
-def _start_controller(st: dict, sdir: Path) -> int:
-    cfg = {"fabric": st["fabric"], "status_file": str(sdir / "status.json"), "state_dir": str(sdir),
-           "datapath": st["config"], "pfc": st["pfc"]}
+def _start_controller(st: FabricState) -> int:
+    """Start the controller in its own session (Ctrl-C in the terminal is ``up``'s to handle)."""
+    sdir = st.directory
+    cfg = {"fabric": st.fabric, "status_file": str(sdir / "status.json"), "state_dir": str(sdir),
+           "datapath": st.config, "pfc": st.pfc}
     (sdir / "controller.json").write_text(json.dumps(cfg))
     log = open(sdir / "controller.log", "ab")
     repo = Path(__file__).resolve().parents[2]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "controller", "--port", str(st["controller_port"]), "--config",
+        [sys.executable, "-m", "controller", "--port", str(st.controller_port), "--config",
          str(sdir / "controller.json")],
         stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=repo, start_new_session=True,
         env={**os.environ, "PYTHONPATH": str(repo)},
@@ -221,20 +265,22 @@ def _start_controller(st: dict, sdir: Path) -> int:
     return proc.pid
 
 
-def _stop_pfc(st: dict) -> None:
-    """Stop the PFC helper (it resumes every queue it holds on the way out)
+def _stop_pfc(st: FabricState) -> None:
+    """Stop the pause daemon (it resumes every queue it holds on the way out)
     and unpin the queue-watch maps."""
-    if not st.get("pfc", {}).get("enabled"):
+    if not st.pfc_enabled:
         return
     pid = ((controller_status(st) or {}).get("pfc") or {}).get("pid")
     if pid:
-        _stop_controller(pid)
-    from controller.pfc import attach
+        _stop_process(pid)
+    from controller.pfc import queue_watch
 
-    attach.remove_pins()
+    queue_watch.remove_pins()
 
 
-def _stop_controller(pid: int | None) -> None:
+def _stop_process(pid: int | None) -> None:
+    """SIGTERM, so the process cleans up after itself (the pause daemon resumes its queues);
+    SIGKILL if it has not gone within 2.5 s."""
     if not _alive(pid):
         return
     os.kill(pid, signal.SIGTERM)
@@ -250,7 +296,7 @@ def _stop_controller(pid: int | None) -> None:
         pass
 
 
-def _prepare_ovs_send_buffer(st: dict) -> str | None:
+def _prepare_ovs_send_buffer(st: FabricState) -> str | None:
     """OVS sends on every system port through one AF_PACKET socket with the
     default send buffer, which silently drops once ~90 packets sit in the
     switch queues. The socket is made on the first send, with wmem_default:
@@ -261,8 +307,8 @@ def _prepare_ovs_send_buffer(st: dict) -> str | None:
     if current is not None:
         others = [b for b in build.run(["ovs-vsctl", "list-br"]).split()]
         if others:
-            st["warnings"].append("ovs-vswitchd already has a small AF_PACKET send buffer and other bridges "
-                                  f"({', '.join(others[:3])}); not restarting it")
+            st.warnings.append("ovs-vswitchd already has a small AF_PACKET send buffer and other bridges "
+                               f"({', '.join(others[:3])}); not restarting it")
             return None
         subprocess.run(["ovs-appctl", "-t", "ovs-vswitchd", "exit"], capture_output=True, timeout=30)
     old = Path("/proc/sys/net/core/wmem_default").read_text().strip()
@@ -281,6 +327,7 @@ def _set_ovs_tuning() -> dict:
 
 
 def _restore_ovs_tuning(saved: dict) -> None:
+    """Give OVS back the setting ``_set_ovs_tuning`` changed (it is machine-wide, not ours)."""
     if not saved:
         return
     value = saved.get("pmd-maxsleep")
@@ -292,51 +339,66 @@ def _restore_ovs_tuning(saved: dict) -> None:
                        capture_output=True)
 
 
-def controller_status(st: dict) -> dict | None:
+def controller_status(st: FabricState) -> dict | None:
+    """The controller's status file (None: not written yet, or half written)."""
     try:
-        return json.loads((Path(st["state_dir"]) / "status.json").read_text())
+        return json.loads((st.directory / "status.json").read_text())
     except (FileNotFoundError, json.JSONDecodeError):
         return None
 
 
-def _wait_ready(st: dict, fabric: Fabric, log) -> dict:
+def _wait_ready(st: FabricState, fabric: Fabric, log) -> dict:
+    """Until the controller verified every switch's flows and every cable (and PFC's daemon is
+    ready); fails as soon as the status shows a difference from the plan that will not go away."""
     deadline = time.monotonic() + READY_TIMEOUT_S
     status = None
     while time.monotonic() < deadline:
-        if not _alive(st["controller_pid"]):
-            tail = (Path(st["state_dir"]) / "controller.log").read_text(errors="replace").strip().splitlines()[-3:]
+        if not _alive(st.controller_pid):
+            tail = (st.directory / "controller.log").read_text(errors="replace").strip().splitlines()[-3:]
             raise EnvironmentProblem(f"the controller exited during bring-up: {' | '.join(tail)}")
         status = controller_status(st)
-        if status:
-            switches = status["switches"].values()
-            mismatch = [f"{n}: {s['mismatch']}" for n, s in status["switches"].items() if s["mismatch"]]
-            if mismatch:
-                raise EnvironmentProblem(f"flow read-back differs from the plan: {mismatch[0]}")
-            cabling = status["cabling"]
-            pfc = status.get("pfc") or {}
-            if pfc.get("error"):
-                raise EnvironmentProblem(f"the PFC helper failed: {pfc['error']}")
-            pfc_ready = not st["pfc"].get("enabled") or pfc.get("ready")
-            if all(s["verified"] for s in switches) and cabling["probes_sent"]:
-                if not cabling["wrong"] and pfc_ready:
-                    return status
-                found = len([w for w in cabling["wrong"].values() if w["found"]])
-                if cabling["wrong"] and cabling["confirmed"] + found == cabling["expected"]:
-                    port, w = next(iter(cabling["wrong"].items()))
-                    raise EnvironmentProblem(f"cabling differs from the plan: {port} should reach {w['expected']} "
-                                             f"but reaches {w['found']} ({len(cabling['wrong'])} cables wrong)")
+        if status and _ready(st, status):
+            return status
         time.sleep(0.1)
+    raise _not_ready(st, status)
+
+
+def _ready(st: FabricState, status: dict) -> bool:
+    """Whether one controller status says the fabric is ready; raises on a final difference
+    (flows read back wrong, the pause daemon failed, every cable probed and some wrong)."""
+    mismatch = [f"{n}: {s['mismatch']}" for n, s in status["switches"].items() if s["mismatch"]]
+    if mismatch:
+        raise EnvironmentProblem(f"flow read-back differs from the plan: {mismatch[0]}")
+    cabling = status["cabling"]
+    pfc = status.get("pfc") or {}
+    if pfc.get("error"):
+        raise EnvironmentProblem(f"the PFC helper failed: {pfc['error']}")
+    pfc_ready = not st.pfc_enabled or pfc.get("ready")
+    if not (all(s["verified"] for s in status["switches"].values()) and cabling["probes_sent"]):
+        return False
+    if not cabling["wrong"] and pfc_ready:
+        return True
+    found = len([w for w in cabling["wrong"].values() if w["found"]])
+    if cabling["wrong"] and cabling["confirmed"] + found == cabling["expected"]:
+        port, w = next(iter(cabling["wrong"].items()))
+        raise EnvironmentProblem(f"cabling differs from the plan: {port} should reach {w['expected']} "
+                                 f"but reaches {w['found']} ({len(cabling['wrong'])} cables wrong)")
+    return False
+
+
+def _not_ready(st: FabricState, status: dict | None) -> EnvironmentProblem:
+    """What kept the fabric from being ready within READY_TIMEOUT_S, from the last status."""
     if status is None:
-        raise EnvironmentProblem(f"the controller wrote no status within {READY_TIMEOUT_S} s")
-    if st["pfc"].get("enabled") and not (status.get("pfc") or {}).get("ready"):
-        raise EnvironmentProblem(f"the PFC helper was not ready within {READY_TIMEOUT_S} s "
-                                 f"(see {Path(st['state_dir']) / 'pfcd.log'})")
+        return EnvironmentProblem(f"the controller wrote no status within {READY_TIMEOUT_S} s")
+    if st.pfc_enabled and not (status.get("pfc") or {}).get("ready"):
+        return EnvironmentProblem(f"the PFC helper was not ready within {READY_TIMEOUT_S} s "
+                                  f"(see {st.directory / 'pfcd.log'})")
     waiting = [n for n, s in status["switches"].items() if not s["verified"]]
     if waiting:
-        raise EnvironmentProblem(f"switches not programmed within {READY_TIMEOUT_S} s: {', '.join(waiting[:5])}")
+        return EnvironmentProblem(f"switches not programmed within {READY_TIMEOUT_S} s: {', '.join(waiting[:5])}")
     port, w = next(iter(status["cabling"]["wrong"].items()))
-    raise EnvironmentProblem(f"cabling differs from the plan: {port} should reach {w['expected']} "
-                             f"but reaches {w['found'] or 'nothing'}")
+    return EnvironmentProblem(f"cabling differs from the plan: {port} should reach {w['expected']} "
+                              f"but reaches {w['found'] or 'nothing'}")
 
 
 def _first_send(plan: DatapathPlan) -> None:
@@ -350,13 +412,14 @@ def _first_send(plan: DatapathPlan) -> None:
 
 # --------------------------------------------------------------------- down
 def down() -> dict:
+    """Stop the fabric's processes and remove exactly what ``up`` recorded; return the timings."""
     require_root()
     st = require_state()
     t0 = time.monotonic()
     _stop_pfc(st)
-    _stop_controller(st.get("controller_pid"))
-    timings = build.teardown(build.Created.from_dict(st["created"]))
-    _restore_ovs_tuning(st.get("ovs_restore", {}))
+    _stop_process(st.controller_pid)
+    timings = build.teardown(st.created)
+    _restore_ovs_tuning(st.ovs_restore or {})
     state_file().unlink(missing_ok=True)
     timings["down_s"] = round(time.monotonic() - t0, 3)
     return timings
@@ -364,6 +427,7 @@ def down() -> dict:
 
 # --------------------------------------------------------------------- exec
 def exec_argv(host: str, argv: list[str]) -> list[str]:
+    """The command line that runs ``argv`` inside GPU ``host``'s namespace."""
     st = require_state()
     fabric = fabric_of_state(st)
     if not host.startswith("gpu") or not host[3:].isdigit() or not 1 <= int(host[3:]) <= fabric.n_gpus:
@@ -374,23 +438,22 @@ def exec_argv(host: str, argv: list[str]) -> list[str]:
 
 
 # ------------------------------------------------------------------- status
-def total_drops(st: dict) -> int:
+def total_drops(st: FabricState) -> int:
     """Packets every queue of the fabric has dropped so far."""
     return sum(q.get("drops", 0) for q in read_queues(st))
 
 
-def read_queues(st: dict) -> list[dict]:
+def read_queues(st: FabricState) -> list[dict]:
     """Backlog, drops and sent counters of every queue, through netlink. A row whose device or bfifo
     is gone (fabric going down) has no counters: callers must not read a missing field as 0.
 
-    One qdisc dump per namespace: pyroute2's ``get_qdiscs(index=...)`` dumps every qdisc of the
-    namespace and filters in Python, so a dump per queue cost 192 dumps of ~600 qdiscs on ROFT n=32
-    (12 s a sample idle, 25-28 s under load), and the replay's queue sampler outlived its stop()
-    into the teardown, where devices already deleted read as missing counters."""
+    One qdisc dump per namespace, not per queue: pyroute2's ``get_qdiscs(index=...)`` dumps every
+    qdisc of the namespace and filters in Python, so a dump per queue grows with the square of the
+    fabric (seconds a sample on ROFT n=32), long enough for a sampler to outlive the fabric."""
     from pyroute2 import IPRoute
 
     by_ns: dict[str | None, list[dict]] = {}
-    for q in st["queues"]:
+    for q in st.queues:
         by_ns.setdefault(q["netns"], []).append(q)
     out = []
     for ns, queues in by_ns.items():
@@ -398,31 +461,38 @@ def read_queues(st: dict) -> list[dict]:
         with ctx:
             ipr = IPRoute()
             try:
-                index = {link.get_attr("IFLA_IFNAME"): link["index"] for link in ipr.get_links()}
-                qdiscs: dict[int, list] = {}
-                for qd in ipr.get_qdiscs():
-                    qdiscs.setdefault(qd["index"], []).append(qd)
-                for q in queues:
-                    idx = index.get(q["dev"])
-                    row = {"queue": q["qid"], "towards": q["towards"], "kind": q["kind"]}
-                    for qd in qdiscs.get(idx, []) if idx is not None else []:
-                        if qd.get_attr("TCA_KIND") == "bfifo":
-                            s2 = qd.get_attr("TCA_STATS2")
-                            qs, basic = s2.get_attr("TCA_STATS_QUEUE"), s2.get_attr("TCA_STATS_BASIC")
-                            row.update(backlog=qs["backlog"], qlen=qs["qlen"], drops=qs["drops"],
-                                       packets=basic["packets"], bytes=basic["bytes"])
-                    out.append(row)
+                out += _queue_rows(ipr, queues)
             finally:
                 ipr.close()
     return out
 
 
-def pfc_state(st: dict) -> dict:
-    """The PFC helper's live view (its status file, rewritten once a second)."""
-    if not st.get("pfc", {}).get("enabled"):
+def _queue_rows(ipr, queues: list[dict]) -> list[dict]:
+    """The rows of one namespace's queues, from one link and one qdisc dump."""
+    index = {link.get_attr("IFLA_IFNAME"): link["index"] for link in ipr.get_links()}
+    qdiscs: dict[int, list] = {}
+    for qd in ipr.get_qdiscs():
+        qdiscs.setdefault(qd["index"], []).append(qd)
+    rows = []
+    for q in queues:
+        idx = index.get(q["dev"])
+        row = {"queue": q["qid"], "towards": q["towards"], "kind": q["kind"]}
+        for qd in qdiscs.get(idx, []) if idx is not None else []:
+            if qd.get_attr("TCA_KIND") == "bfifo":
+                s2 = qd.get_attr("TCA_STATS2")
+                qs, basic = s2.get_attr("TCA_STATS_QUEUE"), s2.get_attr("TCA_STATS_BASIC")
+                row.update(backlog=qs["backlog"], qlen=qs["qlen"], drops=qs["drops"],
+                           packets=basic["packets"], bytes=basic["bytes"])
+        rows.append(row)
+    return rows
+
+
+def pfc_state(st: FabricState) -> dict:
+    """The pause daemon's live view (its status file, rewritten once a second)."""
+    if not st.pfc_enabled:
         return {"enabled": False}
     try:
-        doc = json.loads((Path(st["state_dir"]) / "pfc_status.json").read_text())
+        doc = json.loads((st.directory / "pfc_status.json").read_text())
     except (OSError, ValueError):
         return {"enabled": True, "alive": False}
     return {"enabled": True, "alive": _alive(doc.get("pid")), "age_s": round(time.time() - doc.get("updated", 0), 1),
@@ -431,6 +501,7 @@ def pfc_state(st: dict) -> dict:
 
 
 def status() -> dict:
+    """``testbed status``: the fabric, its controller, every queue and PFC's pauses."""
     st = require_state()
     ctrl = controller_status(st) or {}
     pfc = pfc_state(st)
@@ -440,13 +511,13 @@ def status() -> dict:
         for q in queues:
             q["paused"], q["over_xoff"] = q["queue"] in paused, q["queue"] in over
     return {
-        "fabric": st["fabric"],
-        "config": st["config"],
-        "controller": {"pid": st["controller_pid"], "alive": _alive(st["controller_pid"]),
+        "fabric": st.fabric,
+        "config": st.config,
+        "controller": {"pid": st.controller_pid, "alive": _alive(st.controller_pid),
                        "switches_verified": sum(1 for s in ctrl.get("switches", {}).values() if s["verified"]),
                        "switches": len(ctrl.get("switches", {})), "miss_packets": ctrl.get("miss_packets")},
-        "timings": st["timings"],
-        "warnings": st["warnings"],
+        "timings": st.timings,
+        "warnings": st.warnings,
         "queues": queues,
         "pfc": pfc,
     }
@@ -458,49 +529,86 @@ def clean() -> list[str]:
     QoS rows marked with our external id, namespaces named tb-*, devices with
     our ifalias, controller processes started from our state directory."""
     require_root()
-    removed: list[str] = []
     st = load_state()
-    if st:
+    if st is not None:
         _stop_pfc(st)
-        _stop_controller(st.get("controller_pid"))
-        _restore_ovs_tuning(st.get("ovs_restore", {}))
-    marker = str(state_dir() / "controller.json")
-    pfc_marker = str(state_dir() / "pfc_policy.json")
+        _stop_process(st.controller_pid)
+        _restore_ovs_tuning(st.ovs_restore or {})
+    removed = _stop_our_processes()
+    removed += _remove_socket_folders()
+    if subprocess.run(["ovs-vsctl", "--timeout=5", "show"], capture_output=True).returncode == 0:
+        removed += _remove_ovs_rows()
+    removed += _remove_namespaces()
+    removed += _remove_links()
+    from controller.pfc import queue_watch
+
+    removed += [f"pinned BPF map {p}" for p in queue_watch.remove_pins()]
+    state_file().unlink(missing_ok=True)
+    return removed
+
+
+def _our_process(cmdline: list[bytes], sdir: Path) -> str | None:
+    """What a process of ours is, from its command line (None: not ours). The controller and
+    the pause daemon count only when started on the files of our state directory ``sdir``."""
+    if b"controller" in cmdline and str(sdir / "controller.json").encode() in cmdline:
+        return "controller"
+    if b"controller.pfc.pfcd" in cmdline and str(sdir / "pfc_policy.json").encode() in cmdline:
+        return "PFC helper"
+    if cmdline[1:3] == [b"-m", b"traffic.launcher"]:
+        return "agent launcher"
+    if cmdline[1:3] == [b"-m", b"traffic.coordinator"]:
+        return "serving coordinator"
+    return None
+
+
+def _stop_our_processes() -> list[str]:
+    """Stop the controllers, pause daemons, agent launchers and coordinators an earlier fabric left."""
+    removed = []
+    sdir = state_dir()
     for entry in os.listdir("/proc"):
         if entry.isdigit() and int(entry) != os.getpid():
             try:
                 cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
             except OSError:
                 continue
-            if b"controller" in cmdline and marker.encode() in cmdline:
-                _stop_controller(int(entry))
-                removed.append(f"controller process {entry}")
-            elif b"controller.pfc.pfcd" in cmdline and pfc_marker.encode() in cmdline:
-                _stop_controller(int(entry))
-                removed.append(f"PFC helper process {entry}")
-            elif cmdline[1:3] == [b"-m", b"traffic.launcher"]:
-                _stop_controller(int(entry))
-                removed.append(f"agent launcher process {entry}")
-            elif cmdline[1:3] == [b"-m", b"traffic.coordinator"]:
-                _stop_controller(int(entry))
-                removed.append(f"serving coordinator process {entry}")
-    for sock_dir in Path(tempfile.gettempdir()).glob("tb-serving-*"):  # the live driver's control sockets
+            what = _our_process(cmdline, sdir)
+            if what:
+                _stop_process(int(entry))
+                removed.append(f"{what} process {entry}")
+    return removed
+
+
+def _remove_socket_folders() -> list[str]:
+    """The live driver's control socket folders."""
+    removed = []
+    for sock_dir in Path(tempfile.gettempdir()).glob("tb-serving-*"):
         shutil.rmtree(sock_dir, ignore_errors=True)
         removed.append(f"control socket folder {sock_dir}")
-    if subprocess.run(["ovs-vsctl", "--timeout=5", "show"], capture_output=True).returncode == 0:
-        out = build.run(["ovs-vsctl", "--format=json", "--columns=name,external_ids", "list", "bridge"])
-        ours = [row[0] for row in json.loads(out)["data"] if [ALIAS, "1"] in row[1][1]]
-        if ours:
-            cmd = ["ovs-vsctl", "--timeout=60"]
-            for br in ours:
-                cmd += ["--", "--if-exists", "del-br", br]
-            build.run(cmd)
-            removed += [f"OVS bridge {b}" for b in ours]
-        out = build.run(["ovs-vsctl", "--format=json", "--columns=_uuid,external_ids", "list", "qos"])
-        for uuid, ids in json.loads(out)["data"]:
-            if [ALIAS, "1"] in ids[1]:
-                subprocess.run(["ovs-vsctl", "--if-exists", "destroy", "qos", uuid[1]], capture_output=True)
-                removed.append(f"OVS QoS {uuid[1][:8]}")
+    return removed
+
+
+def _remove_ovs_rows() -> list[str]:
+    """OVS bridges (in one transaction) and QoS rows that carry our external id."""
+    removed = []
+    out = build.run(["ovs-vsctl", "--format=json", "--columns=name,external_ids", "list", "bridge"])
+    ours = [row[0] for row in json.loads(out)["data"] if [ALIAS, "1"] in row[1][1]]
+    if ours:
+        cmd = ["ovs-vsctl", "--timeout=60"]
+        for br in ours:
+            cmd += ["--", "--if-exists", "del-br", br]
+        build.run(cmd)
+        removed += [f"OVS bridge {b}" for b in ours]
+    out = build.run(["ovs-vsctl", "--format=json", "--columns=_uuid,external_ids", "list", "qos"])
+    for uuid, ids in json.loads(out)["data"]:
+        if [ALIAS, "1"] in ids[1]:
+            subprocess.run(["ovs-vsctl", "--if-exists", "destroy", "qos", uuid[1]], capture_output=True)
+            removed.append(f"OVS QoS {uuid[1][:8]}")
+    return removed
+
+
+def _remove_namespaces() -> list[str]:
+    """Our GPU namespaces, after killing what runs inside (a process keeps a namespace alive)."""
+    removed = []
     spaces = [n for n in (os.listdir(netns.NETNS_DIR) if os.path.isdir(netns.NETNS_DIR) else [])
               if n.startswith(NETNS_PREFIX + "gpu")]
     for pid in netns.pids_in(spaces):
@@ -513,8 +621,14 @@ def clean() -> list[str]:
         subprocess.run(["ip", "-force", "-batch", "-"], input="".join(f"netns delete {n}\n" for n in spaces),
                        text=True, capture_output=True)
         removed += [f"netns {n}" for n in spaces]
+    return removed
+
+
+def _remove_links() -> list[str]:
+    """Root-namespace devices with our ifalias (a veth's twin may go with it first)."""
     from pyroute2 import IPRoute
 
+    removed = []
     ipr = IPRoute()
     try:
         for link in ipr.get_links():
@@ -526,8 +640,4 @@ def clean() -> list[str]:
                     pass
     finally:
         ipr.close()
-    from controller.pfc import attach
-
-    removed += [f"pinned BPF map {p}" for p in attach.remove_pins()]
-    state_file().unlink(missing_ok=True)
     return removed

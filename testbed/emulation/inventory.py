@@ -2,7 +2,7 @@
 benchmark and a user's check after ``clean`` all read.
 
 Ours means: namespaces ``tb-gpu*``, links with our ifalias, OVS bridges with our
-external id, our processes (controller, PFC helper, agent launcher, agents,
+external id, our processes (controller, PFC pause daemon, agent launcher, agents,
 cross-traffic and bulk senders, anything else inside our namespaces, iperf3 on
 fabric addresses), pinned BPF maps, and machine-wide settings a fabric changes
 and must give back (compared with a baseline taken before).
@@ -37,7 +37,7 @@ OUR_PROCESSES = {  # argv[1:3] of a process of ours -> what it is
 
 def leftovers(baseline: dict | None = None) -> list[str]:
     """Everything of ours that exists now: namespaces, aliased links, OVS rows, our processes
-    (controller, PFC helper, launcher, agents, iperf3 and bulk senders in our namespaces), pinned
+    (controller, pause daemon, launcher, agents, iperf3 and bulk senders in our namespaces), pinned
     BPF maps, and machine-wide settings not given back."""
     spaces = [n for n in (os.listdir("/run/netns") if os.path.isdir("/run/netns") else [])
               if n.startswith(NETNS_PREFIX + "gpu")]
@@ -66,8 +66,8 @@ def leftovers(baseline: dict | None = None) -> list[str]:
                 what = "iperf3"
             if what:
                 found.append(f"{what} pid {entry}")
-    from controller.pfc.attach import MAPS
     from controller.pfc.bpfmaps import PIN_DIR
+    from controller.pfc.queue_watch import MAPS
 
     found += [f"pinned map {n}" for n in MAPS if os.path.exists(os.path.join(PIN_DIR, n))]
     if baseline:

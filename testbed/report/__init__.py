@@ -5,9 +5,9 @@ with ``runs/<fabric>/rep<k>/`` replay run directories) into report.html,
 figures/*.png, summary.json and headline.csv, from the saved data alone.
 ``compare(run_a, run_b)`` puts two experiments' headline numbers side by side.
 
-The functions import pandas and matplotlib only when called: ``testbed.cli``
-imports this package to register its verbs, and every other verb should not
-pay for the plotting stack.
+The functions import pandas and matplotlib only when called: the verbs
+(``testbed.cli.report``) and the run's report step import this package, and
+importing it should not pay for the plotting stack.
 """
 
 from __future__ import annotations

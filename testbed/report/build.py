@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from testbed.report import html as H
-from testbed.report import plan, plots, plots_net, serving, stats, verdict
+from testbed.report import plots, plots_net, serving, stats, topology_and_cost, verdict
 from testbed.report.fmt import HEADLINE, num
 from testbed.report.load import Experiment, load_experiment
 from testbed.report.plots import name
@@ -26,7 +26,7 @@ NAV = [("calibration", "Calibration"), ("headline", "Headline"), ("serving", "Se
 def summarize(exp: Experiment) -> dict:
     """summary.json of the report (no figures): the aggregate plus verdicts and cost."""
     doc = stats.aggregate(exp)
-    cost = plan.cost(exp)
+    cost = topology_and_cost.cost(exp)
     doc["seed_figures"] = {k: {"ratio": v["ratio"], "claim": v["claim"]} for k, v in verdict.SEED_FIGURES.items()}
     doc["seed_comparison"] = verdict.seed_comparison(doc, cost)
     doc["verdict"] = verdict.title_verdict(doc)
@@ -101,7 +101,7 @@ def _figures(exp: Experiment, figures: Path) -> dict:
                "prefill_queue": plots.prefill_queue(exp, figures / "prefill_queue.png"),
                "serving": serving.serving_figure(exp, figures / "serving.png"),
                "calibration": serving.calibration_figure(calibration_of(exp), figures / "calibration.png")}
-    out["topology"], notes = plan.topology_pictures(exp, figures)
+    out["topology"], notes = topology_and_cost.topology_pictures(exp, figures)
     exp.notes.extend(notes)
     return out
 

@@ -4,13 +4,15 @@ the run directory complete and consistent with the schedule."""
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 
 import pytest
 
 from integration_helpers import leftovers, run_testbed
 from testbed import scale
-from testbed.replay import ReplayConfig, prepare
+from testbed.experiment import replay_config, validate
+from testbed.replay import prepare
 
 
 @pytest.mark.parametrize("kind", ["zcube", "roft"])
@@ -24,7 +26,8 @@ def test_short_replay_verifies_every_transfer(kind, tmp_path):
             "goodput.csv", "slowdown_bins.json"} <= {p.name for p in run_dir.iterdir()}
     rows = list(csv.DictReader(open(run_dir / "transfers.csv")))
     summary = json.loads((run_dir / "summary.json").read_text())
-    expected = prepare(ReplayConfig(duration_s=10), 16, scale.DEFAULT_RATE_BPS, scale.DEFAULT_MTU)
+    defaults = replay_config(validate({}, "defaults"))  # what the verb replays when a flag is left out
+    expected = prepare(dataclasses.replace(defaults, duration_s=10), 16, scale.DEFAULT_RATE_BPS, scale.DEFAULT_MTU)
     assert len(rows) == summary["transfers"] == summary["verified"] == len(expected.plan_rows)
     assert all(r["verified"] == "True" for r in rows)
     sent = sum(int(r["bytes"]) for r in rows)

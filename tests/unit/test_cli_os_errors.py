@@ -106,7 +106,7 @@ def test_bench_pfc_checks_logs_before_root(capsys, tmp_path, a_file):
 def test_bench_logs_may_be_new_or_existing(tmp_path):
     from argparse import Namespace
 
-    from testbed.emulation_cli import check_bench_outputs
+    from testbed.cli.bench import check_bench_outputs
 
     check_bench_outputs(Namespace(bench="pfc", logs=str(tmp_path / "new")))
     check_bench_outputs(Namespace(bench="pfc", logs=str(tmp_path)))

@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from testbed.cli import build_parser
+from testbed.cli.run import overrides_from_args
 from testbed.errors import TestbedError
 from testbed.experiment import (
     EXAMPLES_DIR,
@@ -28,7 +29,6 @@ from testbed.experiment import (
     validate,
 )
 from testbed.paths import DEFAULT_TRACE
-from testbed.run_cli import overrides_from_args
 
 EXAMPLES = sorted(EXAMPLES_DIR.glob("*.yaml"))
 
@@ -252,8 +252,36 @@ def test_mapping_onto_the_replay_datapath_and_fabric():
                                  "dynamic_alpha": None, "poll_us": None}
 
 
+def test_replay_verb_defaults_are_the_schema_defaults():
+    """`replay` with no flags replays what `run` and an empty experiment file would (one home for defaults)."""
+    from testbed.cli import options
+    from testbed.cli.replay import replay_settings
+
+    exp = validate({}, "defaults")
+    args = build_parser().parse_args(["replay", "zcube"])
+    assert replay_settings(args) == replay_config(exp)
+    assert options.datapath_config(args) == datapath_config(exp)
+    assert options.fabric_kwargs(args) == fabric_args(exp, "zcube")
+    given = replay_settings(build_parser().parse_args(["replay", "roft", "--speed", "3", "--chunk", "0",
+                                                       "--represents", "100gbit", "--start", "1m"]))
+    assert (given.speed, given.chunk_bytes, given.represents_bps, given.start_s) == (3, None, 100e9, 60)
+    assert given.decode_tp == exp.serving.decode_tp  # not given: still the schema's
+
+
 def test_schema_forbids_unknown_keys_in_every_section():
     doc = json.loads(schema_text())
     assert doc["additionalProperties"] is False
     assert all(d["additionalProperties"] is False for d in doc["$defs"].values())
     assert set(doc["properties"]) == set(Experiment.model_fields)
+
+
+def test_replay_config_defaults_are_the_schema_defaults():
+    """ReplayConfig's own defaults (used by code that builds it directly) never drift from the schema."""
+    from dataclasses import asdict, fields
+
+    from testbed.replay import ReplayConfig
+
+    schema = asdict(replay_config(validate({}, "defaults")))
+    own = asdict(ReplayConfig())
+    differ = {f.name: (own[f.name], schema[f.name]) for f in fields(ReplayConfig) if own[f.name] != schema[f.name]}
+    assert differ == {}

@@ -18,13 +18,12 @@ PACKAGES = ("testbed", "controller", "traffic")
 
 # A unit is a package whose modules move together (longest prefix wins); a module directly
 # under testbed/ is a unit of its own.
-PACKAGE_UNITS = ("testbed.fabric", "testbed.emulation", "testbed.bench", "testbed.report",
+PACKAGE_UNITS = ("testbed.cli", "testbed.fabric", "testbed.emulation", "testbed.bench", "testbed.report",
                  "controller.pfc", "controller", "traffic")
 
 # Top to bottom. A unit may import units of lower layers, and of its own layer without a cycle.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("entry points", ("testbed.__main__", "testbed.cli", "testbed.emulation_cli", "testbed.replay_cli",
-                      "testbed.run_cli", "testbed.mininet_topos")),
+    ("entry points", ("testbed.__main__", "testbed.cli", "testbed.mininet_topos")),
     ("experiments", ("testbed.calibrate", "testbed.sweep", "testbed.run", "testbed.experiment")),
     ("drivers", ("testbed.replay", "testbed.live", "testbed.bench")),
     ("fabric lifecycle", ("testbed.emulation",)),

@@ -452,7 +452,7 @@ def test_the_calibration_comes_first_with_the_chosen_level(live_built):
     root, html, doc = live_built
     assert doc["calibration"]["chosen"]["level"] == 128
     assert html.index("Calibration: where the network matters") < html.index('id="headline"')
-    assert "128 (chosen)" in html and "a prediction, not a fit" in html
+    assert "128 (chosen)" in html and "a prediction at that level, not a fit" in html
     assert (root / "figures" / "calibration.png").is_file()
 
 

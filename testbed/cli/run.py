@@ -1,9 +1,9 @@
-"""The ``run`` and ``sweep`` verbs: experiment file + command-line flags -> testbed.run / testbed.sweep.
+"""The experiment verbs ``run``, ``sweep``, ``calibrate``: experiment file + flags -> testbed.run / sweep / calibrate.
 
 Flags override file values, and only the flags the user actually gave: every
-flag defaults to None (also those borrowed from the fabric and link options of
-the other verbs), so an absent flag never overwrites a file value with a
-default. Each applied flag is recorded as an override in experiment.json.
+flag defaults to None (also the fabric and link options these verbs share with
+the others), so an absent flag never overwrites a file value with a default.
+Each applied flag is recorded as an override in experiment.json.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import sys
 
+from testbed.cli.options import add_fabric_and_link_options
 from testbed.errors import TestbedError
 from testbed.experiment import Override, cli_value
 
@@ -57,7 +58,7 @@ FLAGS: dict[str, tuple[str, object]] = {
 def overrides_from_args(args) -> list[Override]:
     """The flags the user gave, as overrides (in FLAGS order), then every --set in order."""
     out = []
-    for dest in getattr(args, "_borrowed", ()):
+    for dest in getattr(args, "_shared", ()):
         if dest not in FLAGS and getattr(args, dest, None) is not None:
             raise TestbedError(f"--{dest.replace('_', '-')} is not an experiment setting of run/sweep: "
                                "use --set KEY=VALUE (see experiments/schema.json)")
@@ -139,16 +140,13 @@ def cmd_calibrate(args) -> int:
     return status
 
 
-def _experiment_options(p, add_fabric_options, add_link_options) -> None:
+def _experiment_options(p) -> None:
     from testbed.fabric.routing import POLICIES
     from testbed.paths import REPORTS
     from traffic import placement, schedule
     from traffic.agent import CONNECTION_MODES
 
-    before = {a.dest for a in p._actions}
-    add_fabric_options(p)
-    add_link_options(p)
-    borrowed = [a.dest for a in p._actions if a.dest not in before]
+    shared = add_fabric_and_link_options(p)
     p.add_argument("experiment", nargs="?", metavar="EXPERIMENT.yaml",
                    help="experiment file (default: the built-in defaults, as experiments/default.yaml)")
     p.add_argument("--fabrics", help="comma list, e.g. zcube,roft")
@@ -182,18 +180,16 @@ def _experiment_options(p, add_fabric_options, add_link_options) -> None:
                    help="any experiment key, e.g. --set pfc.xoff_bytes=30000 (repeatable; applied last)")
     p.add_argument("--out", default=str(REPORTS), help="an existing folder where run directories go (default reports/)")
     p.add_argument("--dry-run", action="store_true", help="print the resolved experiment and exit")
-    p.set_defaults(_borrowed=borrowed, **{d: None for d in borrowed})
+    p.set_defaults(_shared=shared, **dict.fromkeys(shared))
 
 
-def register(sub, add_fabric_options, add_link_options) -> None:
-    p = sub.add_parser("run", conflict_handler="resolve",
-                       help="run an experiment: the same trace slice on every fabric, repeated; report.html")
-    _experiment_options(p, add_fabric_options, add_link_options)
+def register(sub) -> None:
+    p = sub.add_parser("run", help="run an experiment: the same trace slice on every fabric, repeated; report.html")
+    _experiment_options(p)
     p.set_defaults(func=cmd_run)
 
-    p = sub.add_parser("sweep", conflict_handler="resolve",
-                       help="one run per point of a grid: sweep EXP.yaml --param link.rate=3mbit,4mbit")
-    _experiment_options(p, add_fabric_options, add_link_options)
+    p = sub.add_parser("sweep", help="one run per point of a grid: sweep EXP.yaml --param link.rate=3mbit,4mbit")
+    _experiment_options(p)
     p.add_argument("--param", action="append", metavar="KEY=V1,V2",
                    help="a dotted experiment key and its values (one or two --param)")
     p.add_argument("--slo-ttft", metavar="SECONDS",
@@ -201,9 +197,8 @@ def register(sub, add_fabric_options, add_link_options) -> None:
                         "within this, e.g. 2s")
     p.set_defaults(func=cmd_sweep)
 
-    p = sub.add_parser("calibrate", conflict_handler="resolve",
-                       help="find the load where ROFT's 100 vs 200 Gbit/s ablation matches the seed's")
-    _experiment_options(p, add_fabric_options, add_link_options)
+    p = sub.add_parser("calibrate", help="find the load where ROFT's 100 vs 200 Gbit/s ablation matches the seed's")
+    _experiment_options(p)
     p.add_argument("--levels", default="128,256,384",
                    help="serving.concurrency levels to try (default 128,256,384)")
     p.add_argument("--json", action="store_true", help="print the calibration document as JSON")

@@ -1,4 +1,4 @@
-"""CLI verbs ``report`` and ``compare`` (registered into ``testbed.cli``)."""
+"""The saved runs' verbs: ``report`` and ``compare`` (read files only; no root, no fabric)."""
 
 from __future__ import annotations
 

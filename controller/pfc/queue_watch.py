@@ -1,11 +1,11 @@
-"""Putting the queue-watch BPF programs on the datapath.
+"""The queue-watch BPF programs (queue_watch.bpf.c): compiled, attached to the datapath, unpinned.
 
 ``up`` compiles queue_watch.bpf.c (clang, ~0.3 s) into the state directory
 and attaches, through the same ``tc -batch`` that builds the queues, the
 enqueue counter at the clsact egress hook of every switch queue's device and
 the departure counter at the ingress hook of every queue's veth peer (switch
 queues and host NIC queues; all peers are in the root namespace). tc's
-libbpf loader pins the maps by name in PIN_DIR, where the PFC helper finds
+libbpf loader pins the maps by name in PIN_DIR, where the pause daemon finds
 them. Only with PFC on: without it nothing is attached.
 """
 
@@ -24,6 +24,7 @@ MAPS = ("tb_queues", "tb_enq_slot", "tb_deq_slot", "tb_src", "tb_seen", "tb_bell
 
 
 def compile_object(out: Path) -> Path:
+    """Compile the programs for this machine's headers (the asm/ folder is per architecture)."""
     multiarch = sysconfig.get_config_var("MULTIARCH") or "x86_64-linux-gnu"
     cmd = ["clang", "-O2", "-g", "-target", "bpf", f"-I/usr/include/{multiarch}", "-c", str(SOURCE), "-o", str(out)]
     try:
@@ -36,6 +37,7 @@ def compile_object(out: Path) -> Path:
 
 
 def ensure_bpffs() -> None:
+    """Mount the BPF filesystem if it is not: tc pins the maps there for the pause daemon."""
     if not os.path.ismount("/sys/fs/bpf"):
         proc = subprocess.run(["mount", "-t", "bpf", "bpf", "/sys/fs/bpf"], capture_output=True, text=True)
         if proc.returncode:

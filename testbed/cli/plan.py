@@ -1,47 +1,13 @@
-"""Command line: `python -m testbed <verb> ...`.
-
-Every verb is a function taking the parsed arguments and returning an exit
-status. A ``TestbedError`` becomes one line on stderr (exit 2, or the error's
-own status); argparse mistakes likewise, without the usage dump; so does an
-``OSError`` (exit 2, naming the path, or the verb's output flag when the OS
-names none, e.g. a full disk during a write).
-"""
+"""The fabric model's verbs: ``plan``, ``path``, ``cost`` (no root, nothing is built)."""
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
-import signal
-import sys
 from pathlib import Path
 
-from testbed.errors import TestbedError
+from testbed.cli.options import add_fabric_options, fabric_from
 
 
-class OneLineParser(argparse.ArgumentParser):
-    def error(self, message: str):  # noqa: D401 - argparse API
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
-def add_fabric_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--gpus", type=int, default=32, help="number of GPUs n (default 32)")
-    p.add_argument("--gpus-per-switch", type=int, default=8, help="ZCube k (default 8)")
-    p.add_argument("--cables", type=int, default=None,
-                   help="ZCube parallel cables per odd-even pair (default k^2/n when whole, else 1)")
-    p.add_argument("--gpus-per-server", type=int, default=8, help="ROFT server size (default 8)")
-    p.add_argument("--radix", type=int, default=None,
-                   help="ROFT switch radix (default: the radix of the ZCube with the same n, k)")
-
-
-def fabric_from(args: argparse.Namespace, kind: str):
-    from testbed.fabric import build_fabric
-
-    return build_fabric(kind, gpus=args.gpus, gpus_per_switch=args.gpus_per_switch, cables=args.cables,
-                        gpus_per_server=args.gpus_per_server, radix=args.radix)
-
-
-# ---------------------------------------------------------------- verbs
 def cmd_plan(args) -> int:
     from testbed import plan
     from testbed.fabric.draw import draw
@@ -108,13 +74,9 @@ def cmd_cost(args) -> int:
     return 0
 
 
-# --------------------------------------------------------------- parser
-def build_parser() -> argparse.ArgumentParser:
+def register(sub) -> None:
     from testbed.fabric import FABRICS
     from testbed.fabric.routing import DEFAULT_POLICY, POLICIES
-
-    parser = OneLineParser(prog="testbed", description="ZCube vs rail-optimized fat-tree testbed")
-    sub = parser.add_subparsers(dest="verb", required=True, parser_class=OneLineParser)
 
     p = sub.add_parser("plan", help="summarise a fabric: switches, cables, oversubscription, cost")
     p.add_argument("fabric", nargs="+", choices=FABRICS)
@@ -136,51 +98,3 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("cost", help="capex table of both fabrics at n=32, 64, 1024, 16384")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_cost)
-
-    from testbed import emulation_cli, replay_cli, run_cli
-
-    emulation_cli.register(sub, add_fabric_options)
-    replay_cli.register(sub, add_fabric_options, emulation_cli.add_link_options)
-    run_cli.register(sub, add_fabric_options, emulation_cli.add_link_options)
-    from testbed.report import cli as report_cli
-
-    report_cli.register(sub)
-    return parser
-
-
-def _interrupt(signum, frame):
-    raise KeyboardInterrupt
-
-
-# the flags naming where a verb writes, for an OSError that names no file (a full disk during a write)
-OUTPUT_FLAGS = ("graph", "out", "logs", "html")
-
-
-def _output_of(args) -> str | None:
-    for dest in OUTPUT_FLAGS:
-        value = getattr(args, dest, None)
-        if isinstance(value, str) and value:
-            return f"--{dest} {value}"
-    return None
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    signal.signal(signal.SIGTERM, _interrupt)  # 'kill' cleans up like Ctrl-C does
-    try:
-        return args.func(args) or 0
-    except TestbedError as exc:
-        print(f"testbed: error: {exc}", file=sys.stderr)
-        return exc.exit_status
-    except KeyboardInterrupt:
-        print("testbed: interrupted", file=sys.stderr)
-        return 130
-    except BrokenPipeError:  # output piped into head & co.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
-    except OSError as exc:  # a path the user gave (or the disk) refused: one line, never a traceback
-        from testbed.outputs import os_error_line
-
-        print(f"testbed: error: {os_error_line(exc, _output_of(args))}", file=sys.stderr)
-        return 2

@@ -1,0 +1,80 @@
+"""Command line: `python -m testbed <verb> ...`.
+
+This package holds the verbs, one module per group (``plan``, ``fabric``, ``bench``,
+``replay``, ``run``, ``report``; shared flags in ``options``); this module only
+assembles the parser and runs a verb. Library code never imports from here.
+
+Every verb is a function taking the parsed arguments and returning an exit
+status. A ``TestbedError`` becomes one line on stderr (exit 2, or the error's
+own status); argparse mistakes likewise, without the usage dump; so does an
+``OSError`` (exit 2, naming the path, or the verb's output flag when the OS
+names none, e.g. a full disk during a write).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+
+from testbed.errors import TestbedError
+
+
+class OneLineParser(argparse.ArgumentParser):
+    def error(self, message: str):  # noqa: D401 - argparse API
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from testbed.cli import bench, fabric, plan, replay, report, run
+
+    parser = OneLineParser(prog="testbed", description="ZCube vs rail-optimized fat-tree testbed")
+    sub = parser.add_subparsers(dest="verb", required=True, parser_class=OneLineParser)
+    # in the order --help lists the verbs
+    plan.register(sub)  # plan, path, cost
+    fabric.register(sub)  # up, down, exec, cli, status
+    bench.register(sub)  # bench fidelity|pfc
+    fabric.register_clean(sub)  # clean
+    replay.register(sub)  # replay
+    run.register(sub)  # run, sweep, calibrate
+    report.register(sub)  # report, compare
+    return parser
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+# the flags naming where a verb writes, for an OSError that names no file (a full disk during a write)
+OUTPUT_FLAGS = ("graph", "out", "logs", "html")
+
+
+def _output_of(args) -> str | None:
+    for dest in OUTPUT_FLAGS:
+        value = getattr(args, dest, None)
+        if isinstance(value, str) and value:
+            return f"--{dest} {value}"
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, _interrupt)  # 'kill' cleans up like Ctrl-C does
+    try:
+        return args.func(args) or 0
+    except TestbedError as exc:
+        print(f"testbed: error: {exc}", file=sys.stderr)
+        return exc.exit_status
+    except KeyboardInterrupt:
+        print("testbed: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # output piped into head & co.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except OSError as exc:  # a path the user gave (or the disk) refused: one line, never a traceback
+        from testbed.outputs import os_error_line
+
+        print(f"testbed: error: {os_error_line(exc, _output_of(args))}", file=sys.stderr)
+        return 2

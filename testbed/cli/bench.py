@@ -1,0 +1,162 @@
+"""The benchmarks' verb: ``bench fidelity`` and ``bench pfc`` (as root; each builds its own fabrics)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from testbed.cli.options import (
+    add_fabric_options,
+    add_link_options,
+    add_pfc_options,
+    datapath_config,
+    fabric_kwargs,
+    pfc_config,
+)
+from testbed.errors import TestbedError
+from testbed.units import parse_rate
+
+
+def cmd_bench_pfc(args) -> int:
+    import time
+    from pathlib import Path
+
+    from testbed.bench import pfc as pfc_bench
+    from testbed.paths import REPORTS
+
+    fargs = fabric_kwargs(args) | {"kind": args.fabric or "zcube"}
+    stamp = time.strftime('%Y%m%d-%H%M%S')
+    out = Path(args.logs) if args.logs else REPORTS / f"bench-pfc-{fargs['kind']}{fargs['gpus']}-{stamp}"
+    doc = pfc_bench.bench(fargs, datapath_config(args), pfc_config(args), senders=args.senders,
+                          seconds=args.duration, log=lambda m: print(m, file=sys.stderr), out=out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "bench.json").write_text(json.dumps(doc, indent=1))
+    if args.json:
+        print(json.dumps(doc, indent=1))
+        return 0
+    on, off = doc["incast"]["pfc_on"], doc["incast"]["pfc_off"]
+
+    def lat(key):
+        d = doc[key]
+        return f"p50 {d['p50']} ms, p99 {d['p99']} ms, max {d['max']} ms ({d['n']} events)"
+
+    print(f"{fargs['kind']} n={fargs['gpus']} at {doc['rate_bps'] / 1e6:g} Mbit/s: incast "
+          f"{len(doc['incast']['senders'])} senders -> {doc['incast']['victim']}, {doc['incast']['seconds']} s")
+    print(f"  pause latency   {lat('pause_latency_ms')}  (helper reaction p99 {doc['reaction_ms']['p99']} ms)")
+    print(f"  resume latency  {lat('resume_latency_ms')}")
+    x = on.get("xoff_threshold_bytes") or {}
+    print(f"  thresholds: {doc.get('thresholds')}; XOFF at the crossings min {x.get('min')} B, "
+          f"median {x.get('p50')} B, max {x.get('max')} B")
+    print(f"  target: p99 within {doc['target_ms']} ms, never above 5 ms: "
+          f"{'met' if doc['within_target'] else 'MISSED'}")
+    for w in doc.get("warnings", []):
+        print(f"  WARNING: {w}")
+    h = on.get("helper", {})
+    print(f"  helper: {h.get('scheduling')}; woken by the doorbell {h.get('doorbell_rings')} times, held up "
+          f"over 2 ms {h.get('loop_gaps')} times (longest {h.get('loop_gap_max_ms')} ms); "
+          f"vCPU steal during the incast "
+          f"{on.get('vcpu_steal_pct')} %")
+    for name, r in (("PFC on ", on), ("PFC off", off)):
+        print(f"  {name}: {r['drops']} drops, {r['pauses']} pauses, {r['retransmits']} retransmits, goodput "
+              f"{r['goodput_bps'] / 1e6:.2f} Mbit/s"
+              + (f", paused: {' '.join(r['paused_nodes'])}" if r['paused_nodes'] else ""))
+    sp = doc.get("spreading")
+    if sp:
+        print("  congestion spreading (PFC on): bystander flows, neither to nor from the incast, beside it / alone:")
+        for label, want in (("to other GPUs on the hot switch", True), ("elsewhere", False)):
+            r = [x for x, hot in zip(sp["ratio"], sp["to_hot_switch"]) if hot == want]
+            if r:
+                print(f"    {label:<33} {len(r)} flows: median {sorted(r)[len(r) // 2]:.2f}, min {min(r):.2f}")
+        print(f"    {sp['queues_paused']} queues paused, {len(sp['bystander_nics_paused'])} of them bystanders' NICs")
+    print(f"  pauses spread {doc['incast']['pfc_on'].get('spread', {}).get('max_hops')} hops from "
+          f"{', '.join(doc['incast']['pfc_on'].get('spread', {}).get('roots', []))}; logs and per-port figures: {out}")
+    if not doc["lossless"]:
+        print("LOSSLESS VIOLATION: fabric queues dropped with PFC on", file=sys.stderr)
+        return 1
+    return 0
+
+
+def check_bench_outputs(args) -> None:
+    """bench pfc --logs DIR: made if missing, so DIR or else its folder must exist and take new files."""
+    if args.bench == "pfc" and args.logs:
+        from testbed.outputs import require_new_dir
+
+        require_new_dir(args.logs, "--logs")
+
+
+def cmd_bench(args) -> int:
+    from testbed.bench import fidelity
+    from testbed.emulation import fabricctl
+
+    check_bench_outputs(args)  # a bad --logs fails before root, OVS or a fabric is needed
+    fabricctl.require_root()
+    fabricctl.require_ovs()
+    if args.bench == "pfc":
+        return cmd_bench_pfc(args)
+    if args.fabric is None:
+        raise TestbedError("bench fidelity needs a fabric: zcube or roft")
+    fargs = fabric_kwargs(args) | {"kind": args.fabric}
+    cfg = datapath_config(args)
+    def log(m):
+        print(m, file=sys.stderr)
+
+    if args.sweep:
+        rates = [parse_rate(r) for r in args.sweep.split(",")]
+        doc = fidelity.sweep(fargs, cfg, rates, args.duration, args.omit, log, ecmp=args.ecmp)
+        if args.json:
+            print(json.dumps(doc, indent=1))
+        else:
+            best = doc["highest_rate_at_fidelity_bps"]
+            print(f"capacity at fidelity: {doc['capacity_at_fidelity_bps'] / 1e6:.1f} Mbit/s total goodput"
+                  + (f" at {best / 1e6:g} Mbit/s links" if best else " (no rate met the targets)"))
+        return 0
+    patterns = tuple(args.pattern.split(",")) if args.pattern else ("permutation", "all-to-all")
+    doc = fidelity.bench(fargs, cfg, args.duration, args.omit, log, patterns, ecmp=args.ecmp)
+    if args.json:
+        print(json.dumps(doc, indent=1))
+        return 0
+    if args.flows:
+        for f in doc["flows"]:
+            print(f"  {f['pattern']:<11} {f['src']:>6}:p{f['src_port']} -> {f['dst']:<6}:p{f['dst_port']}  goodput "
+                  f"{f['goodput_bps'] / 1e6:6.3f}  ideal {f['ideal_bps'] / 1e6:6.3f} Mbit/s  ratio {f['ratio']:.3f}")
+    s = doc["summary"]
+    print(f"{args.fabric} n={args.gpus} at {s['rate_bps'] / 1e6:g} Mbit/s, MTU {s['mtu']}, "
+          f"{s['duration_s']} s per pattern" + (f", ECMP {s['ecmp']}" if s.get("ecmp") else ""))
+    for name in patterns:
+        p = s[name]
+        print(f"  {name:<11} {p['flows']:>5} flows: median {p['median_ratio']:.3f}, min {p['min_ratio']:.3f}, "
+              "aggregate "
+              f"{p['aggregate_goodput_bps'] / 1e6:6.1f} Mbit/s, {p['retransmits']} retransmits, {p['drops']} queue "
+              f"drops; ovs-vswitchd {p['cpu']['ovs_vswitchd_cores']:.2f} cores, machine "
+              f"{p['cpu']['machine_busy_fraction']:.0%} busy{'  CPU SATURATED' if p['cpu_saturated'] else ''}"
+              + ("" if p["ideal_known"] else "  (vs the collision-free ideal: ECMP paths not learnt)"))
+    print(f"bring-up {s.get('bringup_s')} s, teardown {s.get('teardown_s')} s")
+    if s["cpu_saturated"]:
+        print("FIDELITY WARNING: the emulator saturated the CPU; these numbers are not a result", file=sys.stderr)
+    if s["targets_met"] is not None:
+        print("permutation targets (median >= 0.95, min >= 0.85, not saturated): "
+              + ("met" if s["targets_met"] else "MISSED"))
+    return 0
+
+
+def register(sub) -> None:
+    from testbed.fabric import FABRICS
+
+    p = sub.add_parser("bench", help="benchmarks: bench fidelity zcube|roft [--sweep 2,3,4]; bench pfc [zcube|roft]")
+    p.add_argument("bench", choices=["fidelity", "pfc"])
+    p.add_argument("fabric", nargs="?", choices=FABRICS)
+    add_fabric_options(p)
+    add_link_options(p)
+    p.add_argument("--duration", type=int, default=16, help="seconds of traffic (default 16)")
+    p.add_argument("--senders", type=int, default=8, help="bench pfc: incast senders (default 8)")
+    p.add_argument("--logs", help="bench pfc: where the pause logs and figures go (default reports/bench-pfc-...)")
+    add_pfc_options(p, default="on")
+    p.add_argument("--omit", type=int, default=3, help="seconds of slow start left out (default 3)")
+    p.add_argument("--sweep", help="comma-separated link rates, e.g. 2,3,4,5 (Mbit/s); permutation only")
+    p.add_argument("--pattern", help="comma-separated patterns (default permutation,all-to-all)")
+    p.add_argument("--flows", action="store_true", help="print every flow, not only the summary")
+    p.add_argument("--ecmp", choices=["spread", "hashed"], default="spread",
+                   help="ROFT permutation: client ports probed so ECMP spreads the flows without collisions "
+                        "(spread, default) or OVS's hash as it falls, ideal learnt per flow (hashed)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_bench)
