@@ -251,11 +251,10 @@ class Experiment(_Section):
 
 # --------------------------------------------------- mapping onto the runners
 def fabric_args(exp: Experiment, kind: str) -> dict:
-    """What ``build_fabric`` / ``fabricctl.up`` take, as ``testbed.cli.options.fabric_kwargs`` builds it."""
-    if kind == "zcube":
-        return {"kind": kind, "gpus": exp.gpus, "gpus_per_switch": exp.gpus_per_switch, "cables": exp.cables}
-    return {"kind": kind, "gpus": exp.gpus, "gpus_per_switch": exp.gpus_per_switch,
-            "gpus_per_server": exp.gpus_per_server, "radix": exp.radix}
+    """What ``build_fabric`` / ``fabricctl.up`` take for ``kind`` in this experiment."""
+    from testbed.fabric import fabric_args as args_of
+
+    return args_of(kind, exp.gpus, exp.gpus_per_switch, exp.cables, exp.gpus_per_server, exp.radix)
 
 
 def datapath_config(exp: Experiment):

@@ -325,7 +325,7 @@ def _progress(total: int):
 
 def summarize(fabric_name: str, rows: list[dict], prepared: Prepared, rate_bps: float, mtu: int,
               drops: int, crashed: dict, warnings: list[str]) -> dict:
-    """The replay summary (the contract of issue 5) from merged transfer rows."""
+    """The replay summary (its keys are a contract: README, tests and the report read them) from merged rows."""
     from traffic import metrics, schedule
 
     ok = [r for r in rows if r["verified"]]
@@ -602,6 +602,20 @@ def write_pfc_outputs(run_dir: Path, st: dict, snap: dict | None, rows: list[dic
     }
 
 
+@dataclass
+class _Measured:
+    """What a replay on the fabric left to write up: the agents' outcome and the fabric's counters."""
+
+    st: dict
+    res: dict
+    sampler: QueueSampler
+    drops: int
+    fabric_drops: int
+    t_end: float
+    pfc_state: dict | None
+    cross_result: dict | None
+
+
 def replay(fabric_args: dict, dp: DatapathConfig, cfg: ReplayConfig, out_root: Path | None = None, log=print,
            run_dir: Path | None = None, pfc=None) -> Path:
     """Bring the fabric up if none is (down again at the end), replay, write the run directory
@@ -611,31 +625,41 @@ def replay(fabric_args: dict, dp: DatapathConfig, cfg: ReplayConfig, out_root: P
         from controller.pfc.policy import PfcConfig
 
         pfc = PfcConfig.from_dict(pfc)
-    from testbed.fabric import build_fabric
-    from traffic import metrics, replay_io
-
     cfg.validate()
     st = fabricctl.load_state()
-    own = st is None
-    if not own and (st["fabric"]["kind"] != fabric_args["kind"] or st["fabric"]["gpus"] != fabric_args["gpus"]):
+    if st is not None and (st["fabric"]["kind"] != fabric_args["kind"] or st["fabric"]["gpus"] != fabric_args["gpus"]):
         raise TestbedError(f"a different fabric is up ({st['fabric']['kind']}, {st['fabric']['gpus']} GPUs): "
                            "run 'testbed down' first")
     rate = st["config"]["rate_bps"] if st else dp.rate_bps
     mtu = st["config"]["mtu"] if st else dp.mtu
-    model = fabricctl.fabric_of_state(st) if st else build_fabric(**fabric_args)  # paths for the adaptive policy
-    live = None
-    if cfg.driver == "live":  # bad trace or model fails before anything is built
+    prepared, live = _prepare_traffic(cfg, fabric_args, st, rate, mtu)  # bad input fails before anything is built
+    if run_dir is None:
+        run_dir = Path(out_root) / (time.strftime("%Y%m%d-%H%M%S") + f"-{fabric_args['kind']}{fabric_args['gpus']}")
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=False)
+    measured = _run_on_fabric(st, fabric_args, dp, pfc, cfg, prepared, live, run_dir, log)
+    _write_results(run_dir, cfg, prepared, live, measured, rate, mtu)
+    return run_dir
+
+
+def _prepare_traffic(cfg: ReplayConfig, fabric_args: dict, st, rate: float, mtu: int):
+    """(Prepared, LiveSetup or None): the planned replay's per-GPU plans, or the live driver's config."""
+    if cfg.driver == "live":
         from testbed.live import prepare_live
 
         live = prepare_live(cfg, fabric_args["gpus"], rate)
-        prepared = Prepared(None, [], 0.0, live.requests, 0, [], cfg.represents_bps)
-    else:
-        prepared = prepare(cfg, fabric_args["gpus"], rate, mtu, model)
-    if run_dir is None:
-        run_id = time.strftime("%Y%m%d-%H%M%S") + f"-{fabric_args['kind']}{fabric_args['gpus']}"
-        run_dir = Path(out_root) / run_id
-    run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=False)
+        return Prepared(None, [], 0.0, live.requests, 0, [], cfg.represents_bps), live
+    from testbed.fabric import build_fabric
+
+    model = fabricctl.fabric_of_state(st) if st else build_fabric(**fabric_args)  # paths for the adaptive policy
+    return prepare(cfg, fabric_args["gpus"], rate, mtu, model), None
+
+
+def _run_on_fabric(st, fabric_args: dict, dp: DatapathConfig, pfc, cfg: ReplayConfig, prepared: Prepared, live,
+                   run_dir: Path, log) -> _Measured:
+    """Sample the queues and run the agents (and cross traffic) on the fabric, bringing it up and down
+    again when none was up."""
+    own = st is None
     try:
         if own:
             fabricctl.require_root()
@@ -655,12 +679,19 @@ def replay(fabric_args: dict, dp: DatapathConfig, cfg: ReplayConfig, out_root: P
         finally:
             cross_result = stop_cross_traffic(cross) if cross else None
             sampler.stop()
-        drops, fabric_drops = sampler.drops(), sampler.drops("switch")
-        t_end = time.monotonic()
-        pfc_state = _pfc_snapshot(st)
+        return _Measured(st, res, sampler, sampler.drops(), sampler.drops("switch"), time.monotonic(),
+                         _pfc_snapshot(st), cross_result)
     finally:
         if own and fabricctl.load_state() is not None:
             fabricctl.down()
+
+
+def _write_results(run_dir: Path, cfg: ReplayConfig, prepared: Prepared, live, m: _Measured, rate: float,
+                   mtu: int) -> None:
+    """transfers.csv (KV), messages.csv (EP), fct.txt, the breakdowns, summary.json and config.json."""
+    from traffic import metrics, replay_io
+
+    st, res = m.st, m.res
     all_rows = replay_io.merge_results(res["agents_dir"], t0=res["t0"])
     rows = [r for r in all_rows if r.get("kind") in (None, "kv")]  # KV transfers; EP messages apart
     messages = [r for r in all_rows if r.get("kind") not in (None, "kv")]
@@ -676,7 +707,7 @@ def replay(fabric_args: dict, dp: DatapathConfig, cfg: ReplayConfig, out_root: P
     warnings = list(prepared.warnings) + list(st.get("warnings", []))
     if res["crashed"]:
         warnings.append(f"agents exited early: {res['crashed']}")
-    summary = summarize(st["fabric"]["kind"], rows, prepared, rate, mtu, drops, res["crashed"], warnings)
+    summary = summarize(st["fabric"]["kind"], rows, prepared, rate, mtu, m.drops, res["crashed"], warnings)
     if live:
         from testbed.live import serving_summary
 
@@ -686,13 +717,22 @@ def replay(fabric_args: dict, dp: DatapathConfig, cfg: ReplayConfig, out_root: P
     summary["agents_cpu_s"] = res["agents_cpu_s"]  # all agents' CPU seconds, start to stop
     if prepared.operating_point is not None:
         summary |= write_operating_point(run_dir, prepared.operating_point)
-    summary |= write_breakdowns(run_dir, all_rows, sampler, rate, mtu)
-    summary["cross_traffic"] = cross_result
-    summary["pfc"] = write_pfc_outputs(run_dir, st, pfc_state, rows, res["t0"], t_end, fabric_drops)
+    summary |= write_breakdowns(run_dir, all_rows, m.sampler, rate, mtu)
+    summary["cross_traffic"] = m.cross_result
+    summary["pfc"] = write_pfc_outputs(run_dir, st, m.pfc_state, rows, res["t0"], m.t_end, m.fabric_drops)
+    summary["invariants"] = check_invariants(run_dir, st, m.sampler, all_rows, summary["pfc"]["enabled"])
+    _warn_on_checks(summary, m.fabric_drops)
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
+    (run_dir / "config.json").write_text(json.dumps({"fabric": st["fabric"], "datapath": st["config"],
+                                                     "pfc": st.get("pfc"), "replay": asdict(cfg)}, indent=1))
+
+
+def _warn_on_checks(summary: dict, fabric_drops: int) -> None:
+    """The summary's loud warnings: lossless PFC broken, a measurement invariant violated, lost bytes
+    the drop counters missed, a replay that fell behind its schedule."""
     if summary["pfc"]["enabled"] and not summary["pfc"]["lossless_ok"]:
         summary["warnings"].insert(0, f"LOSSLESS INVARIANT VIOLATED: PFC was on and fabric queues dropped "
                                       f"{fabric_drops} packets")
-    summary["invariants"] = check_invariants(run_dir, st, sampler, all_rows, summary["pfc"]["enabled"])
     summary["warnings"] += [f"MEASUREMENT INVARIANT VIOLATED: {v}" for v in summary["invariants"]["violations"]]
     lost = summary["invariants"]["margins"]["uncounted_loss_bytes"]
     if lost:
@@ -702,7 +742,3 @@ def replay(fabric_args: dict, dp: DatapathConfig, cfg: ReplayConfig, out_root: P
     lat = summary["start_lateness_ms"]["p99"]
     if lat is not None and lat > 5:
         summary["warnings"].append(f"start lateness P99 {lat:.1f} ms is over 5 ms: the replay fell behind the trace")
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
-    (run_dir / "config.json").write_text(json.dumps({"fabric": st["fabric"], "datapath": st["config"],
-                                                     "pfc": st.get("pfc"), "replay": asdict(cfg)}, indent=1))
-    return run_dir

@@ -84,11 +84,10 @@ def fabric_from(args: argparse.Namespace, kind: str):
 
 
 def fabric_kwargs(args) -> dict:
-    """What ``build_fabric`` / ``fabricctl.up`` take for ``args.fabric`` (as ``experiment.fabric_args``)."""
-    if args.fabric == "zcube":
-        return {"kind": "zcube", "gpus": args.gpus, "gpus_per_switch": args.gpus_per_switch, "cables": args.cables}
-    return {"kind": args.fabric, "gpus": args.gpus, "gpus_per_switch": args.gpus_per_switch,
-            "gpus_per_server": args.gpus_per_server, "radix": args.radix}
+    """What ``build_fabric`` / ``fabricctl.up`` take for ``args.fabric``."""
+    from testbed.fabric import fabric_args
+
+    return fabric_args(args.fabric, args.gpus, args.gpus_per_switch, args.cables, args.gpus_per_server, args.radix)
 
 
 def datapath_config(args):

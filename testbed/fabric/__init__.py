@@ -30,4 +30,14 @@ def build_fabric(
     raise TestbedError(f"fabric {kind!r} is unknown: expected one of {', '.join(FABRICS)}")
 
 
-__all__ = ["Cable", "Fabric", "Switch", "FABRICS", "build_fabric", "build_zcube", "build_roft"]
+def fabric_args(kind: str, gpus: int, gpus_per_switch: int, cables: int | None, gpus_per_server: int,
+                radix: int | None) -> dict:
+    """The ``build_fabric`` / ``fabricctl.up`` keywords of ``kind``: only those that shape it (ZCube: k and
+    cables; ROFT: server size and radix, k for its default radix), so run records name no unused knob."""
+    if kind == "zcube":
+        return {"kind": kind, "gpus": gpus, "gpus_per_switch": gpus_per_switch, "cables": cables}
+    return {"kind": kind, "gpus": gpus, "gpus_per_switch": gpus_per_switch, "gpus_per_server": gpus_per_server,
+            "radix": radix}
+
+
+__all__ = ["Cable", "Fabric", "Switch", "FABRICS", "build_fabric", "build_zcube", "build_roft", "fabric_args"]

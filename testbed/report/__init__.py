@@ -1,4 +1,4 @@
-"""The ZCube-vs-ROFT experiment report (issue 6).
+"""The ZCube-vs-ROFT experiment report.
 
 ``build_report(run_dir)`` turns an experiment run directory (``reports/<run-id>/``
 with ``runs/<fabric>/rep<k>/`` replay run directories) into report.html,

@@ -350,7 +350,7 @@ def operating_point(reps: list[Rep]) -> dict:
 
 
 def aggregate(exp: Experiment) -> dict:
-    """The report's summary.json (the contract of issue 6)."""
+    """The report's summary.json (its keys are a contract the README documents)."""
     doc: dict = {}
     problems, notes = [], []
     for fabric in exp.fabrics:
