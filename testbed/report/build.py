@@ -14,16 +14,17 @@ from pathlib import Path
 from testbed.report import html as H
 from testbed.report import plots, plots_net, serving, stats, topology_and_cost, verdict
 from testbed.report.fmt import HEADLINE, num
-from testbed.report.load import Experiment, load_experiment
+from testbed.report.load import ExperimentRun, load_experiment
 from testbed.report.plots import name
 
 NAV = [("calibration", "Calibration"), ("headline", "Headline"), ("serving", "Serving"),
        ("operating", "Operating point"), ("seed", "Seed figures"), ("fct", "FCT"),
        ("hotspots", "Hotspots"), ("pfc", "PFC"), ("nics", "NIC load"), ("goodput", "Goodput"),
-       ("topology", "Topology & cost"), ("fidelity", "Fidelity"), ("config", "Versions & config")]
+       ("topology", "Topology & cost"), ("assumptions", "Assumptions"), ("fidelity", "Fidelity"),
+       ("config", "Versions & config")]
 
 
-def summarize(exp: Experiment) -> dict:
+def summarize(exp: ExperimentRun) -> dict:
     """summary.json of the report (no figures): the aggregate plus verdicts and cost."""
     doc = stats.aggregate(exp)
     cost = topology_and_cost.cost(exp)
@@ -37,7 +38,7 @@ def summarize(exp: Experiment) -> dict:
     return doc
 
 
-def calibration_of(exp: Experiment) -> dict | None:
+def calibration_of(exp: ExperimentRun) -> dict | None:
     """The calibration this run stands on (its calibration.json), or None when it was not calibrated."""
     try:
         return json.loads((exp.path / "calibration.json").read_text())
@@ -45,7 +46,7 @@ def calibration_of(exp: Experiment) -> dict | None:
         return None
 
 
-def calibration_applies(cal: dict | None, exp: Experiment) -> bool | None:
+def calibration_applies(cal: dict | None, exp: ExperimentRun) -> bool | None:
     """Whether the run's workload is the calibrated one (the knob, represents, fabrics, repetitions, seed
     and name aside); None when unknown."""
     e = ((exp.config or {}).get("experiment")) or {}
@@ -85,7 +86,7 @@ def write_headline_csv(doc: dict, fabrics: list[str], path: Path) -> Path:
     return path
 
 
-def _figures(exp: Experiment, figures: Path) -> dict:
+def _figures(exp: ExperimentRun, figures: Path) -> dict:
     figures.mkdir(exist_ok=True)
     for old in figures.glob("*.png"):
         old.unlink()
@@ -131,7 +132,7 @@ def traffic_sentence(config: dict) -> str:
             f"{s.get('mode')} transfers, NIC port policy {s.get('policy')}.")
 
 
-def _headline_section(doc: dict, exp: Experiment) -> str:
+def _headline_section(doc: dict, exp: ExperimentRun) -> str:
     reps = doc["reps"]
     parts = []
     sentence = traffic_sentence(exp.config)
@@ -151,7 +152,7 @@ def _headline_section(doc: dict, exp: Experiment) -> str:
     return "".join(parts)
 
 
-def _labels(fabric_reps: list[tuple[str, int]], exp: Experiment) -> str:
+def _labels(fabric_reps: list[tuple[str, int]], exp: ExperimentRun) -> str:
     """'every replay', 'ZCube (every repetition), ROFT rep2' or 'ZCube rep1'."""
     every = {f: sorted(r.index for r in exp.reps[f]) for f in exp.fabrics}
     mine: dict[str, list[int]] = {}
@@ -163,7 +164,7 @@ def _labels(fabric_reps: list[tuple[str, int]], exp: Experiment) -> str:
                      else ", ".join(f"{name(f)} rep{k}" for k in ks) for f, ks in mine.items())
 
 
-def _overload_details(exp: Experiment) -> list[tuple[list[tuple[str, int]], str]]:
+def _overload_details(exp: ExperimentRun) -> list[tuple[list[tuple[str, int]], str]]:
     """The replays' overload flags, identical ones grouped: [([(fabric, rep), ...], detail)], where
     detail is the warning's parenthesis (per flagged prefill instance: utilization, offered load,
     queue first -> last third, trend)."""
@@ -178,7 +179,7 @@ def _overload_details(exp: Experiment) -> list[tuple[list[tuple[str, int]], str]
     return [(where, detail) for detail, where in groups.items()]
 
 
-def overload_alert(doc: dict, exp: Experiment) -> str:
+def overload_alert(doc: dict, exp: ExperimentRun) -> str:
     """The red banner when a replay flagged the cluster overloaded ('' otherwise)."""
     if not doc.get("overloaded"):
         return ""
@@ -235,7 +236,7 @@ def _same_instances(a, b) -> bool:
 SHORT_TABLE = 12  # rows per fabric: up to this many, every repetition is listed when they differ
 
 
-def _instance_table(exp: Experiment, fabric: str) -> str:
+def _instance_table(exp: ExperimentRun, fabric: str) -> str:
     reps = exp.reps[fabric]
     differ = [r for r in reps[1:] if not _same_instances(reps[0], r)]
     n_rows = len(_instance_rows(reps[0], False))
@@ -257,7 +258,7 @@ def _instance_table(exp: Experiment, fabric: str) -> str:
             + H.table(head, rows, left=(2 if len(show) > 1 else 1)) + "</div>")
 
 
-def _operating_section(doc: dict, exp: Experiment, figs: dict) -> str:
+def _operating_section(doc: dict, exp: ExperimentRun, figs: dict) -> str:
     """Whether the serving cluster kept up, so whether TTFT measures the network or a queue."""
     from traffic.schedule import MAX_UTILIZATION, MIN_QUEUE_GROWTH
 
@@ -323,7 +324,7 @@ def _operating_section(doc: dict, exp: Experiment, figs: dict) -> str:
     return "".join(parts)
 
 
-def _hotspot_section(doc: dict, exp: Experiment, figs: dict) -> str:
+def _hotspot_section(doc: dict, exp: ExperimentRun, figs: dict) -> str:
     parts = []
     utils = [doc[f].get("max_link_utilization") for f in exp.fabrics if doc[f].get("max_link_utilization") is not None]
     if utils and max(utils) < 0.5:
@@ -348,7 +349,7 @@ def _hotspot_section(doc: dict, exp: Experiment, figs: dict) -> str:
     return "".join(parts)
 
 
-def _pfc_section(doc: dict, exp: Experiment, figs: dict) -> str:
+def _pfc_section(doc: dict, exp: ExperimentRun, figs: dict) -> str:
     on = [f for f in exp.fabrics if doc[f].get("pfc_enabled")]
     if not on:
         return ("<p><b>PFC was off</b> in every run (no pfc.txt, pfc_ports.csv or pfc summary): "
@@ -376,7 +377,7 @@ def _pfc_section(doc: dict, exp: Experiment, figs: dict) -> str:
     return "".join(parts)
 
 
-def _nic_section(doc: dict, exp: Experiment, figs: dict) -> str:
+def _nic_section(doc: dict, exp: ExperimentRun, figs: dict) -> str:
     rows = []
     for f in exp.fabrics:
         imb = stats.nic_imbalance(exp.reps[f][0])
@@ -391,7 +392,7 @@ def _nic_section(doc: dict, exp: Experiment, figs: dict) -> str:
     return "".join(parts)
 
 
-def _topology_section(doc: dict, exp: Experiment, figs: dict) -> str:
+def _topology_section(doc: dict, exp: ExperimentRun, figs: dict) -> str:
     def origin(f: str) -> str:
         return f"plan/{f}.png" if (exp.path / "plan" / f"{f}.png").is_file() else "drawn from the fabric model"
 
@@ -429,7 +430,7 @@ def _invariants_cell(entry: dict) -> str:
     return _mark(None, "not checked (a replay from before the invariants)")
 
 
-def _invariants_list(doc: dict, exp: Experiment) -> str:
+def _invariants_list(doc: dict, exp: ExperimentRun) -> str:
     """The checks and, when any failed, every violation with its numbers."""
     lines = [(f, i["rep"], v) for f in exp.fabrics for i in doc[f].get("invariants") or [] if i["ok"] is False
              for v in i["violations"]]
@@ -442,7 +443,7 @@ def _invariants_list(doc: dict, exp: Experiment) -> str:
                                    for f, k, v in lines) + "</ul>"
 
 
-def _fidelity_section(doc: dict, exp: Experiment) -> str:
+def _fidelity_section(doc: dict, exp: ExperimentRun) -> str:
     rows = []
     for f in exp.fabrics:
         e = doc[f]
@@ -479,7 +480,7 @@ def _fidelity_section(doc: dict, exp: Experiment) -> str:
     return "".join(parts)
 
 
-def _config_section(doc: dict, exp: Experiment) -> str:
+def _config_section(doc: dict, exp: ExperimentRun) -> str:
     parts = []
     if exp.versions:
         rows = [[H.escape(k), H.escape(str(v))] for k, v in exp.versions.items()]
@@ -495,7 +496,7 @@ def _config_section(doc: dict, exp: Experiment) -> str:
     return "".join(parts)
 
 
-def _subtitle(exp: Experiment, doc: dict) -> str:
+def _subtitle(exp: ExperimentRun, doc: dict) -> str:
     rep = next(iter(exp.reps.values()))[0]
     n = (rep.config.get("fabric") or {}).get("gpus")
     rate = (rep.config.get("datapath") or {}).get("rate_bps") or rep.summary.get("rate_bps")
@@ -534,6 +535,7 @@ def build_report(run_dir: Path | str) -> Path:
         ("goodput", "Goodput over time", H.img(figs["goodput"], "Bytes of the transfers that finished in each "
                                                "second (goodput.csv); repetition 1 bold, others faint.", "goodput")),
         ("topology", "Topology and cost", _topology_section(doc, exp, figs)),
+        ("assumptions", "Every assumption", serving.assumptions_section(exp)),
         ("fidelity", "Fidelity", _fidelity_section(doc, exp)),
         ("config", "Versions and configuration", _config_section(doc, exp)),
     ]

@@ -55,7 +55,9 @@ class Rep:
 
 
 @dataclass
-class Experiment:
+class ExperimentRun:
+    """An experiment's run directory as saved (testbed.experiment.Experiment is what was asked for)."""
+
     path: Path
     config: dict
     versions: dict
@@ -184,7 +186,7 @@ def load_rep(fabric: str, index: int, path: Path) -> Rep:
     )
 
 
-def load_experiment(run_dir: Path | str) -> Experiment:
+def load_experiment(run_dir: Path | str) -> ExperimentRun:
     """Every repetition of every fabric under ``run_dir/runs``; raises on bad layout."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
@@ -236,4 +238,4 @@ def load_experiment(run_dir: Path | str) -> Experiment:
         notes.append("experiment.json is missing")
     if versions is None:
         notes.append("versions.json is missing")
-    return Experiment(run_dir, config or {}, versions or {}, reps, notes, failed, retried)
+    return ExperimentRun(run_dir, config or {}, versions or {}, reps, notes, failed, retried)

@@ -22,7 +22,7 @@ import pandas as pd  # noqa: E402
 from matplotlib.ticker import LogLocator, NullFormatter  # noqa: E402
 
 from testbed.report import stats  # noqa: E402
-from testbed.report.load import Experiment  # noqa: E402
+from testbed.report.load import ExperimentRun  # noqa: E402
 from traffic import metrics  # noqa: E402
 
 COLOURS = {"zcube": "#0072B2", "roft": "#D55E00"}
@@ -55,7 +55,7 @@ def save(fig, path: Path) -> Path:
     return path
 
 
-def _fct_ms(exp: Experiment, fabric: str) -> np.ndarray:
+def _fct_ms(exp: ExperimentRun, fabric: str) -> np.ndarray:
     vals = []
     for r in exp.reps[fabric]:
         t = r.transfers
@@ -65,7 +65,7 @@ def _fct_ms(exp: Experiment, fabric: str) -> np.ndarray:
     return np.sort(np.concatenate(vals)) if vals else np.array([])
 
 
-def fct_cdf(exp: Experiment, out: Path) -> Path | None:
+def fct_cdf(exp: ExperimentRun, out: Path) -> Path | None:
     """CDF (log x) and its tail (1 - CDF, log-log) of every verified transfer, all repetitions pooled."""
     data = {f: _fct_ms(exp, f) for f in exp.fabrics}
     if not any(len(v) for v in data.values()):
@@ -97,7 +97,7 @@ def fct_cdf(exp: Experiment, out: Path) -> Path | None:
     return save(fig, out)
 
 
-def slowdown_bins(exp: Experiment, out: Path) -> Path | None:
+def slowdown_bins(exp: ExperimentRun, out: Path) -> Path | None:
     """P50 and P99 slowdown per equal-count size bin (median over repetitions)."""
     fig, ax = plt.subplots(figsize=(11, 3.8))
     labels: list[str] = []
@@ -137,7 +137,7 @@ def _size(b: float) -> str:
     return f"{b:.0f}B"
 
 
-def goodput_time(exp: Experiment, out: Path) -> Path | None:
+def goodput_time(exp: ExperimentRun, out: Path) -> Path | None:
     """Goodput per second (repetition 1 bold, others faint); right axis in real-equivalent Gbit/s."""
     fig, ax = plt.subplots(figsize=(11, 3.4))
     scale = None
@@ -166,7 +166,7 @@ def goodput_time(exp: Experiment, out: Path) -> Path | None:
     return save(fig, out)
 
 
-def nic_load(exp: Experiment, out: Path) -> Path | None:
+def nic_load(exp: ExperimentRun, out: Path) -> Path | None:
     """Bytes per NIC port, grouped by 8-GPU server: uneven bars inside a group = imbalance."""
     fabrics = [f for f in exp.fabrics if stats.nic_loads(exp.reps[f][0])]
     if not fabrics:
@@ -226,7 +226,7 @@ def _prefill_queue(rep) -> pd.DataFrame | None:
     return q.pivot_table(index="t_s", columns="instance", values="queue", aggfunc="max").sort_index()
 
 
-def serving_queue_source(exp: Experiment) -> dict | None:
+def serving_queue_source(exp: ExperimentRun) -> dict | None:
     """Which run the prefill-queue figure draws: the first fabric's repetition 1 with a queue.csv.
     The queue comes from the traffic schedule, not the network, so every fabric's should be the
     same: ``same`` lists the fabrics whose first repetition has an identical prefill queue,
@@ -261,7 +261,7 @@ def _instance_label(rep, i: int) -> str:
     return f"prefill {i}" + (f": utilization {float(u):.2f}" if isinstance(u, (int, float)) else "")
 
 
-def prefill_queue(exp: Experiment, out: Path) -> Path | None:
+def prefill_queue(exp: ExperimentRun, out: Path) -> Path | None:
     """Each prefill instance's queue (requests waiting or in prefill) over the replayed window,
     one line per instance, from the first fabric's repetition 1 (the schedule's queue, the same on
     every fabric); a fabric whose queue.csv differs is drawn dashed. With at most 4 instances, dotted

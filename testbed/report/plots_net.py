@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.ticker import PercentFormatter
 
-from testbed.report.load import Experiment
+from testbed.report.load import ExperimentRun
 from testbed.report.plots import colour, name, plt, save
 
 QUEUE_RE = re.compile(r"^(?P<node>[A-Za-z]+\d+):(?P<port>p?\d+)$")
@@ -25,7 +25,7 @@ def natural(s: str) -> tuple:
     return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", s))
 
 
-def links_median(exp: Experiment, fabric: str) -> pd.DataFrame | None:
+def links_median(exp: ExperimentRun, fabric: str) -> pd.DataFrame | None:
     """queue, towards, bytes, utilization: the median over repetitions, busiest first."""
     frames = [r.links for r in exp.reps[fabric] if r.links is not None and not r.links.empty]
     if not frames:
@@ -49,7 +49,7 @@ def _switch_matrix(links: pd.DataFrame) -> tuple[list[str], list[int], np.ndarra
     return switches, ports, mat, cells
 
 
-def util_heatmaps(exp: Experiment, figures: Path) -> dict[str, Path]:
+def util_heatmaps(exp: ExperimentRun, figures: Path) -> dict[str, Path]:
     """figures/util_heatmap_<fabric>.png: rows = switches, columns = OpenFlow ports, one shared scale."""
     data = {}
     for f in exp.fabrics:
@@ -87,7 +87,7 @@ def util_heatmaps(exp: Experiment, figures: Path) -> dict[str, Path]:
     return out
 
 
-def queue_backlog(exp: Experiment, out: Path, top: int = 5) -> Path | None:
+def queue_backlog(exp: ExperimentRun, out: Path, top: int = 5) -> Path | None:
     """Backlog over time of each fabric's ``top`` deepest queues (repetition 1, ~1 Hz samples)."""
     fabrics = [f for f in exp.fabrics if exp.reps[f][0].queues is not None and not exp.reps[f][0].queues.empty]
     if not fabrics:
@@ -148,7 +148,7 @@ def pfc_clock(rep) -> tuple[float, str]:
     return 0.0, "time (s, as in pfc.txt)"
 
 
-def pfc_raster(exp: Experiment, out: Path, top: int = 30) -> Path | None:
+def pfc_raster(exp: ExperimentRun, out: Path, top: int = 30) -> Path | None:
     """y = port, x = time: a tick at every pause, a bar while the port is paused (repetition 1)."""
     fabrics = [f for f in exp.fabrics if exp.reps[f][0].pfc_events is not None]
     if not fabrics:
@@ -204,7 +204,7 @@ def _port_fractions(rep) -> pd.DataFrame | None:
                                                                     for v in spans.values()]})
 
 
-def paused_fraction(exp: Experiment, out: Path, top: int = 15) -> Path | None:
+def paused_fraction(exp: ExperimentRun, out: Path, top: int = 15) -> Path | None:
     """Horizontal bars: fraction of the run each port spent paused (repetition 1)."""
     data = {f: _port_fractions(exp.reps[f][0]) for f in exp.fabrics}
     data = {f: d for f, d in data.items() if d is not None and not d.empty}

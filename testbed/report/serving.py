@@ -20,13 +20,13 @@ import pandas as pd  # noqa: E402
 from testbed.report import html as H  # noqa: E402
 from testbed.report import stats  # noqa: E402
 from testbed.report.fmt import num  # noqa: E402
-from testbed.report.load import Experiment  # noqa: E402
+from testbed.report.load import ExperimentRun  # noqa: E402
 from testbed.report.plots import colour, name, save  # noqa: E402
 
 SEED_ABLATION = {"throughput_ratio": 1.19, "ttft_ratio": 0.78}
 
 
-def live_reps(exp: Experiment) -> dict:
+def live_reps(exp: ExperimentRun) -> dict:
     """fabric -> its live repetitions (those whose summary says driver live)."""
     return {f: [r for r in exp.reps[f] if r.summary.get("driver") == "live"] for f in exp.fabrics}
 
@@ -56,7 +56,7 @@ def _decode_steps_ms(rep) -> np.ndarray:
     return ((d["end_s"] - d["start_s"]) * 1e3).to_numpy()
 
 
-def serving_figure(exp: Experiment, out: Path) -> Path | None:
+def serving_figure(exp: ExperimentRun, out: Path) -> Path | None:
     """TTFT CDF and decode-step-time CDF per fabric (every repetition pooled)."""
     reps = live_reps(exp)
     if not any(reps.values()):
@@ -83,7 +83,7 @@ def _median(values):
     return None if not vals else float(np.median(vals))
 
 
-def serving_section(doc: dict, exp: Experiment, fig: Path | None) -> str:
+def serving_section(doc: dict, exp: ExperimentRun, fig: Path | None) -> str:
     reps = live_reps(exp)
     if not any(reps.values()):
         return ('<p>This experiment used the planned replay (<code>serving.driver: plan</code>): every KV transfer '
@@ -180,3 +180,43 @@ def calibration_section(cal: dict | None, fig: Path | None, matches: bool | None
         parts.append(H.img(fig, "Markers: our ratios (median over repetition pairs, bars: their range); dashed: the "
                                 "seed's; dotted: the chosen level.", "calibration"))
     return "".join(parts)
+
+
+def assumptions(exp: ExperimentRun) -> list[str]:
+    """Every assumption the run's figures stand on, in one list, from the saved experiment."""
+    e = (exp.config or {}).get("experiment") or {}
+    link, s, t = e.get("link") or {}, e.get("serving") or {}, e.get("trace") or {}
+    rate, rep, dil = link.get("rate"), link.get("represents"), link.get("time_dilation") or 1
+    out = []
+    if rate and rep:
+        out.append(f"Scale: {e.get('gpus')} GPUs stand for a cluster of hundreds to thousands; every emulated link "
+                   f"runs at {rate / 1e6:g} Mbit/s and stands for {rep / 1e9:g} Gbit/s, so bytes are scaled by "
+                   f"{rep / rate / dil:,.0f} (represents / (rate x dilation)); buffers are sized in packets, "
+                   "not scaled.")
+    if dil != 1:
+        out.append(f"Time: the emulated world runs {dil:g}x slower than the modelled cluster; serving times are "
+                   "converted back, per-packet latencies are not (a packet's serialization is dilated like the rest).")
+    if s.get("driver") == "live":
+        out += [
+            f"Traffic model: {s.get('model')}; MoE engines are one expert-parallel group per kind (prefill "
+            f"{s.get('prefill_ep') or 'all'} GPUs, decode {s.get('decode_ep') or 'all'} GPUs) with data-parallel "
+            "attention; decode sends one copy per (token, expert), prefill one per (token, GPU); same-server pairs "
+            "ride NVLink, not emulated; one message per GPU pair and phase carries all MoE layers.",
+            f"Compute: a decode step is {1e3 * (s.get('decode_step_s') or 0):g} ms of compute (assumed, flat), prefill "
+            f"runs at the model table's tokens/s per GPU in chunks of {s.get('prefill_chunk_tokens')} tokens per "
+            "GPU; a step is compute then exchange, with no overlap of the two (real engines overlap them).",
+            f"Operating point: {s.get('arrivals')} arrivals"
+            + (f", {s.get('concurrency')} requests in flight" if s.get("arrivals") == "closed" else "")
+            + f", request sizes from {Path(t.get('path') or '').name or 'the trace'}; requests arriving in the first "
+            f"{s.get('warmup_s') or 0:g} s are not measured.",
+        ]
+    else:
+        out.append("Traffic model: the planned replay times every KV transfer from the trace before the run; nothing "
+                   "waits for the network and TTFT is a proxy (queue + prefill + the transfer's tail).")
+    out.append("Calibration: the seed's 100 vs 200 Gbit/s ablation is matched on ROFT, assumed to be the fabric of the "
+               "seed's cluster before its migration; ZCube is never used to choose the load.")
+    return out
+
+
+def assumptions_section(exp: ExperimentRun) -> str:
+    return "<ul>" + "".join(f"<li>{H.escape(a)}</li>" for a in assumptions(exp)) + "</ul>"

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import statistics
 
-from testbed.report.load import Experiment, Rep
+from testbed.report.load import ExperimentRun, Rep
 from traffic import metrics
 
 # flattened keys of the headline, in display order
@@ -349,7 +349,7 @@ def operating_point(reps: list[Rep]) -> dict:
             "recorded_reps": [r.index for r, p in zip(reps, per) if p["overloaded"] is not None]}
 
 
-def aggregate(exp: Experiment) -> dict:
+def aggregate(exp: ExperimentRun) -> dict:
     """The report's summary.json (its keys are a contract the README documents)."""
     doc: dict = {}
     problems, notes = [], []

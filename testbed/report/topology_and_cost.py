@@ -14,10 +14,10 @@ from pathlib import Path
 import matplotlib
 
 from testbed.errors import TestbedError
-from testbed.report.load import Experiment, read_json
+from testbed.report.load import ExperimentRun, read_json
 
 
-def fabric_params(exp: Experiment, fabric: str) -> dict:
+def fabric_params(exp: ExperimentRun, fabric: str) -> dict:
     """build_fabric kwargs of ``fabric`` (from its first repetition, or the defaults at the other's n)."""
     if fabric in exp.reps:
         params = dict(exp.reps[fabric][0].config.get("fabric") or {})
@@ -33,7 +33,7 @@ def _build(params: dict):
     return build_fabric(**params)
 
 
-def topology_pictures(exp: Experiment, figures: Path) -> tuple[dict[str, Path], list[str]]:
+def topology_pictures(exp: ExperimentRun, figures: Path) -> tuple[dict[str, Path], list[str]]:
     """fabric -> figures/topology_<fabric>.png (copied from plan/ or drawn); plus notes."""
     from testbed.fabric.draw import draw
 
@@ -70,7 +70,7 @@ def _cost_from_file(doc) -> dict | None:
     return {"zcube": z, "roft": r, "ratios": rat}
 
 
-def cost(exp: Experiment) -> dict:
+def cost(exp: ExperimentRun) -> dict:
     """Capex of both fabrics at this run's scale: plan/cost.json, else the cost model."""
     from testbed.fabric.cost import cost_of, ratios
 

@@ -461,3 +461,21 @@ def test_an_uncalibrated_run_says_so(built):
     html = page.read_text()
     assert doc["calibration"] is None and "was not calibrated" in html
     assert "planned replay" in html  # no serving loop: the section says why there are no serving figures
+
+
+def test_every_assumption_of_a_live_run_is_listed_with_its_figures():
+    from types import SimpleNamespace
+
+    from testbed.experiment import EXAMPLES_DIR, resolve
+    from testbed.report import serving
+
+    exp = resolve(None).experiment.model_dump(mode="json")
+    got = serving.assumptions(SimpleNamespace(config={"experiment": exp}))
+    text = "\n".join(got)
+    assert "32 GPUs" in text and "3 Mbit/s" in text and "200 Gbit/s" in text
+    assert "bytes are scaled by 8,333" in text  # 200e9 / (3e6 x 8)
+    assert "8x slower" in text and "glm-5" in text and "30 ms of compute" in text
+    assert "128 requests in flight" in text and "ROFT" in got[-1]
+    plan = serving.assumptions(SimpleNamespace(config={"experiment": resolve(
+        EXAMPLES_DIR / "kv-replay.yaml").experiment.model_dump(mode="json")}))
+    assert any("planned replay" in a for a in plan) and not any("slower" in a for a in plan)
