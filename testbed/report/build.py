@@ -56,7 +56,7 @@ def calibration_applies(cal: dict | None, exp: ExperimentRun) -> bool | None:
 
     def core(x: dict) -> dict:
         x = json.loads(json.dumps(x))
-        for k in ("fabrics", "repetitions", "seed", "name", "calibration"):
+        for k in ("fabrics", "repetitions", "seed", "name", "calibration", "sweep"):
             x.pop(k, None)
         x.get("serving", {}).pop("concurrency", None)
         x.get("link", {}).pop("represents", None)

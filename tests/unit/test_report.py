@@ -479,3 +479,23 @@ def test_every_assumption_of_a_live_run_is_listed_with_its_figures():
     plan = serving.assumptions(SimpleNamespace(config={"experiment": resolve(
         EXAMPLES_DIR / "kv-replay.yaml").experiment.model_dump(mode="json")}))
     assert any("planned replay" in a for a in plan) and not any("slower" in a for a in plan)
+
+
+def test_a_calibration_applies_to_its_workload_whatever_the_knob_fabrics_and_paths():
+    from types import SimpleNamespace
+
+    from testbed.experiment import resolve
+    from testbed.report.build import calibration_applies
+
+    run = resolve(None).experiment.model_dump(mode="json")
+    calibrated = json.loads(json.dumps(run))
+    calibrated.update(fabrics=["roft"], repetitions=1, name="moe-live", calibration=None)
+    calibrated.pop("sweep")  # a calibration written before a key existed still applies
+    calibrated["serving"]["concurrency"] = 384
+    calibrated["link"]["represents"] = 100e9
+    calibrated["trace"]["path"] = "/elsewhere/" + run["trace"]["path"].rsplit("/", 1)[-1]
+    exp = SimpleNamespace(config={"experiment": run})
+    assert calibration_applies({"experiment": calibrated}, exp) is True
+    calibrated["serving"]["model"] = "deepseek-v3"
+    assert calibration_applies({"experiment": calibrated}, exp) is False
+    assert calibration_applies(None, exp) is None
