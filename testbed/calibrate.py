@@ -125,8 +125,7 @@ def table(doc: dict) -> list[str]:
         rows.append((str(r["level"]), f(r["throughput_ratio"]) + sp(r["throughput_ratio_spread"]),
                      f(r["ttft_p99_ratio"]) + sp(r["ttft_p99_ratio_spread"]),
                      f(r["ttft_p50_ratio"]) + sp(r["ttft_p50_ratio_spread"]), f(r["distance"])))
-    widths = [max(len(t[i]) for t in rows) for i in range(len(rows[0]))]
-    out += ["  ".join(c.ljust(w) for c, w in zip(t, widths)).rstrip() for t in rows]
+    out += run.columns(rows)
     c = doc["chosen"]
     if c is None:
         out.append("no level measured both ratios: nothing chosen")

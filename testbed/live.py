@@ -94,9 +94,10 @@ def _static(policy: str) -> str:
 
 
 def _die_with_parent() -> None:
-    import ctypes
+    """The coordinator dies with the replay, as the agents do (``traffic.launcher``)."""
+    from traffic.launcher import die_with_parent
 
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
+    die_with_parent(signal.SIGKILL)
 
 
 class _Coordinator:
@@ -242,15 +243,14 @@ def serving_summary(res: dict, setup: LiveSetup, rows: list[dict], messages: lis
     import csv
     import math
 
-    from traffic.metrics import percentile
+    from traffic.metrics import percentile, rounded_percentiles
 
     srv = res["serving"]
     spec = setup.config["spec"]
     dilation = setup.config["dilation"]
 
-    def pct(values: list[float], factor: float = 1e3) -> dict:
-        return {k: (round(percentile(values, p) * factor, 3) if values else None)
-                for k, p in (("p50", 50), ("p99", 99))}
+    def pct(values: list[float]) -> dict:
+        return rounded_percentiles(values, factor=1e3)  # seconds -> ms
 
     with open(run_dir / "requests.csv", newline="") as fh:
         reqs = list(csv.DictReader(fh))
@@ -282,8 +282,7 @@ def serving_summary(res: dict, setup: LiveSetup, rows: list[dict], messages: lis
         "ttft_ms": pct(ttft),
         "decode_step_ms": pct(decode_step),
         "ep_exchange_ms": pct(exchange),
-        "ep_exchange_vs_ideal": {k: (round(v / 1e3, 3) if v is not None else None)
-                                 for k, v in pct(vs_ideal).items()},
+        "ep_exchange_vs_ideal": rounded_percentiles(vs_ideal),
         "prefill_utilization": srv["prefill_token_utilization"],
         "prefill_busy": {k: v for k, v in util.items() if k.startswith("prefill")},
         "decode_utilization": {k: v for k, v in util.items() if k.startswith("decode")},

@@ -318,6 +318,12 @@ def headline_table(heads: dict) -> list[str]:
     for kind, h in heads.items():
         rows.append((kind, f"{h['ok']}/{h['runs']}", _fmt(h["goodput_bps"], 1e6, 3), _fmt(h["fct_p99_ms"], digits=1),
                      _fmt(h["ttft_p99_ms"], digits=1), _fmt(h["pauses"], digits=0), _fmt(h["drops"], digits=0)))
+    return columns(rows)
+
+
+def columns(rows: list[tuple[str, ...]]) -> list[str]:
+    """Rows of cells as left-aligned text columns two spaces apart (the terminal tables of run, sweep
+    and calibrate)."""
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
 

@@ -166,5 +166,4 @@ def _table(keys: list[str], rows: list[dict]) -> list[str]:
         table.append((*(str(r[k]) for k in keys), r["fabric"], num(r["goodput_bps"], 1e6, 3),
                       num(r["fct_p99_ms"], digits=1), num(r["ttft_p99_ms"], digits=1), num(r["pauses"], digits=0),
                       num(r["drops"], digits=0)))
-    widths = [max(len(t[i]) for t in table) for i in range(len(table[0]))]
-    return ["  ".join(c.ljust(w) for c, w in zip(t, widths)).rstrip() for t in table]
+    return run.columns(table)

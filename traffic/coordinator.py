@@ -33,6 +33,7 @@ from pathlib import Path
 
 from traffic import models, serving
 from traffic.errors import TrafficError
+from traffic.metrics import rounded_percentiles
 from traffic.placement import Instance
 from traffic.traces import Request
 
@@ -210,16 +211,13 @@ class Coordinator:
         out_dir = Path(self.cfg["run_dir"])
         write_csv(out_dir / "requests.csv", self.cluster.request_rows())
         write_csv(out_dir / "steps.csv", self.cluster.step_rows())
-        lag = sorted(self.lag_s)
         summary = {k: v for k, v in res.items() if k not in ("ttft_s", "exchange_s", "decode_step_s")}
         usage = resource.getrusage(resource.RUSAGE_SELF)
         summary |= {"t0": self.t0, "dilation": self.dilation, "cpu_s": round(usage.ru_utime + usage.ru_stime, 3),
                     "failed_messages": len(self.failed),
                     "failures": dict(list(self.failed.items())[:10]),
                     "messages": len(self.cluster.messages), "in_flight_at_end": self.cluster.in_flight,
-                    "control_lag_ms": {"p50": round(lag[len(lag) // 2] * 1e3, 3) if lag else None,
-                                       "p99": round(lag[min(len(lag) - 1, int(len(lag) * 0.99))] * 1e3, 3)
-                                       if lag else None}}
+                    "control_lag_ms": rounded_percentiles(self.lag_s, factor=1e3)}
         (out_dir / "serving.json").write_text(json.dumps(summary, indent=1))
         return summary
 

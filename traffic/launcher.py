@@ -68,6 +68,11 @@ def _die_with_parent(libc, sig: int) -> None:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG)")
 
 
+def die_with_parent(sig: int) -> None:
+    """Ask the kernel to send this process ``sig`` when its parent exits (for a Popen preexec_fn)."""
+    _die_with_parent(_libc(), sig)
+
+
 def _enter_netns(libc, name: str) -> None:
     fd = os.open(os.path.join(NETNS_DIR, name), os.O_RDONLY)
     try:
