@@ -65,3 +65,17 @@ def fabric(request):
         down = run_testbed("down")
         assert down.returncode == 0, down.stderr
         assert leftovers() == []
+
+
+@pytest.fixture(autouse=True)
+def no_fabric_left_behind(request):
+    """A test that leaves a fabric up fails itself, and the fabric is swept so the next tests
+    do not fail for it (a module's ``fabric`` fixture owns its fabric until the module ends)."""
+    yield
+    if "fabric" in request.fixturenames:
+        return
+    from testbed.emulation import fabricctl
+
+    if fabricctl.load_state() is not None:
+        swept = run_testbed("clean")
+        pytest.fail(f"this test left a fabric up ('testbed clean' swept it: rc {swept.returncode})")
