@@ -1,4 +1,5 @@
-"""The benchmarks' verb: ``bench fidelity`` and ``bench pfc`` (as root; each builds its own fabrics)."""
+"""The benchmarks' verb: ``bench fidelity``, ``bench pfc`` and ``bench replay`` (as root; each builds its own
+fabrics)."""
 
 from __future__ import annotations
 
@@ -76,12 +77,38 @@ def cmd_bench_pfc(args) -> int:
     return 0
 
 
+def cmd_bench_replay(args) -> int:
+    from testbed.bench import replay as replay_bench
+    from testbed.outputs import out_root, require_dir
+    from testbed.paths import REPORTS
+
+    levels = replay_bench.parse_levels(args.levels)
+    duration = args.duration if args.duration is not None else replay_bench.DURATION_S
+    root = require_dir(args.logs, "--logs") if args.logs else out_root(REPORTS)
+    status, doc = replay_bench.run_bench(args.fabric or "zcube", levels, duration, root,
+                                         log=lambda m: print(m, file=sys.stderr))
+    if args.json:
+        print(json.dumps(doc, indent=1))
+    else:
+        for line in replay_bench.table(doc):
+            print(line)
+        print(doc["dir"])
+    return status
+
+
 def check_bench_outputs(args) -> None:
     """bench pfc --logs DIR: made if missing, so DIR or else its folder must exist and take new files."""
     if args.bench == "pfc" and args.logs:
         from testbed.outputs import require_new_dir
 
         require_new_dir(args.logs, "--logs")
+    if args.bench == "replay":
+        from testbed.bench.replay import parse_levels
+        from testbed.outputs import require_dir
+
+        parse_levels(args.levels)
+        if args.logs:
+            require_dir(args.logs, "--logs")
 
 
 def cmd_bench(args) -> int:
@@ -91,6 +118,10 @@ def cmd_bench(args) -> int:
     check_bench_outputs(args)  # a bad --logs fails before root, OVS or a fabric is needed
     fabricctl.require_root()
     fabricctl.require_ovs()
+    if args.bench == "replay":
+        return cmd_bench_replay(args)
+    if args.duration is None:
+        args.duration = 16
     if args.bench == "pfc":
         return cmd_bench_pfc(args)
     if args.fabric is None:
@@ -142,14 +173,18 @@ def cmd_bench(args) -> int:
 def register(sub) -> None:
     from testbed.fabric import FABRICS
 
-    p = sub.add_parser("bench", help="benchmarks: bench fidelity zcube|roft [--sweep 2,3,4]; bench pfc [zcube|roft]")
-    p.add_argument("bench", choices=["fidelity", "pfc"])
+    p = sub.add_parser("bench", help="benchmarks: bench fidelity zcube|roft [--sweep 2,3,4]; bench pfc [zcube|roft]; "
+                                     "bench replay [zcube|roft] [--levels 1,64,128]")
+    p.add_argument("bench", choices=["fidelity", "pfc", "replay"])
     p.add_argument("fabric", nargs="?", choices=FABRICS)
     add_fabric_options(p)
     add_link_options(p)
-    p.add_argument("--duration", type=int, default=16, help="seconds of traffic (default 16)")
+    p.add_argument("--duration", type=float, help="seconds of traffic (default 16; bench replay: cluster seconds "
+                                                  "per level, default 8)")
+    p.add_argument("--levels", help="bench replay: requests in flight per level (default 1,64,128,192,256)")
     p.add_argument("--senders", type=int, default=8, help="bench pfc: incast senders (default 8)")
-    p.add_argument("--logs", help="bench pfc: where the pause logs and figures go (default reports/bench-pfc-...)")
+    p.add_argument("--logs", help="bench pfc: where the pause logs and figures go (default reports/bench-pfc-...); "
+                                  "bench replay: the folder its sweep directory goes in (default reports/)")
     add_pfc_options(p, default="on")
     p.add_argument("--omit", type=int, default=3, help="seconds of slow start left out (default 3)")
     p.add_argument("--sweep", help="comma-separated link rates, e.g. 2,3,4,5 (Mbit/s); permutation only")
