@@ -78,7 +78,7 @@ def cmd_bench_pfc(args) -> int:
 
 
 def cmd_bench_replay(args) -> int:
-    from testbed.bench import replay as replay_bench
+    from testbed import replay_bench
     from testbed.outputs import out_root, require_dir
     from testbed.paths import REPORTS
 
@@ -103,8 +103,8 @@ def check_bench_outputs(args) -> None:
 
         require_new_dir(args.logs, "--logs")
     if args.bench == "replay":
-        from testbed.bench.replay import parse_levels
         from testbed.outputs import require_dir
+        from testbed.replay_bench import parse_levels
 
         parse_levels(args.levels)
         if args.logs:

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from testbed.bench import replay as bench
+from testbed import replay_bench as bench
 from testbed.errors import TestbedError
 
 HEADER = "id,request_id,src,dst,src_ip,dst_ip,bytes,received_bytes,scheduled_start,start,first_byte,end,sender_end," \

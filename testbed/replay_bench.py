@@ -1,4 +1,4 @@
-"""``bench replay``: does the live replay keep time as the load rises?
+"""``bench replay`` (the experiments layer: it runs a sweep): does the live replay keep time as the load rises?
 
 The default experiment (the live GLM-5 cluster) on one fabric, one short
 replay per level of ``serving.concurrency`` (requests in flight). Per level:
@@ -118,7 +118,8 @@ def run_bench(fabric: str, levels: list[int], duration_s: float, out_root: Path,
                            "warm-up (cluster seconds)")
     overrides = [Override("fabrics", [fabric], "bench"), Override("repetitions", 1, "bench"),
                  Override("trace.duration_s", duration_s, "--duration"),
-                 Override("serving.warmup_s", WARMUP_S, "bench"), Override("calibration", None, "bench")]
+                 Override("serving.warmup_s", WARMUP_S, "bench"), Override("calibration", None, "bench"),
+                 Override("load_curve", None, "bench")]
     status, sweep_dir = sweep.run_sweep(None, overrides, [(KNOB, [str(v) for v in levels])], out_root, log=log,
                                         out=lambda line: None, name=f"bench-replay-{fabric}")
     doc = json.loads((sweep_dir / "sweep.json").read_text())
