@@ -7,7 +7,9 @@ GPU namespace sends its plan over real TCP and receives the others' ->
 merged per-transfer rows: ``transfers.csv``, ``fct.txt`` (HPCC style),
 ``summary.json``, ``queues.csv`` (every queue sampled about once a second),
 ``links.csv`` (per-queue bytes and utilization), ``nics.csv`` (per NIC port),
-``goodput.csv`` (per second), ``slowdown_bins.json`` (by size quantile bins).
+``goodput.csv`` (per second), ``slowdown_bins.json`` (by size quantile bins),
+``link_traffic.csv`` (per link, the KV and EP bytes the fabric model routes over it and
+who they belong to: ``testbed.link_traffic``).
 
 Times stay real and bytes are scaled (``testbed.scale``): a transfer of B
 real bytes becomes B / bytes_scale emulated bytes, which take as long over
@@ -27,7 +29,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from testbed import scale
+from testbed import link_traffic, scale
 from testbed.datapath import DatapathConfig, netns_of
 from testbed.emulation import fabricctl
 from testbed.errors import EnvironmentProblem, TestbedError
@@ -688,7 +690,8 @@ def _run_on_fabric(st, fabric_args: dict, dp: DatapathConfig, pfc, cfg: ReplayCo
 
 def _write_results(run_dir: Path, cfg: ReplayConfig, prepared: Prepared, live, m: _Measured, rate: float,
                    mtu: int) -> None:
-    """transfers.csv (KV), messages.csv (EP), fct.txt, the breakdowns, summary.json and config.json."""
+    """transfers.csv (KV), messages.csv (EP), fct.txt, the breakdowns, summary.json, config.json and
+    link_traffic.csv."""
     from traffic import metrics, replay_io
 
     st, res = m.st, m.res
@@ -725,6 +728,7 @@ def _write_results(run_dir: Path, cfg: ReplayConfig, prepared: Prepared, live, m
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
     (run_dir / "config.json").write_text(json.dumps({"fabric": st["fabric"], "datapath": st["config"],
                                                      "pfc": st.get("pfc"), "replay": asdict(cfg)}, indent=1))
+    link_traffic.write_run(run_dir, fabricctl.fabric_of_state(st), all_rows, cfg.gpus_per_server)  # after links.csv
 
 
 def _warn_on_checks(summary: dict, fabric_drops: int) -> None:

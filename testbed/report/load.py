@@ -26,6 +26,7 @@ FABRIC_ORDER = ("zcube", "roft")  # ratios are the first over the second
 PFC_COLUMNS = ("time_ns", "node", "node_type", "port", "event", "cause")
 INSTANCE_COLUMNS = ("instance", "kind", "utilization", "offered_load", "mean_queue", "max_queue")
 SERVING_QUEUE_COLUMNS = ("t_s", "kind", "instance", "queue")
+LINK_TRAFFIC_COLUMNS = ("queue", "towards", "kv_bytes", "ep_bytes", "share", "top")  # testbed.link_traffic
 
 
 @dataclass
@@ -48,6 +49,9 @@ class Rep:
     # the serving operating point (traffic.schedule.operating_point, written by the replay):
     instances: pd.DataFrame | None = None  # INSTANCE_COLUMNS, one row per prefill/decode instance
     serving_queue: pd.DataFrame | None = None  # SERVING_QUEUE_COLUMNS: queue.csv, not the switch queues.csv
+    # what crosses each link (testbed.link_traffic; None for runs from before it): LINK_TRAFFIC_COLUMNS
+    # + measured_bytes, model_vs_measured
+    link_traffic: pd.DataFrame | None = None
 
     @property
     def label(self) -> str:
@@ -113,6 +117,19 @@ def read_transfers(path: Path) -> pd.DataFrame | None:
         df["verified"] = _truthy(df["verified"])
         for c in ("scheduled_start", "start", "end", "bytes"):
             df[c] = pd.to_numeric(df[c], errors="coerce")
+    return df
+
+
+def read_link_traffic(path: Path) -> pd.DataFrame | None:
+    """link_traffic.csv (optional: runs from before it have none): bytes numeric, ``top`` text ("" when
+    nothing crossed the link), ``model_vs_measured`` numeric or NaN."""
+    df = _csv(path, LINK_TRAFFIC_COLUMNS)
+    if df is not None:
+        for c in ("kv_bytes", "ep_bytes", "measured_bytes", "model_vs_measured"):
+            if c in df.columns:
+                df[c] = pd.to_numeric(df[c], errors="coerce")
+        df["top"] = df["top"].fillna("").astype(str)
+        df["share"] = df["share"].fillna("").astype(str)
     return df
 
 
@@ -182,7 +199,7 @@ def load_rep(fabric: str, index: int, path: Path) -> Rep:
         slowdown_bins=bins if isinstance(bins, list) else None,
         pfc_events=read_pfc_events(path / "pfc.txt"),
         pfc_ports=_csv(path / "pfc_ports.csv", ("node", "port", "pauses", "paused_fraction")),
-        instances=instances, serving_queue=serving_queue,
+        instances=instances, serving_queue=serving_queue, link_traffic=read_link_traffic(path / "link_traffic.csv"),
     )
 
 
