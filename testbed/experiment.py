@@ -107,6 +107,12 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_default=True, strict=True)
 
 
+def _beside_experiment(v: str, info: ValidationInfo) -> Path:
+    """A path from the file: relative ones are relative to the experiment file's folder."""
+    p = Path(v).expanduser()
+    return p if p.is_absolute() else Path((info.context or {}).get("base") or Path.cwd()) / p
+
+
 # --------------------------------------------------------------- sections
 class Link(_Section):
     """Every link of the emulated fabric (switch ports and NIC ports)."""
@@ -227,17 +233,36 @@ class Experiment(_Section):
     calibration: Optional[str] = Field(None, description="calibration.json written by `testbed calibrate` that "
                                                          "this experiment's load was chosen from (relative to the "
                                                          "experiment file's folder); the report shows it first")
+    load_curve: Optional[str] = Field(None, description="load_curve.json written by `testbed sweep` over one key "
+                                                        "(relative to the experiment file's folder); the report "
+                                                        "shows it after the headline, marking this run's level")
 
     @field_validator("calibration")
     @classmethod
     def _calibration_file(cls, v: Optional[str], info: ValidationInfo) -> Optional[str]:
         if v is None:
             return None
-        p = Path(v).expanduser()
-        if not p.is_absolute():
-            p = Path((info.context or {}).get("base") or Path.cwd()) / p
+        p = _beside_experiment(v, info)
         if not p.is_file():
             raise ValueError(f"{p} does not exist: expected a calibration.json written by `testbed calibrate`")
+        return os.path.normpath(os.path.abspath(p))
+
+    @field_validator("load_curve")
+    @classmethod
+    def _load_curve_file(cls, v: Optional[str], info: ValidationInfo) -> Optional[str]:
+        if v is None:
+            return None
+        p = _beside_experiment(v, info)
+        expected = "expected a load_curve.json written by `testbed sweep` over one key"
+        if not p.is_file():
+            raise ValueError(f"{p} does not exist: {expected}")
+        try:
+            doc = json.loads(p.read_text())
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"{p} cannot be read as JSON ({type(exc).__name__}): {expected}") from None
+        if not isinstance(doc, dict) or not isinstance(doc.get("knob"), str) or not isinstance(doc.get("fabrics"),
+                                                                                             dict):
+            raise ValueError(f"{p} has no knob and fabrics: {expected}")
         return os.path.normpath(os.path.abspath(p))
 
     @field_validator("fabrics")

@@ -38,7 +38,7 @@ from testbed.experiment import Resolved, datapath_config, fabric_args, pfc_setti
 REPO = Path(__file__).resolve().parents[1]
 OVERHEAD_S = 40.0  # per replay: bring-up, agents' start, lead time, teardown, queue sampling and merge
 HEADLINE_KEYS = ("goodput_bps", "fct_p99_ms", "ttft_p99_ms", "ttft_p50_ms", "throughput_tokens_per_s", "pauses",
-                 "drops")
+                 "drops", "kv_slowdown_p99")
 
 Log = Callable[[str], None]
 
@@ -194,6 +194,8 @@ def start_run_dir(resolved: Resolved, run_dir: Path, versions: dict, log: Log, e
     _write_json(run_dir / "versions.json", versions)
     if exp.calibration:  # the report shows the evidence the load was chosen from
         shutil.copyfile(exp.calibration, run_dir / "calibration.json")
+    if exp.load_curve:  # the report shows the sweep's curve and marks this run's level on it
+        shutil.copyfile(exp.load_curve, run_dir / "load_curve.json")
     write_plan(exp, run_dir, log)
 
 
@@ -271,6 +273,7 @@ def headline(run_dir: Path) -> dict:
     return {"goodput_bps": s.get("goodput_bps"), "goodput_real_equivalent_bps": s.get("goodput_real_equivalent_bps"),
             "fct_p99_ms": (s.get("fct_ms") or {}).get("p99"), "ttft_p99_ms": (s.get("ttft_ms") or {}).get("p99"),
             "ttft_p50_ms": (s.get("ttft_ms") or {}).get("p50"),
+            "kv_slowdown_p99": (s.get("slowdown") or {}).get("p99"),
             "throughput_tokens_per_s": s.get("throughput_tokens_per_s"),
             "pauses": _pauses(s), "drops": s.get("queue_drops"), "transfers": s.get("transfers"),
             "verified": s.get("verified")}

@@ -5,10 +5,11 @@ in the last value must not surface an hour in). Layout:
 
     reports/<YYYYmmdd-HHMMSS>-sweep-<name>/
       sweep.json, sweep.csv       the grid and, per point and fabric, the headline numbers
+      load_curve.json, .png       a sweep over one key: TTFT P99 and KV slowdown P99 per level (testbed.load_curve)
       points/<key=value,...>/     a complete run directory each (testbed.run)
 
-sweep.csv and sweep.json are rewritten after every point, so an interrupted
-sweep keeps what it measured.
+sweep.csv, sweep.json and the load curve are rewritten after every point, so an
+interrupted sweep keeps what it measured.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from testbed.errors import TestbedError
 from testbed.experiment import Override, Resolved, check_key_path, cli_value, resolve
 
 CSV_FIELDS = ("goodput_bps", "goodput_bps_min", "goodput_bps_max", "fct_p99_ms", "ttft_p99_ms", "pauses", "drops",
-              "throughput_tokens_per_s")
+              "throughput_tokens_per_s", "kv_slowdown_p99", "ttft_p50_ms")
 
 
 def parse_param(text: str) -> tuple[str, list[str]]:
@@ -82,7 +83,8 @@ def _rows(point: list[tuple[str, str]], heads: dict) -> list[dict]:
         g = h.get("goodput_bps") or {}
         row = {"point": point_name(point), **dict(point), "fabric": kind, "runs": h["runs"], "runs_ok": h["ok"],
                "goodput_bps": g.get("mean"), "goodput_bps_min": g.get("min"), "goodput_bps_max": g.get("max")}
-        for key in ("fct_p99_ms", "ttft_p99_ms", "pauses", "drops", "throughput_tokens_per_s"):
+        for key in ("fct_p99_ms", "ttft_p99_ms", "pauses", "drops", "throughput_tokens_per_s", "kv_slowdown_p99",
+                    "ttft_p50_ms"):
             row[key] = (h.get(key) or {}).get("mean")
         rows.append(row)
     return rows
@@ -135,6 +137,8 @@ def run_sweep(path: str | Path | None, overrides: list[Override], params: list[t
             doc["slo_goodput"] = {"slo_ttft_p99_ms": slo_ttft_ms, "key": keys[0],
                                   "fabrics": slo_goodput(rows, keys[0], slo_ttft_ms)}
         _write(sweep_dir, keys, doc, rows)
+        if len(keys) == 1:
+            _write_load_curve(sweep_dir, log, last=i == len(points) - 1)
     for line in _table(keys, rows):
         out(line)
     for fabric, best in (doc.get("slo_goodput") or {}).get("fabrics", {}).items():
@@ -142,6 +146,20 @@ def run_sweep(path: str | Path | None, overrides: list[Override], params: list[t
             f"{keys[0]} = {best[keys[0]]}, {best['throughput_tokens_per_s']} output tokens/s" if best else "no point"))
     out(str(sweep_dir))
     return worst, sweep_dir
+
+
+def _write_load_curve(sweep_dir: Path, log: run.Log, last: bool) -> None:
+    """load_curve.json and load_curve.png (testbed.load_curve); a failure costs the curve, never the sweep.
+    Quiet until the last point."""
+    from testbed import load_curve
+
+    try:
+        load_curve.write(sweep_dir, log=log if last else (lambda message: None))
+    except KeyboardInterrupt:
+        raise
+    except Exception as exc:
+        if last:
+            log(f"WARNING: no load curve: {type(exc).__name__}: {exc}")
 
 
 def slo_goodput(rows: list[dict], key: str, slo_ms: float) -> dict:

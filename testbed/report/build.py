@@ -11,13 +11,14 @@ import json
 import time
 from pathlib import Path
 
+from testbed.report import hot_links, plots, plots_net, serving, stats, topology_and_cost, verdict
 from testbed.report import html as H
-from testbed.report import plots, plots_net, serving, stats, topology_and_cost, verdict
+from testbed.report import load_curve as curve
 from testbed.report.fmt import HEADLINE, num
 from testbed.report.load import ExperimentRun, load_experiment
 from testbed.report.plots import name
 
-NAV = [("calibration", "Calibration"), ("headline", "Headline"), ("serving", "Serving"),
+NAV = [("calibration", "Calibration"), ("headline", "Headline"), ("loadcurve", "Load curve"), ("serving", "Serving"),
        ("operating", "Operating point"), ("seed", "Seed figures"), ("fct", "FCT"),
        ("hotspots", "Hotspots"), ("pfc", "PFC"), ("nics", "NIC load"), ("goodput", "Goodput"),
        ("topology", "Topology & cost"), ("assumptions", "Assumptions"), ("fidelity", "Fidelity"),
@@ -56,7 +57,7 @@ def calibration_applies(cal: dict | None, exp: ExperimentRun) -> bool | None:
 
     def core(x: dict) -> dict:
         x = json.loads(json.dumps(x))
-        for k in ("fabrics", "repetitions", "seed", "name", "calibration", "sweep"):
+        for k in ("fabrics", "repetitions", "seed", "name", "calibration", "sweep", "load_curve"):
             x.pop(k, None)
         x.get("serving", {}).pop("concurrency", None)
         x.get("link", {}).pop("represents", None)
@@ -334,16 +335,7 @@ def _hotspot_section(doc: dict, exp: ExperimentRun, figs: dict) -> str:
         parts.append(H.img(figs["heatmaps"].get(f), f"{name(f)}: utilization of every switch egress port over the "
                            "run (median over repetitions). Grey = no such port. Black boxes = the three busiest.",
                            f"{name(f)} utilization heatmap"))
-    rows = []
-    for f in exp.fabrics:
-        links = plots_net.links_median(exp, f)
-        if links is None:
-            continue
-        for q, towards, b, u in links.head(5)[["queue", "towards", "bytes", "utilization"]].itertuples(index=False):
-            rows.append([H.fab(f), H.escape(f"{q} -> {towards}"), num(int(b)), f"{u:.2%}"])
-    if rows:
-        parts.append("<h3>Busiest queues (NIC and switch), per fabric</h3>")
-        parts.append(H.table(["fabric", "queue -> feeds", "bytes", "utilization"], rows, left=2))
+    parts.append(hot_links.section(exp))  # per fabric: the hottest links, KV vs EP bytes, what crosses them
     parts.append(H.img(figs["queues"], "Backlog of each fabric's deepest queues (repetition 1). Samples are about "
                        "a second apart, so short bursts between samples are invisible.", "queue backlog over time"))
     return "".join(parts)
@@ -515,11 +507,13 @@ def build_report(run_dir: Path | str) -> Path:
     write_headline_csv(doc, exp.fabrics, exp.path / "headline.csv")
     n = (next(iter(exp.reps.values()))[0].config.get("fabric") or {}).get("gpus")
     title = " vs ".join(name(f) for f in exp.fabrics) + (f", n={n}" if n else "")
+    load_curve = curve.report_section(exp, exp.path / "figures")  # None: the experiment named no load curve
     sections = [
         ("calibration", "Calibration: where the network matters as much as in the seed's cluster",
          serving.calibration_section(doc["calibration"], figs["calibration"],
                                      calibration_applies(doc["calibration"], exp))),
         ("headline", "Headline", _headline_section(doc, exp)),
+        *([("loadcurve", "Load curve: TTFT and KV-transfer slowdown against load", load_curve)] if load_curve else []),
         ("serving", "Serving with the network in the loop", serving.serving_section(doc, exp, figs["serving"])),
         ("operating", "Operating point: does TTFT measure the network or a queue?",
          _operating_section(doc, exp, figs)),
@@ -541,7 +535,8 @@ def build_report(run_dir: Path | str) -> Path:
     ]
     headline = doc["verdict"][:1].upper() + doc["verdict"][1:]
     alert = overload_alert(doc, exp)
-    page = H.page(title, headline, _subtitle(exp, doc), doc["fidelity_problems"], NAV, sections,
+    nav = NAV if load_curve else [item for item in NAV if item[0] != "loadcurve"]
+    page = H.page(title, headline, _subtitle(exp, doc), doc["fidelity_problems"], nav, sections,
                   alerts=[alert] if alert else [])
     out = exp.path / "report.html"
     out.write_text(page, encoding="utf-8")

@@ -24,11 +24,13 @@ PACKAGE_UNITS = ("testbed.cli", "testbed.fabric", "testbed.emulation", "testbed.
 # Top to bottom. A unit may import units of lower layers, and of its own layer without a cycle.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("entry points", ("testbed.__main__", "testbed.cli", "testbed.mininet_topos")),
-    ("experiments", ("testbed.calibrate", "testbed.sweep", "testbed.run", "testbed.experiment")),
+    ("experiments", ("testbed.calibrate", "testbed.replay_bench", "testbed.sweep", "testbed.load_curve", "testbed.run",
+                     "testbed.experiment")),
     ("drivers", ("testbed.replay", "testbed.live", "testbed.bench")),
     ("fabric lifecycle", ("testbed.emulation",)),
     ("controller and report", ("controller", "controller.pfc", "testbed.report")),
-    ("datapath", ("testbed.datapath", "testbed.netns", "testbed.plan", "testbed.invariants", "testbed.outputs")),
+    ("datapath", ("testbed.datapath", "testbed.netns", "testbed.plan", "testbed.invariants", "testbed.outputs",
+                  "testbed.link_traffic")),
     ("models", ("testbed.fabric", "traffic")),
     ("bottom", ("testbed", "testbed.errors", "testbed.paths", "testbed.units", "testbed.scale")),
 )

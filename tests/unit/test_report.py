@@ -466,10 +466,12 @@ def test_an_uncalibrated_run_says_so(built):
 def test_every_assumption_of_a_live_run_is_listed_with_its_figures():
     from types import SimpleNamespace
 
-    from testbed.experiment import EXAMPLES_DIR, resolve
+    from testbed.experiment import EXAMPLES_DIR, Override, resolve
     from testbed.report import serving
 
-    exp = resolve(None).experiment.model_dump(mode="json")
+    pinned = [Override("link.time_dilation", 8, "test"), Override("link.represents", "200gbit", "test"),
+              Override("serving.concurrency", 128, "test")]
+    exp = resolve(None, pinned).experiment.model_dump(mode="json")
     got = serving.assumptions(SimpleNamespace(config={"experiment": exp}))
     text = "\n".join(got)
     assert "32 GPUs" in text and "3 Mbit/s" in text and "200 Gbit/s" in text
