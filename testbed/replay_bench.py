@@ -19,7 +19,7 @@ import csv
 import json
 from pathlib import Path
 
-from testbed import run, sweep
+from testbed import calibrate, run, sweep
 from testbed.errors import TestbedError
 from testbed.experiment import Override
 
@@ -31,16 +31,8 @@ WARMUP_S = 2.0
 
 
 def parse_levels(text: str | None) -> list[int]:
-    """'1,64,128' -> [1, 64, 128]; one line naming the bad value otherwise."""
-    if text is None:
-        return list(LEVELS)
-    try:
-        levels = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        levels = []
-    if not levels or any(v < 1 for v in levels) or len(set(levels)) != len(levels):
-        raise TestbedError(f"--levels {text!r} is not allowed: expected distinct positive integers, e.g. 1,64,128")
-    return sorted(levels)
+    """'1,64,128' -> [1, 64, 128] (``LEVELS`` when not given); one line naming the bad value otherwise."""
+    return list(LEVELS) if text is None else calibrate.parse_levels(text)
 
 
 def _bytes(path: Path) -> tuple[int, int]:
