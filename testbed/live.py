@@ -141,9 +141,9 @@ class _Coordinator:
 
 def run_live(st: dict, setup: LiveSetup, run_dir: Path, timeout_s: float, connections: str, log=print) -> dict:
     """Start the coordinator and one agent per GPU (control mode), wait for the run, stop them."""
-    from testbed.datapath import netns_of
+    from testbed import agents
     from testbed.emulation import fabricctl
-    from traffic.launcher import AGENT_NICE, AGENT_PORT, AgentSpec, Fleet
+    from traffic.launcher import AGENT_PORT, Fleet
 
     agents_dir = run_dir / "agents"
     agents_dir.mkdir(parents=True, exist_ok=True)
@@ -163,15 +163,7 @@ def run_live(st: dict, setup: LiveSetup, run_dir: Path, timeout_s: float, connec
                 raise EnvironmentProblem(f"the coordinator did not start: {said.get('message', '')} "
                                          f"{_tail(run_dir / 'coordinator.log')}")
             time.sleep(0.02)
-        specs = []
-        for g in gpus:
-            name = f"gpu{g}"
-            argv = ["--name", name, "--control", str(sock), "--out", str(agents_dir),
-                    "--ready-file", str(agents_dir / f"{name}.ready"), "--transfer-timeout", str(timeout_s),
-                    "--connections", connections]
-            for p in (1, 2):
-                argv += ["--listen", f"{addressing.ip_of(g, p)}:{AGENT_PORT}"]
-            specs.append(AgentSpec(name, netns_of(g), argv, str(agents_dir / f"{name}.stderr"), AGENT_NICE))
+        specs = agents.agent_specs(gpus, agents.control_orders(sock), agents_dir, timeout_s, connections)
         t_ready = time.monotonic()
         fleet = Fleet(specs, agents_dir / "launcher.json", cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
         if not coord.started.wait(READY_TIMEOUT_S + 5):

@@ -29,7 +29,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from testbed import link_traffic, scale
+from testbed import agents, link_traffic, scale
 from testbed.datapath import DatapathConfig, netns_of
 from testbed.emulation import fabricctl
 from testbed.errors import EnvironmentProblem, TestbedError
@@ -37,7 +37,7 @@ from testbed.fabric import addressing
 from testbed.fabric.routing import DEFAULT_POLICY, POLICIES, plan_ports
 from testbed.paths import DEFAULT_TRACE, REPO, TRACES_DIR  # noqa: F401 (DEFAULT_TRACE, TRACES_DIR: aliases)
 from traffic.agent import CONNECTION_MODES
-from traffic.launcher import AGENT_NICE, AGENT_PORT
+from traffic.launcher import AGENT_PORT
 
 DRIVERS = ("plan", "live")
 HEADER_BYTES = 66  # Ethernet 14 + IPv4 20 + TCP with timestamps 32, per packet
@@ -225,22 +225,6 @@ READY_TIMEOUT_S = 60.0  # every agent listening; forked agents take ~2 s for 64 
 START_MARGIN_S = 0.5  # from handing out t0 to the first scheduled start
 
 
-def agent_specs(gpus, plans: dict, agents_dir: Path, timeout_s: float, connections: str) -> list:
-    """What the launcher forks: one agent per GPU, in its namespace, listening on both NIC ports."""
-    from traffic.launcher import AgentSpec
-
-    specs = []
-    for g in gpus:
-        name = f"gpu{g}"
-        argv = ["--name", name, "--plan", str(plans[name]), "--out", str(agents_dir), "--t0-stdin",
-                "--ready-file", str(agents_dir / f"{name}.ready"), "--transfer-timeout", str(timeout_s),
-                "--connections", connections]
-        for p in (1, 2):
-            argv += ["--listen", f"{addressing.ip_of(g, p)}:{AGENT_PORT}"]
-        specs.append(AgentSpec(name, netns_of(g), argv, str(agents_dir / f"{name}.stderr"), AGENT_NICE))
-    return specs
-
-
 def _wait_ready(fleet, names: list[str], agents_dir: Path, timeout_s: float) -> float:
     """Seconds until every agent said it is listening; EnvironmentProblem naming the slow ones."""
     started = time.monotonic()
@@ -274,7 +258,8 @@ def run_agents(st: dict, prepared: Prepared, run_dir: Path, timeout_s: float, co
     gpus = list(fabricctl.fabric_of_state(st).gpus())
     names = [f"gpu{g}" for g in gpus]
     plans = replay_io.write_plans(prepared.plan_rows, agents_dir, agents=names)
-    fleet = Fleet(agent_specs(gpus, plans, agents_dir, timeout_s, connections), agents_dir / "launcher.json", cwd=REPO,
+    specs = agents.agent_specs(gpus, agents.plan_orders(plans), agents_dir, timeout_s, connections)
+    fleet = Fleet(specs, agents_dir / "launcher.json", cwd=REPO,
                   env={**os.environ, "PYTHONPATH": str(REPO)})
     crashed: dict[str, int] = {}
     try:
