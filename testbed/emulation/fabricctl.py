@@ -23,7 +23,7 @@ from pathlib import Path
 
 from testbed import netns
 from testbed.datapath import ALIAS, NETNS_PREFIX, DatapathConfig, DatapathPlan, plan_datapath
-from testbed.emulation import build
+from testbed.emulation import build, inventory
 from testbed.emulation.state import Created, FabricState
 from testbed.errors import EnvironmentProblem, TestbedError
 from testbed.fabric import Fabric, build_fabric
@@ -558,17 +558,17 @@ def clean() -> list[str]:
 
 
 def _our_process(cmdline: list[bytes], sdir: Path) -> str | None:
-    """What a process of ours is, from its command line (None: not ours). The controller and
-    the pause daemon count only when started on the files of our state directory ``sdir``."""
-    if b"controller" in cmdline and str(sdir / "controller.json").encode() in cmdline:
-        return "controller"
-    if b"controller.pfc.pfcd" in cmdline and str(sdir / "pfc_policy.json").encode() in cmdline:
-        return "PFC helper"
-    if cmdline[1:3] == [b"-m", b"traffic.launcher"]:
-        return "agent launcher"
-    if cmdline[1:3] == [b"-m", b"traffic.coordinator"]:
-        return "serving coordinator"
-    return None
+    """What a process of ours is, from its command line (None: not ours; the table is the inventory's).
+    The controller and the pause daemon count only when started on the files of our state directory
+    ``sdir``."""
+    what = inventory.OUR_PROCESSES.get(tuple(cmdline[1:3]))
+    own = STATE_FILE_OF.get(what)
+    if own is not None and str(sdir / own).encode() not in cmdline:
+        return None
+    return what
+
+
+STATE_FILE_OF = {"controller": "controller.json", "PFC helper": "pfc_policy.json"}
 
 
 def _stop_our_processes() -> list[str]:

@@ -29,3 +29,15 @@ def test_a_process_that_ignores_sigterm_is_killed():
         assert not fabricctl._alive(proc.pid)
     finally:
         proc.kill()
+
+
+def test_clean_recognises_our_processes_by_the_inventory_table_and_our_state_files(tmp_path):
+    mine = [b"python", b"-m", b"controller", b"--config", str(tmp_path / "controller.json").encode()]
+    other = [b"python", b"-m", b"controller", b"--config", b"/elsewhere/controller.json"]
+    pfcd = [b"python", b"-m", b"controller.pfc.pfcd", b"--policy", str(tmp_path / "pfc_policy.json").encode()]
+    assert fabricctl._our_process(mine, tmp_path) == "controller"
+    assert fabricctl._our_process(other, tmp_path) is None  # another testbed's controller is not ours
+    assert fabricctl._our_process(pfcd, tmp_path) == "PFC helper"
+    assert fabricctl._our_process([b"python", b"-m", b"traffic.coordinator", b"c.json"], tmp_path) == \
+        "serving coordinator"
+    assert fabricctl._our_process([b"python", b"-m", b"http.server"], tmp_path) is None
