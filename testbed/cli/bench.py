@@ -1,5 +1,5 @@
-"""The benchmarks' verb: ``bench fidelity``, ``bench pfc`` and ``bench replay`` (as root; each builds its own
-fabrics)."""
+"""The benchmarks' verb: ``bench fidelity``, ``bench pfc``, ``bench replay`` and ``bench exchange`` (as root;
+each builds its own fabrics)."""
 
 from __future__ import annotations
 
@@ -96,9 +96,32 @@ def cmd_bench_replay(args) -> int:
     return status
 
 
+def cmd_bench_exchange(args) -> int:
+    import time
+    from pathlib import Path
+
+    from testbed.bench import exchange
+    from testbed.experiment import datapath_config as exp_datapath
+    from testbed.experiment import fabric_args, pfc_settings, replay_config, resolve
+    from testbed.paths import REPORTS
+
+    exp = resolve(None).experiment  # the default experiment's workload and links
+    kind = args.fabric or "zcube"
+    out = Path(args.logs) if args.logs else REPORTS / f"bench-exchange-{kind}-{time.strftime('%Y%m%d-%H%M%S')}"
+    doc = exchange.bench(fabric_args(exp, kind), exp_datapath(exp), pfc_settings(exp), replay_config(exp, 1), out,
+                         log=lambda m: print(m, file=sys.stderr))
+    if args.json:
+        print(json.dumps(doc, indent=1))
+    else:
+        for line in exchange.table(doc):
+            print(line)
+        print(out)
+    return 0
+
+
 def check_bench_outputs(args) -> None:
     """bench pfc --logs DIR: made if missing, so DIR or else its folder must exist and take new files."""
-    if args.bench == "pfc" and args.logs:
+    if args.bench in ("pfc", "exchange") and args.logs:
         from testbed.outputs import require_new_dir
 
         require_new_dir(args.logs, "--logs")
@@ -120,6 +143,8 @@ def cmd_bench(args) -> int:
     fabricctl.require_ovs()
     if args.bench == "replay":
         return cmd_bench_replay(args)
+    if args.bench == "exchange":
+        return cmd_bench_exchange(args)
     if args.duration is None:
         args.duration = 16
     if args.bench == "pfc":
@@ -174,8 +199,8 @@ def register(sub) -> None:
     from testbed.fabric import FABRICS
 
     p = sub.add_parser("bench", help="benchmarks: bench fidelity zcube|roft [--sweep 2,3,4]; bench pfc [zcube|roft]; "
-                                     "bench replay [zcube|roft] [--levels 1,64,128]")
-    p.add_argument("bench", choices=["fidelity", "pfc", "replay"])
+                                     "bench replay [zcube|roft] [--levels 1,64,128]; bench exchange [zcube|roft]")
+    p.add_argument("bench", choices=["fidelity", "pfc", "replay", "exchange"])
     p.add_argument("fabric", nargs="?", choices=FABRICS)
     add_fabric_options(p)
     add_link_options(p)
@@ -184,7 +209,8 @@ def register(sub) -> None:
     p.add_argument("--levels", help="bench replay: requests in flight per level (default 1,64,128,192,256)")
     p.add_argument("--senders", type=int, default=8, help="bench pfc: incast senders (default 8)")
     p.add_argument("--logs", help="bench pfc: where the pause logs and figures go (default reports/bench-pfc-...); "
-                                  "bench replay: the folder its sweep directory goes in (default reports/)")
+                                  "bench replay: the folder its sweep directory goes in (default reports/); "
+                                  "bench exchange: its agents' logs and bench.json (reports/bench-exchange-*)")
     add_pfc_options(p, default="on")
     p.add_argument("--omit", type=int, default=3, help="seconds of slow start left out (default 3)")
     p.add_argument("--sweep", help="comma-separated link rates, e.g. 2,3,4,5 (Mbit/s); permutation only")

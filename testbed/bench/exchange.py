@@ -1,0 +1,204 @@
+"""``bench exchange``: expert-parallel exchanges of the default workload, one at a time on an idle fabric.
+
+In a serving run an exchange shares the fabric with the other engine's steps and the KV
+transfers, so its span against its ideal mixes the emulation's overhead with queueing. Here
+the serving loop runs first against an ideal network (``traffic.serving.run_ideal``) to get
+real exchanges of the experiment (per phase: engine, step, dispatch or combine; the message
+sizes the model and the expert routing give at that load), a sample of them is laid out one
+after the other with idle gaps, and the planned replay's agents send them over the fabric.
+Per exchange: its span (from the order, the plan's start, to the last byte) over its ideal
+(``testbed.live.exchange_vs_ideal``: the busiest GPU's bytes at both NIC ports' rate plus the
+last packet's store-and-forward). The goal is a median within 1.1x.
+
+The links' token buckets hold ``burst_bytes`` each, so an exchange whose busiest port sends
+less than that leaves at the veth's speed and can beat the ideal (a ratio under 1).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from pathlib import Path
+
+from testbed.fabric import addressing
+from traffic.launcher import AGENT_PORT
+
+GOAL = 1.1
+SAMPLE = {"decode": 16, "prefill": 8}  # exchanges of each engine kind (dispatch and combine each)
+GAP_S = 0.5  # wall seconds of idle fabric between two exchanges, at least (buckets refill in ~50 ms)
+LEAD_S = 1.0
+
+
+def ideal_phases(setup, port_bps: float) -> dict[tuple, list]:
+    """(engine, step, kind) -> the messages of that exchange, from the serving loop run against an ideal
+    network for the experiment's duration (KV transfers left out)."""
+    from traffic import serving
+    from traffic.coordinator import spec_from_config
+    from traffic.traces import Request
+
+    spec = spec_from_config(setup.config)
+    cluster = serving.Cluster(spec, [Request(*r) for r in setup.config["requests"]])
+    serving.run_ideal(cluster, port_bps, until_s=spec.duration_s)
+    phases: dict[tuple, list] = {}
+    for m in cluster.messages.values():
+        if m.kind != "kv" and m.step is not None:
+            phases.setdefault((m.engine, m.step, m.kind), []).append(m)
+    return phases
+
+
+def sample(phases: dict[tuple, list]) -> list[tuple]:
+    """Evenly spaced exchanges of each engine kind and phase from the second half of each engine's steps
+    (the load has ramped up by then: closed-loop requests all arrive at once)."""
+    last: dict[str, int] = {}
+    for engine, step, _ in phases:
+        last[engine] = max(last.get(engine, 0), step)
+    out = []
+    for kind, n in SAMPLE.items():
+        for phase in ("dispatch", "combine"):
+            keys = sorted(k for k in phases if k[0].startswith(kind) and k[2] == phase and k[1] > last[k[0]] // 2)
+            if keys:
+                stride = max(1, len(keys) // n)
+                out += keys[::stride][:n]
+    return out
+
+
+def ideal_s(rows: list[dict], rate_bps: float, mtu: int, links: int) -> float:
+    """An exchange's ideal span (``testbed.live.exchange_vs_ideal``'s) from rows with src, dst and bytes."""
+    from testbed.live import exchange_vs_ideal
+
+    one = [dict(r, verified=True, step=0, engine="e", kind="k", start=0.0, end=1.0) for r in rows]
+    return 1.0 / exchange_vs_ideal(one, rate_bps, mtu, links)[0]
+
+
+def _rows(messages: list) -> list[dict]:
+    return [{"src": f"gpu{m.src_gpu}", "dst": f"gpu{m.dst_gpu}", "bytes": m.bytes} for m in messages]
+
+
+def plan(phases: dict[tuple, list], keys: list[tuple], choices: dict, rate_bps: float, mtu: int,
+         links: int) -> tuple[list[dict], dict[int, tuple]]:
+    """Plan rows, one exchange after the other (every message of an exchange at its start), and the
+    exchange each row id belongs to. A pair's messages alternate over its port choices, as the
+    coordinator's static policies do."""
+    rows, of = [], {}
+    t = LEAD_S
+    next_id = 0
+    for key in keys:
+        used: dict[tuple, int] = {}
+        for m in sorted(phases[key], key=lambda m: m.id):
+            pair = (m.src_gpu, m.dst_gpu)
+            options = choices[f"{pair[0]},{pair[1]}"]
+            sp, dp = options[used.get(pair, 0) % len(options)]
+            used[pair] = used.get(pair, 0) + 1
+            rows.append({"id": next_id, "request_id": None, "src": f"gpu{m.src_gpu}", "dst": f"gpu{m.dst_gpu}",
+                         "src_ip": addressing.ip_of(m.src_gpu, sp), "dst_ip": addressing.ip_of(m.dst_gpu, dp),
+                         "dst_port": AGENT_PORT, "bytes": m.bytes, "start": round(t, 6)})
+            of[next_id] = key
+            next_id += 1
+        t += max(GAP_S, 3 * ideal_s(_rows(phases[key]), rate_bps, mtu, links))
+    return rows, of
+
+
+def ratios(rows: list[dict], of: dict[int, tuple], rate_bps: float, mtu: int, links: int) -> list[dict]:
+    """Per exchange: its ideal, its span from the order and from the first byte sent, over the ideal."""
+    from testbed.live import exchange_vs_ideal
+
+    by: dict[tuple, list[dict]] = {}
+    for r in rows:
+        by.setdefault(of[r["id"]], []).append(r)
+    out = []
+    for key, ms in by.items():
+        ok = all(m["verified"] for m in ms)
+        labelled = [dict(m, step=0, engine="e", kind="k") for m in ms]
+        from_start = exchange_vs_ideal(labelled, rate_bps, mtu, links)[0] if ok else None
+        ordered = [dict(m, start=m["scheduled_start"]) for m in labelled]
+        from_order = exchange_vs_ideal(ordered, rate_bps, mtu, links)[0] if ok else None
+        out.append({"engine": key[0], "step": key[1], "phase": key[2], "messages": len(ms),
+                    "bytes": sum(m["bytes"] for m in ms), "verified": ok,
+                    "ideal_ms": round(ideal_s(ms, rate_bps, mtu, links) * 1e3, 3),
+                    "vs_ideal_from_order": None if from_order is None else round(from_order, 4),
+                    "vs_ideal_from_first_send": None if from_start is None else round(from_start, 4)})
+    return out
+
+
+def summarize(fabric: str, per_exchange: list[dict], extra: dict) -> dict:
+    """Median and P90 of both ratios per engine kind and phase, and whether the goal was met."""
+    groups: dict[str, list[dict]] = {}
+    for e in per_exchange:
+        groups.setdefault(f"{e['engine'].rstrip('0123456789')} {e['phase']}", []).append(e)
+
+    def stats(values: list[float]) -> dict | None:
+        if not values:
+            return None
+        v = sorted(values)
+        return {"p50": round(statistics.median(v), 3), "p90": round(v[min(len(v) - 1, int(0.9 * len(v)))], 3),
+                "max": round(v[-1], 3), "n": len(v)}
+
+    table = {g: {"ideal_ms_p50": round(statistics.median(e["ideal_ms"] for e in es), 2),
+                 "from_order": stats([e["vs_ideal_from_order"] for e in es if e["vs_ideal_from_order"] is not None]),
+                 "from_first_send": stats([e["vs_ideal_from_first_send"] for e in es
+                                           if e["vs_ideal_from_first_send"] is not None])}
+             for g, es in sorted(groups.items())}
+    every = [e["vs_ideal_from_order"] for e in per_exchange if e["vs_ideal_from_order"] is not None]
+    med = round(statistics.median(every), 3) if every else None
+    return {"fabric": fabric, "goal_median": GOAL, "median_from_order": med,
+            "goal_met": med is not None and med <= GOAL and all(e["verified"] for e in per_exchange),
+            "unverified": sum(1 for e in per_exchange if not e["verified"]), "groups": table,
+            "exchanges": per_exchange, **extra}
+
+
+def bench(fabric_args: dict, dp, pfc, cfg, out: Path, log) -> dict:
+    """Bring the fabric up, replay the sampled exchanges, bring it down; the summary document."""
+    from testbed.emulation import fabricctl
+    from testbed.live import LINKS_ON_PATH, prepare_live
+    from testbed.replay import Prepared, run_agents
+    from traffic import replay_io
+
+    rate = dp.rate_bps
+    links = LINKS_ON_PATH.get(fabric_args["kind"], 4)
+    setup = prepare_live(cfg, fabric_args["gpus"], rate)
+    port_bps = cfg.represents_bps  # the real cluster's NIC port: the ideal network of the serving loop
+    phases = ideal_phases(setup, port_bps)
+    keys = sample(phases)
+    if not keys:
+        from testbed.errors import TestbedError
+
+        raise TestbedError("the serving loop produced no expert-parallel exchange: bench exchange needs an MoE model")
+    rows, of = plan(phases, keys, setup.config["choices"], rate, dp.mtu, links)
+    log(f"{len(keys)} exchanges, {len(rows)} messages, {rows[-1]['start']:.1f} s of plan")
+    out.mkdir(parents=True, exist_ok=True)
+    fabricctl.require_root()
+    st = fabricctl.up(fabric_args, dp, log=log, pfc=pfc)
+    try:
+        t0 = time.monotonic()
+        res = run_agents(st, Prepared(None, rows, 0.0, 0, 0), out, cfg.transfer_timeout_s, cfg.connections, log)
+        wall = time.monotonic() - t0
+    finally:
+        fabricctl.down()
+    merged = replay_io.merge_results(res["agents_dir"], t0=res["t0"])
+    per = ratios(merged, of, rate, dp.mtu, links)
+    doc = summarize(fabric_args["kind"], per, {
+        "rate_bps": rate, "mtu": dp.mtu, "represents_bps": cfg.represents_bps, "time_dilation": cfg.time_dilation,
+        "concurrency": cfg.concurrency, "model": cfg.model, "crashed_agents": res["crashed"],
+        "agents_cpu_s": res["agents_cpu_s"], "wall_s": round(wall, 1), "dir": str(out)})
+    (out / "bench.json").write_text(json.dumps(doc, indent=1) + "\n")
+    return doc
+
+
+def table(doc: dict) -> list[str]:
+    """The printed table: one line per engine kind and phase."""
+    def f(x: dict | None, key: str) -> str:
+        return "-" if not x else f"{x[key]:.2f}"
+
+    out = [f"bench exchange on {doc['fabric']}: {len(doc['exchanges'])} expert-parallel exchanges of the default "
+           f"workload ({doc['model']}, {doc['concurrency']} in flight), one at a time on the idle fabric",
+           f"{'exchange':<18}{'n':>4}{'ideal ms':>10}{'from order P50':>16}{'P90':>7}"
+           f"{'from 1st send P50':>19}{'P90':>7}"]
+    for name, g in doc["groups"].items():
+        o, s1 = g["from_order"], g["from_first_send"]
+        out.append(f"{name:<18}{(o or {}).get('n', 0):>4}{g['ideal_ms_p50']:>10.1f}{f(o, 'p50'):>16}{f(o, 'p90'):>7}"
+                   f"{f(s1, 'p50'):>19}{f(s1, 'p90'):>7}")
+    verdict = "met" if doc["goal_met"] else "MISSED"
+    out.append(f"median over all exchanges, from the order: {doc['median_from_order']} (goal <= {doc['goal_median']}: "
+               f"{verdict}); {doc['unverified']} exchanges with an unverified message")
+    return out
