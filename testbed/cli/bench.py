@@ -101,11 +101,12 @@ def cmd_bench_exchange(args) -> int:
     from pathlib import Path
 
     from testbed.bench import exchange
+    from testbed.experiment import Override, fabric_args, pfc_settings, replay_config, resolve
     from testbed.experiment import datapath_config as exp_datapath
-    from testbed.experiment import fabric_args, pfc_settings, replay_config, resolve
     from testbed.paths import REPORTS
 
-    exp = resolve(None).experiment  # the default experiment's workload and links
+    # the default experiment's workload and links, at --gpus (servers of 8: half prefill, half decode)
+    exp = resolve(None, [Override("gpus", args.gpus, "--gpus")]).experiment
     kind = args.fabric or "zcube"
     out = Path(args.logs) if args.logs else REPORTS / f"bench-exchange-{kind}-{time.strftime('%Y%m%d-%H%M%S')}"
     doc = exchange.bench(fabric_args(exp, kind), exp_datapath(exp), pfc_settings(exp), replay_config(exp, 1), out,
