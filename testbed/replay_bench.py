@@ -103,12 +103,14 @@ def summarize(fabric: str, rows: list[dict], sweep_dir: Path) -> dict:
             "highest_level_keeping_time": highest, "dir": str(sweep_dir)}
 
 
-def run_bench(fabric: str, levels: list[int], duration_s: float, out_root: Path, log: run.Log) -> tuple[int, dict]:
-    """One short replay of the default experiment per level on ``fabric``; (exit status, document)."""
+def run_bench(fabric: str, levels: list[int], duration_s: float, out_root: Path, sized: list[Override],
+              log: run.Log) -> tuple[int, dict]:
+    """One short replay of the default experiment (at the size ``sized`` sets) per level on ``fabric``;
+    (exit status, document)."""
     if duration_s <= WARMUP_S:
         raise TestbedError(f"--duration {duration_s:g} is not allowed: expected more than the {WARMUP_S:g} s "
                            "warm-up (cluster seconds)")
-    overrides = [Override("fabrics", [fabric], "bench"), Override("repetitions", 1, "bench"),
+    overrides = [*sized, Override("fabrics", [fabric], "bench"), Override("repetitions", 1, "bench"),
                  Override("trace.duration_s", duration_s, "--duration"),
                  Override("serving.warmup_s", WARMUP_S, "bench"), Override("calibration", None, "bench"),
                  Override("load_curve", None, "bench")]

@@ -77,6 +77,15 @@ def cmd_bench_pfc(args) -> int:
     return 0
 
 
+def sized(args) -> list:
+    """The default experiment at the fabric flags' size: --gpus, --gpus-per-switch, --gpus-per-server
+    (servers are the serving layout's too: half of them prefill, half decode)."""
+    from testbed.experiment import Override
+
+    return [Override(key, getattr(args, key), f"--{key.replace('_', '-')}")
+            for key in ("gpus", "gpus_per_switch", "gpus_per_server")]
+
+
 def cmd_bench_replay(args) -> int:
     from testbed import replay_bench
     from testbed.outputs import out_root, require_dir
@@ -85,7 +94,7 @@ def cmd_bench_replay(args) -> int:
     levels = replay_bench.parse_levels(args.levels)
     duration = args.duration if args.duration is not None else replay_bench.DURATION_S
     root = require_dir(args.logs, "--logs") if args.logs else out_root(REPORTS)
-    status, doc = replay_bench.run_bench(args.fabric or "zcube", levels, duration, root,
+    status, doc = replay_bench.run_bench(args.fabric or "zcube", levels, duration, root, sized(args),
                                          log=lambda m: print(m, file=sys.stderr))
     if args.json:
         print(json.dumps(doc, indent=1))
@@ -101,12 +110,11 @@ def cmd_bench_exchange(args) -> int:
     from pathlib import Path
 
     from testbed.bench import exchange
-    from testbed.experiment import Override, fabric_args, pfc_settings, replay_config, resolve
     from testbed.experiment import datapath_config as exp_datapath
+    from testbed.experiment import fabric_args, pfc_settings, replay_config, resolve
     from testbed.paths import REPORTS
 
-    # the default experiment's workload and links, at --gpus (servers of 8: half prefill, half decode)
-    exp = resolve(None, [Override("gpus", args.gpus, "--gpus")]).experiment
+    exp = resolve(None, sized(args)).experiment  # the default experiment's workload and links
     kind = args.fabric or "zcube"
     out = Path(args.logs) if args.logs else REPORTS / f"bench-exchange-{kind}-{time.strftime('%Y%m%d-%H%M%S')}"
     doc = exchange.bench(fabric_args(exp, kind), exp_datapath(exp), pfc_settings(exp), replay_config(exp, 1), out,

@@ -1,0 +1,37 @@
+"""The serving benchmarks on a real fabric at n=16 (servers of 4, so expert-parallel groups span two
+servers): their documents' contract, every byte verified, nothing left behind. Their figures are
+benchmarks, printed, not asserted."""
+
+from __future__ import annotations
+
+import json
+
+from integration_helpers import leftovers, run_testbed
+
+SIZE = ("--gpus", "16", "--gpus-per-switch", "4", "--gpus-per-server", "4")
+
+
+def test_bench_exchange_sends_every_sampled_exchange_on_an_idle_fabric(tmp_path):
+    proc = run_testbed("bench", "exchange", "zcube", *SIZE, "--json", "--logs", str(tmp_path / "ex"), timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    doc = json.loads(proc.stdout)
+    assert doc["fabric"] == "zcube" and doc["unverified"] == 0 and doc["crashed_agents"] == {}
+    assert {"decode dispatch", "decode combine", "prefill dispatch", "prefill combine"} <= set(doc["groups"])
+    for e in doc["exchanges"]:
+        assert e["verified"] and e["vs_ideal_from_order"] > 0 and e["vs_ideal_from_order"] >= \
+            e["vs_ideal_from_first_send"]  # the order comes before the first send
+    assert (tmp_path / "ex" / "bench.json").is_file()
+    assert leftovers() == []
+
+
+def test_bench_replay_delivers_every_ordered_byte(tmp_path):
+    proc = run_testbed("bench", "replay", "roft", *SIZE, "--levels", "16", "--duration", "3", "--json",
+                       "--logs", str(tmp_path), timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    doc = json.loads(proc.stdout)
+    level, = doc["levels"]
+    assert level["level"] == 16 and "error" not in level, level
+    assert level["ordered_bytes"] > 0 and level["delivered_bytes"] == level["ordered_bytes"]
+    assert level["lateness_p99_ms"] is not None and level["agents_cores"] > 0
+    assert doc["highest_level_keeping_time"] in (None, 16)
+    assert leftovers() == []
