@@ -168,6 +168,10 @@ def bench(fabric_args: dict, dp, pfc, cfg, out: Path, log) -> dict:
     log(f"{len(keys)} exchanges, {len(rows)} messages, {rows[-1]['start']:.1f} s of plan")
     out.mkdir(parents=True, exist_ok=True)
     fabricctl.require_root()
+    if isinstance(pfc, dict):  # the experiment's pfc settings, as testbed.replay takes them
+        from controller.pfc.policy import PfcConfig
+
+        pfc = PfcConfig.from_dict(pfc)
     st = fabricctl.up(fabric_args, dp, log=log, pfc=pfc)
     try:
         t0 = time.monotonic()
