@@ -107,10 +107,13 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_default=True, strict=True)
 
 
-def _beside_experiment(v: str, info: ValidationInfo) -> Path:
-    """A path from the file: relative ones are relative to the experiment file's folder."""
+def _existing_beside_experiment(v: str, info: ValidationInfo, expected: str) -> Path:
+    """A file named in the experiment file (relative to its folder) that must exist."""
     p = Path(v).expanduser()
-    return p if p.is_absolute() else Path((info.context or {}).get("base") or Path.cwd()) / p
+    p = p if p.is_absolute() else Path((info.context or {}).get("base") or Path.cwd()) / p
+    if not p.is_file():
+        raise ValueError(f"{p} does not exist: {expected}")
+    return p
 
 
 # --------------------------------------------------------------- sections
@@ -242,9 +245,7 @@ class Experiment(_Section):
     def _calibration_file(cls, v: Optional[str], info: ValidationInfo) -> Optional[str]:
         if v is None:
             return None
-        p = _beside_experiment(v, info)
-        if not p.is_file():
-            raise ValueError(f"{p} does not exist: expected a calibration.json written by `testbed calibrate`")
+        p = _existing_beside_experiment(v, info, "expected a calibration.json written by `testbed calibrate`")
         return os.path.normpath(os.path.abspath(p))
 
     @field_validator("load_curve")
@@ -252,10 +253,8 @@ class Experiment(_Section):
     def _load_curve_file(cls, v: Optional[str], info: ValidationInfo) -> Optional[str]:
         if v is None:
             return None
-        p = _beside_experiment(v, info)
         expected = "expected a load_curve.json written by `testbed sweep` over one key"
-        if not p.is_file():
-            raise ValueError(f"{p} does not exist: {expected}")
+        p = _existing_beside_experiment(v, info, expected)
         try:
             doc = json.loads(p.read_text())
         except (OSError, ValueError) as exc:

@@ -205,28 +205,30 @@ HEADER_BYTES = 66 + 24  # per packet (Ethernet, IPv4, TCP with timestamps) + the
 LINKS_ON_PATH = {"zcube": 3, "roft": 4}  # NIC-switch-switch-NIC; NIC-leaf-spine-leaf-NIC (cross-rail)
 
 
+def exchange_ideal_s(messages: list[dict], rate_bps: float, mtu: int, links: int, ports: int = 2) -> float:
+    """An exchange's ideal span on an otherwise idle fabric: the busiest GPU's bytes (sent or received,
+    headers included) at ``ports`` x the link rate, plus the last packet's store-and-forward over the
+    other ``links - 1`` links of its path. ``messages``: dicts with src, dst and bytes."""
+    payload = max(1, mtu - 52)
+    load: dict[tuple[str, str], int] = {}
+    for m in messages:
+        wire = m["bytes"] + HEADER_BYTES * -(-m["bytes"] // payload)
+        for end in (("tx", m["src"]), ("rx", m["dst"])):
+            load[end] = load.get(end, 0) + wire
+    last_packet = min(max(m["bytes"] for m in messages), payload) + HEADER_BYTES
+    return max(load.values()) * 8 / (ports * rate_bps) + (links - 1) * last_packet * 8 / rate_bps
+
+
 def exchange_vs_ideal(messages: list[dict], rate_bps: float, mtu: int, links: int, ports: int = 2) -> list[float]:
-    """Per exchange phase (engine, step, dispatch or combine): its measured span (first order to last
-    byte) over its ideal on an otherwise idle fabric: the busiest GPU's bytes (sent or received, headers
-    included) at ``ports`` x the link rate, plus the last packet's store-and-forward over the other
-    ``links - 1`` links of its path."""
+    """Per exchange phase (engine, step, dispatch or combine) of the verified messages: its measured
+    span (first order to last byte) over its ideal (``exchange_ideal_s``)."""
     phases: dict[tuple, list[dict]] = {}
     for m in messages:
         if m["verified"] and m.get("step") is not None:
             phases.setdefault((m.get("engine"), m["step"], m.get("kind")), []).append(m)
-    payload = max(1, mtu - 52)
-    out = []
-    for ms in phases.values():
-        load: dict[tuple[str, str], int] = {}
-        for m in ms:
-            wire = m["bytes"] + HEADER_BYTES * -(-m["bytes"] // payload)
-            for end in (("tx", m["src"]), ("rx", m["dst"])):
-                load[end] = load.get(end, 0) + wire
-        last_packet = min(max(m["bytes"] for m in ms), payload) + HEADER_BYTES
-        ideal = max(load.values()) * 8 / (ports * rate_bps) + (links - 1) * last_packet * 8 / rate_bps
-        span = max(m["end"] for m in ms) - min(m["start"] for m in ms)
-        out.append(span / ideal)
-    return out
+    return [(max(m["end"] for m in ms) - min(m["start"] for m in ms)) / exchange_ideal_s(ms, rate_bps, mtu, links,
+                                                                                          ports)
+            for ms in phases.values()]
 
 
 def serving_summary(res: dict, setup: LiveSetup, rows: list[dict], messages: list[dict], run_dir: Path,

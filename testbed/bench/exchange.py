@@ -7,7 +7,7 @@ real exchanges of the experiment (per phase: engine, step, dispatch or combine; 
 sizes the model and the expert routing give at that load), a sample of them is laid out one
 after the other with idle gaps, and the planned replay's agents send them over the fabric.
 Per exchange: its span (from the order, the plan's start, to the last byte) over its ideal
-(``testbed.live.exchange_vs_ideal``: the busiest GPU's bytes at both NIC ports' rate plus the
+(``testbed.live.exchange_ideal_s``: the busiest GPU's bytes at both NIC ports' rate plus the
 last packet's store-and-forward). The goal is a median within 1.1x.
 
 The links' token buckets hold ``burst_bytes`` each, so an exchange whose busiest port sends
@@ -63,14 +63,6 @@ def sample(phases: dict[tuple, list]) -> list[tuple]:
     return out
 
 
-def ideal_s(rows: list[dict], rate_bps: float, mtu: int, links: int) -> float:
-    """An exchange's ideal span (``testbed.live.exchange_vs_ideal``'s) from rows with src, dst and bytes."""
-    from testbed.live import exchange_vs_ideal
-
-    one = [dict(r, verified=True, step=0, engine="e", kind="k", start=0.0, end=1.0) for r in rows]
-    return 1.0 / exchange_vs_ideal(one, rate_bps, mtu, links)[0]
-
-
 def _rows(messages: list) -> list[dict]:
     return [{"src": f"gpu{m.src_gpu}", "dst": f"gpu{m.dst_gpu}", "bytes": m.bytes} for m in messages]
 
@@ -81,6 +73,8 @@ def plan(phases: dict[tuple, list], keys: list[tuple], choices: dict, rate_bps: 
     exchange each row id belongs to. A pair's messages alternate over its port choices, as the
     coordinator's static policies do."""
     rows, of = [], {}
+    from testbed.live import exchange_ideal_s
+
     t = LEAD_S
     next_id = 0
     for key in keys:
@@ -95,13 +89,13 @@ def plan(phases: dict[tuple, list], keys: list[tuple], choices: dict, rate_bps: 
                          "dst_port": AGENT_PORT, "bytes": m.bytes, "start": round(t, 6)})
             of[next_id] = key
             next_id += 1
-        t += max(GAP_S, 3 * ideal_s(_rows(phases[key]), rate_bps, mtu, links))
+        t += max(GAP_S, 3 * exchange_ideal_s(_rows(phases[key]), rate_bps, mtu, links))
     return rows, of
 
 
 def ratios(rows: list[dict], of: dict[int, tuple], rate_bps: float, mtu: int, links: int) -> list[dict]:
     """Per exchange: its ideal, its span from the order and from the first byte sent, over the ideal."""
-    from testbed.live import exchange_vs_ideal
+    from testbed.live import exchange_ideal_s
 
     by: dict[tuple, list[dict]] = {}
     for r in rows:
@@ -109,15 +103,16 @@ def ratios(rows: list[dict], of: dict[int, tuple], rate_bps: float, mtu: int, li
     out = []
     for key, ms in by.items():
         ok = all(m["verified"] for m in ms)
-        labelled = [dict(m, step=0, engine="e", kind="k") for m in ms]
-        from_start = exchange_vs_ideal(labelled, rate_bps, mtu, links)[0] if ok else None
-        ordered = [dict(m, start=m["scheduled_start"]) for m in labelled]
-        from_order = exchange_vs_ideal(ordered, rate_bps, mtu, links)[0] if ok else None
+        ideal = exchange_ideal_s(ms, rate_bps, mtu, links)
+        end = max(m["end"] for m in ms) if ok else None
+
+        def over_ideal(first: str) -> float | None:
+            return None if end is None else round((end - min(m[first] for m in ms)) / ideal, 4)
+
         out.append({"engine": key[0], "step": key[1], "phase": key[2], "messages": len(ms),
-                    "bytes": sum(m["bytes"] for m in ms), "verified": ok,
-                    "ideal_ms": round(ideal_s(ms, rate_bps, mtu, links) * 1e3, 3),
-                    "vs_ideal_from_order": None if from_order is None else round(from_order, 4),
-                    "vs_ideal_from_first_send": None if from_start is None else round(from_start, 4)})
+                    "bytes": sum(m["bytes"] for m in ms), "verified": ok, "ideal_ms": round(ideal * 1e3, 3),
+                    "vs_ideal_from_order": over_ideal("scheduled_start"),
+                    "vs_ideal_from_first_send": over_ideal("start")})
     return out
 
 

@@ -13,6 +13,7 @@ from testbed.cli.options import (
     datapath_config,
     fabric_kwargs,
     pfc_config,
+    print_result,
 )
 from testbed.errors import TestbedError
 from testbed.units import parse_rate
@@ -96,12 +97,7 @@ def cmd_bench_replay(args) -> int:
     root = require_dir(args.logs, "--logs") if args.logs else out_root(REPORTS)
     status, doc = replay_bench.run_bench(args.fabric or "zcube", levels, duration, root, sized(args),
                                          log=lambda m: print(m, file=sys.stderr))
-    if args.json:
-        print(json.dumps(doc, indent=1))
-    else:
-        for line in replay_bench.table(doc):
-            print(line)
-        print(doc["dir"])
+    print_result(doc, replay_bench.table(doc), doc["dir"], args.json)
     return status
 
 
@@ -119,12 +115,7 @@ def cmd_bench_exchange(args) -> int:
     out = Path(args.logs) if args.logs else REPORTS / f"bench-exchange-{kind}-{time.strftime('%Y%m%d-%H%M%S')}"
     doc = exchange.bench(fabric_args(exp, kind), exp_datapath(exp), pfc_settings(exp), replay_config(exp, 1), out,
                          log=lambda m: print(m, file=sys.stderr))
-    if args.json:
-        print(json.dumps(doc, indent=1))
-    else:
-        for line in exchange.table(doc):
-            print(line)
-        print(out)
+    print_result(doc, exchange.table(doc), out, args.json)
     return 0
 
 

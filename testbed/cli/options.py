@@ -1,4 +1,5 @@
-"""Flags several verbs share: the fabric's size, its links, PFC; and what they map onto.
+"""Flags several verbs share: the fabric's size, its links, PFC; and what they map onto; and how
+a verb that writes a directory prints its result.
 
 Their defaults are the experiment schema's (``testbed.experiment``), read from its
 fields, so a verb and an experiment file mean the same thing when a flag is left out.
@@ -8,6 +9,8 @@ Each ``add_*`` function returns the dests it added.
 from __future__ import annotations
 
 import argparse
+import json
+from pathlib import Path
 
 from testbed import scale
 from testbed.units import parse_rate, parse_size
@@ -114,3 +117,13 @@ def pfc_config(args):
     if getattr(args, "pfc_alpha", None) is not None:
         kw["dynamic_alpha"] = args.pfc_alpha
     return PfcConfig(**kw)
+
+
+def print_result(doc: dict, table: list[str], where: str | Path, as_json: bool) -> None:
+    """``--json``: the document; else its table, then the directory it was written to, last."""
+    if as_json:
+        print(json.dumps(doc, indent=1))
+        return
+    for line in table:
+        print(line)
+    print(where)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import sys
 
-from testbed.cli.options import add_fabric_and_link_options
+from testbed.cli.options import add_fabric_and_link_options, print_result
 from testbed.errors import TestbedError
 from testbed.experiment import Override, cli_value
 
@@ -131,12 +131,7 @@ def cmd_calibrate(args) -> int:
     levels = calibrate.parse_levels(args.levels)
     status, doc, sweep_dir = calibrate.run_calibration(args.experiment, overrides_from_args(args), levels, out_root,
                                                        log=_stderr)
-    if args.json:
-        print(json.dumps(doc, indent=1))
-    else:
-        for line in calibrate.table(doc):
-            print(line)
-        print(sweep_dir)
+    print_result(doc, calibrate.table(doc), sweep_dir, args.json)
     return status
 
 
