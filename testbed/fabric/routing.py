@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass
-from typing import NamedTuple, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 from testbed.errors import TestbedError
 from testbed.fabric import addressing
@@ -71,7 +71,8 @@ class PortChoice:
     share: float  # fraction of the transfer's bytes
 
 
-def select_ports(src_gpu: int, dst_gpu: int, policy: str = DEFAULT_POLICY) -> list[PortChoice]:
+def select_ports(src_gpu: int, dst_gpu: int, policy: str = DEFAULT_POLICY,
+                 usable: Sequence[PortChoice] | None = None) -> list[PortChoice]:
     """Which NIC ports a transfer from ``src_gpu`` to ``dst_gpu`` uses.
 
     The seed's structure implies cross-plane pairs: port 1 (odd group) talks to
@@ -79,8 +80,31 @@ def select_ports(src_gpu: int, dst_gpu: int, policy: str = DEFAULT_POLICY) -> li
     Hosts route by destination plane, so choosing the destination address is
     choosing the source port too. ``adaptive`` depends on what the sender has
     outstanding, so it is decided per transfer by ``plan_ports``; here it gives
-    the choice of a sender with nothing outstanding.
+    the choice of a sender with nothing outstanding. ``usable``: the port pairs
+    that still reach the destination (``failover.usable_ports``); the policy's
+    choices are cut to them (``restrict``).
     """
+    choices = _policy_ports(src_gpu, dst_gpu, policy)
+    return choices if usable is None else restrict(choices, usable, src_gpu, dst_gpu)
+
+
+def restrict(choices: Sequence[PortChoice], usable: Sequence[PortChoice], src_gpu: int,
+             dst_gpu: int) -> list[PortChoice]:
+    """A policy's choices cut to the usable port pairs: those whose pair is usable, their shares scaled to add up
+    to 1; when none is, the usable pairs (a dead path's detour is the other NIC port pair). None usable:
+    TestbedError (the two GPUs cannot reach each other over the fabric)."""
+    pairs = {(u.src_port, u.dst_port) for u in usable}
+    kept = [c for c in choices if (c.src_port, c.dst_port) in pairs]
+    if not kept:
+        kept = list(usable)
+    total = sum(c.share for c in kept)
+    if not kept or total <= 0:
+        raise TestbedError(f"no usable NIC port pair from gpu{src_gpu} to gpu{dst_gpu}: both paths are down")
+    return [PortChoice(c.src_port, c.dst_port, c.share / total) for c in kept]
+
+
+def _policy_ports(src_gpu: int, dst_gpu: int, policy: str) -> list[PortChoice]:
+    """``select_ports`` of a fabric with nothing down."""
     if policy == "striped":
         return [PortChoice(1, 2, 0.5), PortChoice(2, 1, 0.5)]
     if policy == "rail-out":
@@ -300,10 +324,17 @@ def plan_ports(
     fabric: Fabric | None = None,
     rate_bps: float | None = None,
     tables: ForwardingTables | None = None,
+    usable: Callable[[int, int], Sequence[PortChoice]] | None = None,
 ) -> list[PortChoice]:
     """The NIC ports of each transfer, as the replay's plan sends it (one choice
     with share 1 per transfer, in the order given; ``transfers`` are ``Send`` or
     (src_gpu, dst_gpu, bytes, start_s) tuples).
+
+    ``usable(src_gpu, dst_gpu)``: the port pairs that still reach the destination
+    (``failover.usable_ports``); every policy chooses among those only, so a
+    transfer whose pair is down takes the other NIC port pair. With failures,
+    ``tables`` should be ``failover.live_tables`` (the paths as the switches now
+    forward them) for ``adaptive``.
 
     ``striped``: the k-th transfer of a (src, dst) pair takes p1 -> dst p2 when k
     is even and p2 -> dst p1 when odd (the halves of ``select_ports`` become
@@ -350,7 +381,7 @@ def plan_ports(
         for s in sends:
             k = pair_count.get((s.src_gpu, s.dst_gpu), 0)
             pair_count[(s.src_gpu, s.dst_gpu)] = k + 1
-            choices = select_ports(s.src_gpu, s.dst_gpu, policy)
+            choices = select_ports(s.src_gpu, s.dst_gpu, policy, usable(s.src_gpu, s.dst_gpu) if usable else None)
             c = choices[k % len(choices)]
             out.append(PortChoice(c.src_port, c.dst_port, 1.0))
         return out
@@ -365,8 +396,15 @@ def plan_ports(
         s = sends[i]
         k = pair_count.get((s.src_gpu, s.dst_gpu), 0)
         pair_count[(s.src_gpu, s.dst_gpu)] = k + 1
+        candidates = _tie_order(s.src_gpu, k)
+        if usable is not None:
+            pairs = {(u.src_port, u.dst_port) for u in usable(s.src_gpu, s.dst_gpu)}
+            candidates = [c for c in candidates if (c.src_port, c.dst_port) in pairs]
+            if not candidates:
+                raise TestbedError(f"no usable NIC port pair from gpu{s.src_gpu} to gpu{s.dst_gpu}: both paths are "
+                                   "down")
         best = None
-        for rank, c in enumerate(_tie_order(s.src_gpu, k)):
+        for rank, c in enumerate(candidates):
             key4 = (s.src_gpu, c.src_port, s.dst_gpu, c.dst_port)
             if key4 not in links_of:
                 try:
