@@ -3,14 +3,21 @@
 ``OsKenSwitch`` implements ``controller.session.Switch``: rule specs become
 FlowMods, GroupMods and stats requests. ``flow_stats`` and ``group_specs``
 turn the replies back into specs, so the read-back compares like with like.
+
+Group buckets watch their own output port: OVS then leaves a bucket whose
+port has no carrier out of a select group's hash and out of a fast-failover
+group's choice (ovs-ofctl(8): "for each live bucket"; fast failover "the first
+live bucket"), with no controller round trip.
 """
 
 from __future__ import annotations
 
 from os_ken.ofproto import ofproto_v1_3
 
-from controller.rules import FlowSpec, GroupSpec
+from controller.rules import FAST_FAILOVER, SELECT, FlowSpec, GroupSpec
 from controller.session import FlowStat
+
+GROUP_TYPES = {SELECT: ofproto_v1_3.OFPGT_SELECT, FAST_FAILOVER: ofproto_v1_3.OFPGT_FF}
 
 
 class OsKenSwitch:
@@ -40,11 +47,16 @@ class OsKenSwitch:
                                       out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY, match=parser.OFPMatch()))
         dp.send_msg(parser.OFPGroupMod(dp, command=ofp.OFPGC_DELETE, group_id=ofp.OFPG_ALL))
 
-    def add_group(self, group: GroupSpec) -> None:
+    def _group_mod(self, command: int, group: GroupSpec) -> None:
         dp, ofp, parser = self._protocol()
-        buckets = [parser.OFPBucket(weight=1, watch_port=ofp.OFPP_ANY, watch_group=ofp.OFPG_ANY,
-                                    actions=[parser.OFPActionOutput(port)]) for port in group.ports]
-        dp.send_msg(parser.OFPGroupMod(dp, ofp.OFPGC_ADD, ofp.OFPGT_SELECT, group.group_id, buckets))
+        weight = 1 if group.kind == SELECT else 0  # weights are a select group's only
+        buckets = [parser.OFPBucket(weight=weight, watch_port=port if group.watched else ofp.OFPP_ANY,
+                                    watch_group=ofp.OFPG_ANY, actions=[parser.OFPActionOutput(port)])
+                   for port in group.ports]
+        dp.send_msg(parser.OFPGroupMod(dp, command, GROUP_TYPES[group.kind], group.group_id, buckets))
+
+    def add_group(self, group: GroupSpec) -> None:
+        self._group_mod(self.dp.ofproto.OFPGC_ADD, group)
 
     def add_flow(self, flow: FlowSpec) -> None:
         dp, ofp, parser = self._protocol()
@@ -109,5 +121,8 @@ def flow_stats(body: list) -> list[FlowStat]:
 
 
 def group_specs(body: list) -> list[GroupSpec]:
-    """A group-desc reply's entries; each bucket of ours has one output action."""
-    return [GroupSpec(g.group_id, tuple(b.actions[0].port for b in g.buckets)) for g in body]
+    """A group-desc reply's entries; each bucket of ours has one output action (a type that is not ours keeps
+    its number, so it compares unequal)."""
+    kinds = {t: kind for kind, t in GROUP_TYPES.items()}
+    return [GroupSpec(g.group_id, tuple(b.actions[0].port for b in g.buckets), kinds.get(g.type, str(g.type)),
+                      all(b.watch_port == b.actions[0].port for b in g.buckets)) for g in body]

@@ -70,7 +70,8 @@ def test_a_bad_read_back_is_a_mismatch(app):
     app.barrier_reply(ev(dp))
     app.group_desc_reply(ev(dp, body=[]))
     app.flow_stats_reply(ev(dp, body=[], flags=0))
-    assert session.state["mismatch"] == f"{len(session.program.flows)} rules missing, 0 unexpected"
+    assert session.state["mismatch"] == (f"{len(session.program.flows) + len(session.program.groups)} rules missing, "
+                                         "0 unexpected")
 
 
 def test_a_punted_probe_records_the_cable(app):

@@ -46,7 +46,11 @@ def test_flows_and_groups_come_back_from_a_read_back_as_the_same_specs(kind, kw)
         assert [s.spec for s in flow_stats(stats)] == program.flows
         assert all(s.packets == 3 for s in flow_stats(stats))
         gmods = [m for m in dp.sent if isinstance(m, parser.OFPGroupMod)]
-        assert all(m.command == ofp.OFPGC_ADD and m.type == ofp.OFPGT_SELECT for m in gmods)
+        want_type = ofp.OFPGT_SELECT if kind == "roft" else ofp.OFPGT_FF
+        assert all(m.command == ofp.OFPGC_ADD and m.type == want_type for m in gmods)
+        assert all(b.watch_port == b.actions[0].port and b.watch_group == ofp.OFPG_ANY for m in gmods
+                   for b in m.buckets)  # the switch skips a bucket whose port is down
+        assert all(b.weight == (1 if kind == "roft" else 0) for m in gmods for b in m.buckets)
         descs = [parser.OFPGroupDescStats(m.type, m.group_id, m.buckets) for m in gmods]
         assert group_specs(descs) == program.groups
 

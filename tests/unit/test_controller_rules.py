@@ -10,13 +10,18 @@ import pytest
 
 from controller.rules import (
     ETH_IPV4,
+    FAST_FAILOVER,
     PRIO_MISS,
     PRIO_PROBE,
+    PRIO_ROUTE,
     PROBE_DST_MAC,
     PROBE_ETHERTYPE,
+    SELECT,
+    GroupSpec,
     fabric_programs,
 )
 from testbed.fabric import addressing, build_fabric
+from testbed.fabric.failover import Dead
 from testbed.fabric.routing import forwarding_tables, walk
 from tests.fakes.flow_table import FakeFlowTable
 
@@ -110,11 +115,93 @@ def test_unknown_destination_hits_the_miss_rule(name, pkt):
         assert sum(t.packets.values()) == 1  # nothing else matched
 
 
-@pytest.mark.parametrize("name", ["zcube16", "zcube32"])
-def test_zcube_has_no_groups(name):
-    for prog in fabric_programs(fabric_of(name)).values():
+@pytest.mark.parametrize("n", [16, 32])
+def test_zcube_with_one_cable_per_pair_has_no_groups(n):
+    for prog in fabric_programs(build_fabric("zcube", gpus=n, gpus_per_switch=8, cables=1)).values():
         assert prog.groups == []
         assert all(kind == "output" for fl in prog.flows for kind, _ in fl.actions if kind != "controller")
+
+
+def test_zcube_parallel_cables_are_fast_failover_groups_planned_cable_first():
+    """n=16, k=8, 2 cables: sw1 reaches sw2 over ports 9, 10 and sw4 over 11, 12; GPUs 1, 2, 5, 6, 9, 10, 13, 14
+    are planned on cable 0, the others on cable 1. sw1's destinations in address order: 10.1.0.10 (gpu10, via
+    sw4, cable 0), 10.1.0.12 (via sw4, cable 1), 10.1.0.2 (gpu2, via sw2, cable 0), 10.1.0.4 (via sw2, cable 1)."""
+    f = build_fabric("zcube", gpus=16, gpus_per_switch=8, cables=2)
+    prog = fabric_programs(f)["sw1"]
+    assert prog.groups == [GroupSpec(1, (11, 12), FAST_FAILOVER), GroupSpec(2, (12, 11), FAST_FAILOVER),
+                           GroupSpec(3, (9, 10), FAST_FAILOVER), GroupSpec(4, (10, 9), FAST_FAILOVER)]
+    actions = {fl.match_dict["ipv4_dst"]: fl.actions for fl in prog.flows if fl.priority == PRIO_ROUTE}
+    assert actions["10.2.0.9"] == (("group", 1),) and actions["10.2.0.11"] == (("group", 2),)
+    assert actions["10.2.0.1"] == (("group", 3),) and actions["10.2.0.3"] == (("group", 4),)
+    assert actions["10.1.0.9"] == (("output", 5),)  # its own GPU port
+
+
+@pytest.mark.parametrize("name", ["zcube16", "zcube32", "roft16", "roft32"])
+def test_groups_replace_only_the_planned_port_and_every_bucket_watches_its_port(name):
+    """The planned program is today's, but for the groups: a fast-failover group's first bucket is the port the
+    flow used to output to; ROFT's select groups keep their buckets."""
+    f = fabric_of(name)
+    tables = forwarding_tables(f)
+    for switch, prog in fabric_programs(f).items():
+        groups = {g.group_id: g for g in prog.groups}
+        assert all(g.watched for g in prog.groups)
+        for fl in prog.flows:
+            if fl.priority != PRIO_ROUTE:
+                continue
+            (kind, arg), = fl.actions
+            hop = tables[switch][fl.match_dict["ipv4_dst"]]
+            if kind == "output":
+                assert hop.ports == (arg,)
+            elif f.kind == "roft":
+                assert groups[arg].kind == SELECT and groups[arg].ports == hop.ports
+            else:
+                assert groups[arg].kind == FAST_FAILOVER and groups[arg].ports[0] == hop.ports[0]
+                assert sorted(groups[arg].ports) == f.ports_towards(switch, f.peer(switch, hop.ports[0])[0])
+
+
+@pytest.mark.parametrize("name", FABRICS)
+def test_nothing_dead_is_the_planned_program(name):
+    f = fabric_of(name)
+    assert fabric_programs(f, Dead()) == fabric_programs(f)
+
+
+def test_a_repaired_roft_program_modifies_groups_and_keeps_every_flow():
+    f = fabric_of("roft16")
+    planned, repaired = fabric_programs(f), fabric_programs(f, Dead.of(f, [("leaf1", 5)]))
+    assert repaired["leaf1"].groups == [GroupSpec(1, (6, 7, 8))]
+    assert repaired["spine1"].groups[0] == GroupSpec(1, (2,))  # spine1's group to leaf1
+    assert repaired["spine1"].groups[1:] == planned["spine1"].groups[1:]
+    assert all(repaired[s].flows == planned[s].flows for s in f.switches)
+    assert all(repaired[s] == planned[s] for s in f.switches if s not in ("leaf1", "spine1"))
+
+
+def test_a_leaf_gets_a_group_of_its_own_for_a_leaf_a_spine_lost():
+    f = fabric_of("roft16")
+    repaired = fabric_programs(f, Dead.of(f, [("leaf1", 5), ("leaf1", 6)]))["leaf2"]
+    assert repaired.groups == [GroupSpec(1, (5, 6, 7, 8)), GroupSpec(2, (7, 8))]
+    on_group_2 = {fl.match_dict["ipv4_dst"] for fl in repaired.flows if fl.actions == (("group", 2),)}
+    assert on_group_2 == {"10.1.0.1", "10.2.0.1", "10.1.0.9", "10.2.0.9"}  # GPUs 1 and 9, on leaf1
+    dead_leaf = fabric_programs(f, Dead.of(f, switches=["leaf1"]))["leaf2"]
+    assert {fl.match_dict["ipv4_dst"] for fl in dead_leaf.flows if fl.priority == PRIO_ROUTE and not fl.actions} == (
+        on_group_2)  # nothing reaches leaf1: dropped at the first leaf
+    assert dead_leaf.groups == [GroupSpec(1, (5, 6, 7, 8))]
+
+
+@pytest.mark.parametrize("name,cable", [("roft16", ("leaf1", 5)), ("roft32", ("spine2", 3)),
+                                        ("zcube16", ("sw1", 9)), ("zcube32", ("sw4", 12))])
+def test_watch_ports_keep_traffic_off_a_dead_cable_before_and_after_the_repair(name, cable):
+    """Before the controller acts the switches skip the dead buckets themselves; the repaired program does the
+    same without them. Either way every pair arrives on one of the model's paths."""
+    f = fabric_of(name)
+    dead = Dead.of(f, [cable])
+    down = {s: {p for s_, p in dead.ends if s_ == s} for s in f.switches}
+    planned, repaired = fabric_programs(f), fabric_programs(f, dead)
+    for programs, watch in ((planned, down), (repaired, {})):
+        tables = {s: FakeFlowTable(p, down=watch.get(s, ())) for s, p in programs.items()}
+        for (src, dst), p in itertools.product(itertools.product(f.gpus(), repeat=2), (1, 2)):
+            s, d = (src, p), (dst, 3 - p)
+            hops, outs, reached = send(f, tables, s, ip_packet(s, d, tp_src=10000 + 97 * src + dst))
+            assert reached == d and not set(zip(hops, outs)) & dead.ends, (s, d, hops, outs)
 
 
 @pytest.mark.parametrize("name", ["roft16", "roft32"])
