@@ -2,7 +2,8 @@
 
 ``OsKenSwitch`` implements ``controller.session.Switch``: rule specs become
 FlowMods, GroupMods and stats requests. ``flow_stats`` and ``group_specs``
-turn the replies back into specs, so the read-back compares like with like.
+turn the replies back into specs, so the read-back compares like with like;
+``port_states`` and ``port_live`` read port descriptions and port-status.
 
 Group buckets watch their own output port: OVS then leaves a bucket whose
 port has no carrier out of a select group's hash and out of a fast-failover
@@ -41,12 +42,6 @@ class OsKenSwitch:
     def _protocol(self):
         return self.dp, self.dp.ofproto, self.dp.ofproto_parser
 
-    def clear(self) -> None:
-        dp, ofp, parser = self._protocol()
-        dp.send_msg(parser.OFPFlowMod(dp, command=ofp.OFPFC_DELETE, table_id=ofp.OFPTT_ALL,
-                                      out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY, match=parser.OFPMatch()))
-        dp.send_msg(parser.OFPGroupMod(dp, command=ofp.OFPGC_DELETE, group_id=ofp.OFPG_ALL))
-
     def _group_mod(self, command: int, group: GroupSpec) -> None:
         dp, ofp, parser = self._protocol()
         weight = 1 if group.kind == SELECT else 0  # weights are a select group's only
@@ -58,14 +53,31 @@ class OsKenSwitch:
     def add_group(self, group: GroupSpec) -> None:
         self._group_mod(self.dp.ofproto.OFPGC_ADD, group)
 
+    def modify_group(self, group: GroupSpec) -> None:
+        self._group_mod(self.dp.ofproto.OFPGC_MODIFY, group)
+
+    def delete_group(self, group_id: int) -> None:
+        dp, ofp, parser = self._protocol()
+        dp.send_msg(parser.OFPGroupMod(dp, command=ofp.OFPGC_DELETE, group_id=group_id))
+
     def add_flow(self, flow: FlowSpec) -> None:
         dp, ofp, parser = self._protocol()
         dp.send_msg(parser.OFPFlowMod(dp, priority=flow.priority, match=parser.OFPMatch(**flow.match_dict),
                                       instructions=instructions(ofp, parser, flow)))
 
+    def delete_flow(self, flow: FlowSpec) -> None:
+        dp, ofp, parser = self._protocol()
+        dp.send_msg(parser.OFPFlowMod(dp, command=ofp.OFPFC_DELETE_STRICT, table_id=ofp.OFPTT_ALL,
+                                      priority=flow.priority, out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY,
+                                      match=parser.OFPMatch(**flow.match_dict)))
+
     def barrier(self) -> None:
         dp, _, parser = self._protocol()
         dp.send_msg(parser.OFPBarrierRequest(dp))
+
+    def request_ports(self) -> None:
+        dp, _, parser = self._protocol()
+        dp.send_msg(parser.OFPPortDescStatsRequest(dp, 0))
 
     def request_groups(self) -> None:
         dp, _, parser = self._protocol()
@@ -126,3 +138,13 @@ def group_specs(body: list) -> list[GroupSpec]:
     kinds = {t: kind for kind, t in GROUP_TYPES.items()}
     return [GroupSpec(g.group_id, tuple(b.actions[0].port for b in g.buckets), kinds.get(g.type, str(g.type)),
                       all(b.watch_port == b.actions[0].port for b in g.buckets)) for g in body]
+
+
+def port_live(desc) -> bool:
+    """A port (an OFPPort) can carry traffic: it has link and is not administratively down."""
+    return not (desc.state & ofproto_v1_3.OFPPS_LINK_DOWN or desc.config & ofproto_v1_3.OFPPC_PORT_DOWN)
+
+
+def port_states(body: list) -> list[tuple[int, bool]]:
+    """A port-desc reply as (OpenFlow port, live) pairs."""
+    return [(p.port_no, port_live(p)) for p in body]

@@ -1,15 +1,31 @@
 """The controller's logic in plain Python: one session per switch, and the fabric-wide checks.
 
-When a switch connects it is wiped and given its whole program from
-``controller.rules`` in one batch closed by a barrier; after the barrier its
-group and flow tables are read back and compared with the program. Once every
-switch is read back a cabling probe goes out of every switch-to-switch port
-(``controller.cabling``). A reconnecting switch is simply programmed again.
+When a switch connects it is read back first (port states, groups, flows) and
+nothing else is sent: a switch that already holds its program, as after a
+controller restart (the bridges are fail-secure and keep forwarding on their
+rules), is left alone. One that does not gets only the difference (groups
+added or modified, flows added, replaced or deleted, unused groups deleted)
+in one batch closed by a barrier, after which it is read back and compared
+again. A switch holding rules of its own is changed only once every switch's
+port states are known, or ``RESYNC_HOLD_S`` after the controller's start, so
+a restart does not undo a repair it has not heard of yet. Once every switch
+is verified a cabling probe goes out of every switch-to-switch port
+(``controller.cabling``).
+
+Failures: a cable is dead while either end's port is down (port-status
+events, and the port descriptions read at every connect). The data plane
+reacts by itself (every group bucket watches its port); the controller then
+repairs the groups of every switch the change affects with group MODIFYs
+(``rules.switch_program`` with the dead set; on a ROFT leaf also a group and
+flows for the destinations a spine no longer reaches), and restores the
+planned groups when the port comes back. ZCube without parallel cables has
+nothing to repair in the network: the hosts move to the other NIC port pair
+(``testbed.fabric.failover``).
 
 Status for ``testbed up`` / ``status`` goes to a JSON file (path in the
 config), rewritten atomically at every housekeeping tick: which switches are
-connected, installed, verified; the cabling result; table-miss (unexpected)
-packet counts; the PFC pause daemon.
+connected, installed, verified; the ports that are down; the cabling result;
+table-miss (unexpected) packet counts; the PFC pause daemon.
 
 The os-ken app (``controller.app``) turns OpenFlow events into calls here and
 implements ``Switch`` over a datapath; the unit tests implement it with a fake.
@@ -21,17 +37,23 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from controller.cabling import CablingCheck
+from controller.cabling import CablingCheck, port_name
 from controller.pause_daemon import PauseDaemonSupervisor, Process
-from controller.rules import PRIO_MISS, FlowSpec, GroupSpec, SwitchProgram, fabric_programs
+from controller.rules import PRIO_MISS, FlowSpec, GroupSpec, SwitchProgram, switch_program
 from testbed.fabric import build_fabric
+from testbed.fabric.failover import Dead
+from testbed.fabric.routing import forwarding_tables
 
 FRAMEWORK = "os_ken"  # the OpenFlow library controller.app runs on, named in the status file
 TICKS_PER_POLL = 4  # the counters of verified switches are read every 4th housekeeping tick
 REPROBE_S = 2.0  # a lost probe gets one more chance every 2 s
+# Switches reconnect to a restarted controller within about a second (max_backoff=1000 ms, emulation/build.py);
+# one that holds rules of its own waits this long at most for the other switches' port states.
+RESYNC_HOLD_S = 3.0
 
 
 class Switch(Protocol):
@@ -44,14 +66,23 @@ class Switch(Protocol):
     @property
     def dpid(self) -> int | None: ...
 
-    def clear(self) -> None:
-        """Delete every flow (all tables) and every group."""
-
     def add_group(self, group: GroupSpec) -> None: ...
 
-    def add_flow(self, flow: FlowSpec) -> None: ...
+    def modify_group(self, group: GroupSpec) -> None:
+        """Replace a group's type and buckets in place (OFPGC_MODIFY): the flows using it keep forwarding."""
+
+    def delete_group(self, group_id: int) -> None: ...
+
+    def add_flow(self, flow: FlowSpec) -> None:
+        """Add a flow; one of the same priority and match is replaced (its packets go on being forwarded)."""
+
+    def delete_flow(self, flow: FlowSpec) -> None:
+        """Delete the flow of exactly this priority and match, from every table."""
 
     def barrier(self) -> None: ...
+
+    def request_ports(self) -> None:
+        """Ask for the port descriptions; the reply comes to ``FabricSessions.ports_reply``."""
 
     def request_groups(self) -> None:
         """Ask for the group descriptions; the replies come to ``FabricSessions.groups_reply``."""
@@ -76,6 +107,28 @@ def initial_state() -> dict:
             "flows_read": 0, "mismatch": None, "miss_packets": 0}
 
 
+Change = tuple[str, object]  # a Switch method's name and its argument
+
+
+def changes(want: SwitchProgram, flows: set[FlowSpec], groups: set[GroupSpec]) -> list[Change]:
+    """The Switch calls that turn a switch holding ``flows`` and ``groups`` into one holding ``want``, in an order
+    that never leaves a flow on a missing group: groups added or modified, flows added (replacing the one of the
+    same priority and match) or deleted, then groups no flow uses any more deleted. [] when it holds ``want``."""
+    have = {g.group_id: g for g in groups}
+    wanted_ids = {g.group_id for g in want.groups}
+    out: list[Change] = []
+    for group in want.groups:
+        if group.group_id not in have:
+            out.append(("add_group", group))
+        elif have[group.group_id] != group:
+            out.append(("modify_group", group))
+    wanted_keys = {(f.priority, f.match) for f in want.flows}
+    out += [("add_flow", f) for f in want.flows if f not in flows]
+    out += [("delete_flow", f) for f in sorted(flows, key=repr) if (f.priority, f.match) not in wanted_keys]
+    out += [("delete_group", gid) for gid in sorted(have) if gid not in wanted_ids]
+    return out
+
+
 def mismatch(want_flows: set, want_groups: set, got_flows: set, got_groups: set) -> str | None:
     """None when a switch holds exactly its program, else how it differs (for the status file)."""
     if got_flows == want_flows and got_groups == want_groups:
@@ -86,15 +139,21 @@ def mismatch(want_flows: set, want_groups: set, got_flows: set, got_groups: set)
 
 
 class SwitchSession:
-    """One switch of the fabric across its connections: program it, read it back, compare."""
+    """One switch of the fabric across its connections: read it back, send what differs, read back, compare."""
 
-    def __init__(self, program: SwitchProgram, logger: logging.Logger) -> None:
+    def __init__(self, program: SwitchProgram, logger: logging.Logger,
+                 may_change: Callable[[], bool] = lambda: True) -> None:
         self.program = program
         self.logger = logger
+        self.may_change = may_change  # False: a switch holding rules of its own must wait (FabricSessions)
         self.state = initial_state()
         self.switch: Switch | None = None
         self._flows: list[FlowStat] = []  # parts of a multipart flow-stats reply
         self._groups: list[GroupSpec] = []
+        self._synced = False  # this connection's first read-back was acted on
+        self._held: tuple[set[FlowSpec], set[GroupSpec], int] | None = None  # a first read-back waiting to act
+        self._revision = 0  # batches of changes sent
+        self._asked = 0  # the revision the read-back in flight was asked at
 
     @property
     def name(self) -> str:
@@ -102,42 +161,91 @@ class SwitchSession:
         return self.program.switch
 
     def connect(self, switch: Switch) -> None:
-        """Wipe the switch and send its whole program; the barrier reply starts the read-back."""
+        """Read the switch back (port states first) before sending it anything."""
         self.switch = switch
         self.state.update(connected=True, installed=False, verified=False, mismatch=None)
         self.state["connects"] += 1
-        switch.clear()
-        for group in self.program.groups:
-            switch.add_group(group)
-        for flow in self.program.flows:
-            switch.add_flow(flow)
-        switch.barrier()
-        self.logger.info("%s: sent %d flows, %d groups", self.name, len(self.program.flows),
-                         len(self.program.groups))
+        self._synced, self._held = False, None
+        switch.request_ports()
+        self._read_back(switch)
 
-    def installed(self, switch: Switch) -> None:
-        """The program is in (the barrier came back): read the groups and flows back."""
-        self.state["installed"] = True
+    def _read_back(self, switch: Switch) -> None:
         self._flows, self._groups = [], []
+        self._asked = self._revision
         switch.request_groups()
         switch.request_flows()
+
+    def installed(self, switch: Switch) -> None:
+        """A barrier came back (what was sent before it is in): read the groups and flows back."""
+        self.state["installed"] = True
+        self._read_back(switch)
 
     def groups_read(self, groups: list[GroupSpec]) -> None:
         """Keep the groups until the flows are complete: they are compared together."""
         self._groups.extend(groups)
 
     def flows_read(self, stats: list[FlowStat], more: bool) -> None:
-        """Take a flow-stats reply part; at the last one update the counters and, until verified, compare."""
+        """Take a flow-stats reply part; at the last one update the counters and, until verified, act or compare."""
         self._flows.extend(stats)
         if more:
             return
         stats, self._flows = self._flows, []
+        groups, self._groups = self._groups, []
         self.state["flows_read"] = len(stats)
         self.state["miss_packets"] = sum(s.packets for s in stats if s.spec.priority == PRIO_MISS)
-        if self.state["verified"]:
-            return  # periodic poll for counters only
-        groups, self._groups = self._groups, []
-        self._compare({s.spec for s in stats}, set(groups), len(stats))
+        if self.state["verified"] or self._asked != self._revision:
+            return  # a counter poll, or a read-back older than changes sent since (their barrier reads back again)
+        got = ({s.spec for s in stats}, set(groups), len(stats))
+        if self._synced:
+            self._compare(*got)
+        elif (got[0] or got[1]) and not self.may_change():
+            self._held = got
+            self.logger.info("%s holds rules already: waiting for every switch's port states", self.name)
+        else:
+            self._sync(*got)
+
+    def release(self) -> None:
+        """Act on a held first read-back (every switch's port states are known, or the wait is over)."""
+        if self._held is not None and self.switch is not None:
+            got, self._held = self._held, None
+            self._sync(*got)
+
+    def _sync(self, got_flows: set[FlowSpec], got_groups: set[GroupSpec], n_read: int) -> None:
+        """A connection's first read-back: nothing to send when the switch holds its program, else the difference."""
+        self._synced = True
+        todo = changes(self.program, got_flows, got_groups)
+        if not todo:
+            self.state["installed"] = True
+            self._compare(got_flows, got_groups, n_read)
+            return
+        if got_flows or got_groups:
+            self.logger.warning("%s holds other rules (%s): sending %d changes", self.name,
+                                mismatch(set(self.program.flows), set(self.program.groups), got_flows, got_groups),
+                                len(todo))
+        self._send(todo)
+        self.logger.info("%s: sent %d flows, %d groups", self.name, sum(c[0] == "add_flow" for c in todo),
+                         sum(c[0] == "add_group" for c in todo))
+
+    def _send(self, todo: list[Change]) -> None:
+        """Send changes and a barrier: the barrier's reply reads the switch back."""
+        for method, arg in todo:
+            getattr(self.switch, method)(arg)
+        self.switch.barrier()
+        self._revision += 1
+        self.state.update(installed=False, verified=False)
+
+    def reprogram(self, program: SwitchProgram) -> None:
+        """Make ``program`` the switch's program (what is dead changed). A synced connection gets the difference
+        from the program it was given (group MODIFYs; no table is wiped); otherwise the next read-back compares
+        with the new one."""
+        old, self.program = self.program, program
+        if self.switch is None or not self._synced:
+            return
+        todo = changes(program, set(old.flows), set(old.groups))
+        if todo:
+            self._send(todo)
+            self.logger.info("%s: repaired with %d changes (%s)", self.name, len(todo),
+                             ", ".join(sorted({c[0] for c in todo})))
 
     def _compare(self, got_flows: set[FlowSpec], got_groups: set[GroupSpec], n_read: int) -> None:
         problem = mismatch(set(self.program.flows), set(self.program.groups), got_flows, got_groups)
@@ -153,7 +261,7 @@ class SwitchSession:
         """Forget the connection, unless a newer one has already replaced it."""
         if self.switch is None or self.switch != switch:
             return
-        self.switch = None
+        self.switch, self._held = None, None
         self.state.update(connected=False, installed=False, verified=False)
         self.logger.warning("%s disconnected", self.name)
 
@@ -177,9 +285,15 @@ class FabricSessions:
         self.config = config
         self.logger = logger or logging.getLogger(__name__)
         self.fabric = build_fabric(**config["fabric"])
-        self.sessions = {name: SwitchSession(program, self.logger)
-                         for name, program in fabric_programs(self.fabric).items()}
+        self.tables = forwarding_tables(self.fabric)
+        self.sessions = {name: SwitchSession(switch_program(self.fabric, name, self.tables), self.logger,
+                                             self._may_change)
+                         for name in self.fabric.switches}
         self.by_dpid = {s.program.dpid: s for s in self.sessions.values()}
+        self.down: set[tuple[str, int]] = set()  # (switch, OpenFlow port) reported down
+        self._ports_known: set[str] = set()  # switches whose port descriptions were read
+        self._started: float | None = None  # the first housekeeping tick
+        self._hold_over = False
         self.status_file = config["status_file"]
         self.cabling = CablingCheck(self.fabric)
         self.pfc: PauseDaemonSupervisor | None = None
@@ -197,29 +311,77 @@ class FabricSessions:
         return session
 
     def switch_connected(self, switch: Switch) -> None:
-        """A features reply: the switch is ready for its program."""
+        """A features reply: read the switch back before sending it anything."""
         if session := self._session(switch):
             session.connect(switch)
 
+    def _current(self, switch: Switch) -> SwitchSession | None:
+        """The session whose connection ``switch`` is: a late reply on a replaced connection is dropped."""
+        session = self._session(switch)
+        return session if session is not None and session.switch == switch else None
+
     def barrier_reply(self, switch: Switch) -> None:
         """Everything sent before the barrier is installed."""
-        if session := self._session(switch):
+        if session := self._current(switch):
             session.installed(switch)
 
     def groups_reply(self, switch: Switch, groups: list[GroupSpec]) -> None:
         """A group-desc reply (of a read-back)."""
-        if session := self.by_dpid.get(switch.dpid):
+        if (session := self.by_dpid.get(switch.dpid)) and session.switch == switch:
             session.groups_read(groups)
 
     def flows_reply(self, switch: Switch, stats: list[FlowStat], more: bool) -> None:
         """A flow-stats reply part (of a read-back or a counter poll); ``more``: parts follow."""
-        if session := self._session(switch):
+        if session := self._current(switch):
             session.flows_read(stats, more)
 
     def switch_gone(self, switch: Switch) -> None:
         """The connection closed."""
         if session := self.by_dpid.get(switch.dpid):
             session.disconnect(switch)
+
+    def port_status(self, switch: Switch, port_no: int, live: bool) -> None:
+        """A port went down or came back (OFPT_PORT_STATUS): repair, or restore, every switch it affects."""
+        if session := self._session(switch):
+            self._set_ports(session.name, [(port_no, live)])
+
+    def ports_reply(self, switch: Switch, ports: list[tuple[int, bool]]) -> None:
+        """Port descriptions, read at every connect: a restarted controller learns what went down while it was
+        away. Only the ports listed change."""
+        if session := self._session(switch):
+            self._ports_known.add(session.name)
+            self._set_ports(session.name, ports)
+            if self._may_change():
+                for s in self.sessions.values():
+                    s.release()
+
+    def _set_ports(self, name: str, ports: list[tuple[int, bool]]) -> None:
+        """Record port states; when the set of dead cables changes, give every affected switch its new program."""
+        cabled = self.fabric.switches[name].ports
+        before = set(self.down)
+        for port, live in ports:
+            if port not in cabled:
+                continue  # the receive port, LOCAL: no cable of the model
+            if live:
+                self.down.discard((name, port))
+            else:
+                self.down.add((name, port))
+        if self.down == before:
+            return
+        for port in sorted(self.down - before):
+            self.logger.warning("%s is down", port_name(*port))
+        for port in sorted(before - self.down):
+            self.logger.warning("%s is up again", port_name(*port))
+        dead = Dead.of(self.fabric, self.down)
+        for switch, session in self.sessions.items():
+            program = switch_program(self.fabric, switch, self.tables, dead)
+            if program != session.program:
+                session.reprogram(program)
+
+    def _may_change(self) -> bool:
+        """A switch holding rules of its own may be changed: every switch's port states are known, or the wait
+        after the start is over."""
+        return self._hold_over or self._ports_known >= set(self.sessions)
 
     def packet_in(self, switch: Switch, data: bytes) -> None:
         """A punted frame: the probe rule is the only one that punts, and only probes are recorded."""
@@ -244,6 +406,12 @@ class FabricSessions:
         """Housekeeping (the app calls it every 0.25 s): PFC and probes once all is verified,
         counters every 4th tick, then the status file."""
         self._ticks += 1
+        if self._started is None:
+            self._started = now
+        if not self._hold_over and now - self._started >= RESYNC_HOLD_S:
+            self._hold_over = True
+            for session in self.sessions.values():
+                session.release()
         if self.all_verified():
             if self.pfc is not None and not self.pfc.tried:
                 self.pfc.start()
@@ -263,6 +431,7 @@ class FabricSessions:
             "pid": os.getpid(),
             "updated": now,
             "switches": {name: s.state for name, s in self.sessions.items()},
+            "ports_down": [port_name(*p) for p in sorted(self.down)],
             "cabling": self.cabling.result(),
             "miss_packets": sum(s.state["miss_packets"] for s in self.sessions.values()),
             "pfc": self.pfc.status() if self.pfc is not None else None,

@@ -13,8 +13,8 @@ import pytest
 from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as parser
 
-from controller.oskenswitch import OsKenSwitch, flow_stats, group_specs
-from controller.rules import fabric_programs
+from controller.oskenswitch import OsKenSwitch, flow_stats, group_specs, port_live, port_states
+from controller.rules import FAST_FAILOVER, GroupSpec, fabric_programs
 from testbed.fabric import build_fabric
 
 
@@ -66,13 +66,57 @@ def test_the_table_miss_rule_has_no_actions_and_the_probe_rule_punts_unbuffered(
     assert out.port == ofp.OFPP_CONTROLLER and out.max_len == ofp.OFPCML_NO_BUFFER
 
 
-def test_clear_deletes_every_flow_of_every_table_and_every_group():
+def test_a_group_is_modified_in_place_and_deleted_by_id():
     dp = datapath()
-    OsKenSwitch(dp).clear()
-    flows, groups = dp.sent
-    assert (flows.command, flows.table_id, flows.out_port, flows.out_group) == (
-        ofp.OFPFC_DELETE, ofp.OFPTT_ALL, ofp.OFPP_ANY, ofp.OFPG_ANY)
-    assert (groups.command, groups.group_id) == (ofp.OFPGC_DELETE, ofp.OFPG_ALL)
+    OsKenSwitch(dp).modify_group(GroupSpec(3, (6, 7, 8)))
+    OsKenSwitch(dp).modify_group(GroupSpec(4, (12, 10), FAST_FAILOVER))
+    OsKenSwitch(dp).modify_group(GroupSpec(5, ()))  # nothing live: a group without buckets drops
+    OsKenSwitch(dp).delete_group(4)
+    select, ff, empty, delete = dp.sent
+    for msg in dp.sent:
+        msg.serialize()
+    assert (select.command, select.type, select.group_id) == (ofp.OFPGC_MODIFY, ofp.OFPGT_SELECT, 3)
+    assert [(b.actions[0].port, b.watch_port) for b in select.buckets] == [(6, 6), (7, 7), (8, 8)]
+    assert (ff.command, ff.type, [b.watch_port for b in ff.buckets]) == (ofp.OFPGC_MODIFY, ofp.OFPGT_FF, [12, 10])
+    assert empty.buckets == []
+    assert (delete.command, delete.group_id) == (ofp.OFPGC_DELETE, 4)
+    assert group_specs([parser.OFPGroupDescStats(m.type, m.group_id, m.buckets) for m in (select, ff)]) == [
+        GroupSpec(3, (6, 7, 8)), GroupSpec(4, (12, 10), FAST_FAILOVER)]
+
+
+def test_a_read_back_group_without_watch_ports_or_of_another_type_is_not_ours():
+    out = parser.OFPActionOutput
+    unwatched = parser.OFPBucket(weight=1, watch_port=ofp.OFPP_ANY, watch_group=ofp.OFPG_ANY, actions=[out(5)])
+    (a, b) = group_specs([parser.OFPGroupDescStats(ofp.OFPGT_SELECT, 1, [unwatched]),
+                          parser.OFPGroupDescStats(ofp.OFPGT_ALL, 2, [])])
+    assert a == GroupSpec(1, (5,), watched=False) != GroupSpec(1, (5,))
+    assert b.kind == str(ofp.OFPGT_ALL)
+
+
+def test_a_flow_is_deleted_strictly_from_every_table():
+    flow = next(f for f in next(iter(programs("zcube", gpus=16, gpus_per_switch=8))).flows if f.priority == 100)
+    dp = datapath()
+    OsKenSwitch(dp).delete_flow(flow)
+    (msg,) = dp.sent
+    msg.serialize()
+    assert (msg.command, msg.table_id, msg.priority, msg.out_port, msg.out_group) == (
+        ofp.OFPFC_DELETE_STRICT, ofp.OFPTT_ALL, flow.priority, ofp.OFPP_ANY, ofp.OFPG_ANY)
+    assert sorted(msg.match.items()) == sorted(flow.match)
+
+
+def test_port_descriptions_and_status_read_as_live_or_not():
+    dp = datapath()
+    OsKenSwitch(dp).request_ports()
+    (req,) = dp.sent
+    assert isinstance(req, parser.OFPPortDescStatsRequest)
+
+    def port(no, state=0, config=0):
+        return parser.OFPPort(no, "02:00:00:00:00:01", f"sw1-eth{no}", config, state, 0, 0, 0, 0, 0, 0)
+
+    body = [port(1), port(2, state=ofp.OFPPS_LINK_DOWN), port(3, config=ofp.OFPPC_PORT_DOWN),
+            port(4, state=ofp.OFPPS_LIVE)]
+    assert port_states(body) == [(1, True), (2, False), (3, False), (4, True)]
+    assert port_live(port(5)) and not port_live(port(6, state=ofp.OFPPS_LINK_DOWN | ofp.OFPPS_BLOCKED))
 
 
 def test_read_back_asks_every_table_and_the_counter_poll_table_0():

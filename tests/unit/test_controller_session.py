@@ -13,8 +13,8 @@ import logging
 
 import pytest
 
-from controller.rules import ETH_IPV4, PRIO_MISS, PRIO_ROUTE, FlowSpec, GroupSpec, fabric_programs
-from controller.session import FabricSessions
+from controller.rules import ETH_IPV4, FAST_FAILOVER, PRIO_MISS, PRIO_ROUTE, FlowSpec, GroupSpec, fabric_programs
+from controller.session import RESYNC_HOLD_S, FabricSessions, changes
 from testbed.fabric import addressing
 from tests.fakes.datapath import FakeDatapath, FakeFabric
 from tests.fakes.flow_table import FakeFlowTable
@@ -48,19 +48,42 @@ def route(program):
 
 # ------------------------------------------------------------- program and read back
 
-def test_connect_wipes_the_switch_then_sends_groups_flows_and_a_barrier(tmp_path):
+def test_connect_reads_back_first_and_an_empty_switch_gets_groups_flows_and_a_barrier(tmp_path):
     core = make_core(tmp_path, "roft16")
     leaf = next(n for n, p in fabric_programs(core.fabric).items() if p.groups)
     program = core.sessions[leaf].program
-    dp = FakeDatapath(program.dpid)
-    dp.install(FlowSpec(5, (("eth_type", 0x86DD),), ()))  # left over from an earlier life
+    dp = FakeDatapath(program.dpid, ports=core.fabric.switches[leaf].ports)
     core.switch_connected(dp)
-    kinds = [c[0] for c in dp.calls]
-    assert kinds == ["clear"] + ["add_group"] * len(program.groups) + ["add_flow"] * len(program.flows) + ["barrier"]
-    assert [c[1] for c in dp.calls if c[0] == "add_group"] == program.groups
-    assert [c[1] for c in dp.calls if c[0] == "add_flow"] == program.flows
+    assert dp.calls == [("request_ports",), ("request_groups",), ("request_flows", None)]  # nothing written yet
     assert core.sessions[leaf].state == {"connected": True, "installed": False, "verified": False,
                                        "connects": 1, "flows_read": 0, "mismatch": None, "miss_packets": 0}
+    dp.deliver(core, limit=3)
+    sent = dp.calls[3:]
+    assert [c[0] for c in sent] == ["add_group"] * len(program.groups) + ["add_flow"] * len(program.flows) + ["barrier"]
+    assert [c[1] for c in sent if c[0] == "add_group"] == program.groups
+    assert [c[1] for c in sent if c[0] == "add_flow"] == program.flows
+
+
+def test_a_switch_holding_other_rules_waits_for_every_switchs_ports_then_gets_only_the_difference(tmp_path):
+    core = make_core(tmp_path, "roft16")
+    leaf = next(n for n, p in fabric_programs(core.fabric).items() if p.groups)
+    program = core.sessions[leaf].program
+    dp = FakeDatapath(program.dpid, ports=core.fabric.switches[leaf].ports)
+    for group in program.groups:
+        dp.groups[group.group_id] = group
+    for flow in program.flows:
+        dp.install(flow)
+    leftover = FlowSpec(5, (("eth_type", 0x86DD),), ())  # left over from an earlier life
+    dp.install(leftover)
+    core.switch_connected(dp)
+    dp.deliver(core)
+    assert len(dp.calls) == 3 and not core.sessions[leaf].state["verified"]  # the other switches' ports unknown
+    core.tick(10.0)
+    assert len(dp.calls) == 3
+    core.tick(10.0 + RESYNC_HOLD_S)  # nobody else came: act on what is known
+    assert dp.calls[3:] == [("delete_flow", leftover), ("barrier",)]
+    dp.deliver(core)
+    assert core.sessions[leaf].state["verified"] and (leftover.priority, leftover.match) not in dp.flows
 
 
 @pytest.mark.parametrize("name", FABRICS)
@@ -68,6 +91,9 @@ def test_barrier_starts_the_read_back_and_a_faithful_switch_is_verified(tmp_path
     core = make_core(tmp_path, name)
     fake = FakeFabric(core.fabric)
     fake.connect(core)
+    for dp in fake.datapaths.values():
+        assert dp.deliver(core, limit=3) == 3  # ports, groups, flows: an empty switch
+        assert dp.calls[-1] == ("barrier",)
     assert not core.all_verified()
     for dp in fake.datapaths.values():
         assert dp.deliver(core, limit=1) == 1  # the barrier reply
@@ -108,7 +134,7 @@ def test_multipart_flow_stats_are_compared_only_when_complete(tmp_path):
     session = next(iter(core.sessions.values()))
     dp = FakeDatapath(session.program.dpid, part_size=3)
     core.switch_connected(dp)
-    dp.deliver(core, limit=2)  # barrier, groups
+    dp.deliver(core, limit=5)  # ports, groups, flows (none), then after the program: barrier, groups
     parts = len(dp.pending)
     assert parts == -(-len(session.program.flows) // 3) and parts > 1
     dp.deliver(core, limit=parts - 1)
@@ -151,6 +177,7 @@ def test_a_changed_action_counts_as_one_missing_and_one_unexpected(tmp_path):
     session = next(iter(core.sessions.values()))
     dp = FakeDatapath(session.program.dpid)
     core.switch_connected(dp)
+    dp.deliver(core, limit=3)  # the program goes out
     flow = route(session.program)
     (_, port), = flow.actions
     dp.install(FlowSpec(flow.priority, flow.match, (("output", port + 1),)))  # same match: replaces it
@@ -176,15 +203,17 @@ def test_unknown_datapath_is_ignored(tmp_path, caplog):
     with caplog.at_level(logging.WARNING, logger="test-controller"):
         core.switch_connected(dp)
         core.barrier_reply(dp)
+        core.port_status(dp, 1, False)
+        core.ports_reply(dp, [(1, False)])
         core.switch_gone(dp)
     assert dp.calls == []
-    assert json.dumps(states(core)) == before
+    assert json.dumps(states(core)) == before and core.down == set()
     assert "unknown datapath 000000000000dead; ignored" in caplog.text
 
 
 # ------------------------------------------------------------- reconnect
 
-def test_a_reconnecting_switch_is_wiped_and_programmed_again(tmp_path):
+def test_a_reconnecting_switch_with_stale_rules_gets_only_the_difference(tmp_path):
     core = make_core(tmp_path, "roft16")
     fake = verified_fabric(core)
     name = next(n for n, s in core.sessions.items() if s.program.groups)
@@ -194,11 +223,13 @@ def test_a_reconnecting_switch_is_wiped_and_programmed_again(tmp_path):
     assert (st["connected"], st["installed"], st["verified"]) == (False, False, False)
     assert not core.all_verified()
 
-    new = FakeDatapath(old.dpid)
-    new.install(FlowSpec(PRIO_ROUTE, (("eth_type", ETH_IPV4), ("ipv4_dst", "10.9.9.9")), ()))  # stale
+    new = old.reconnected()  # the switch kept its tables, and picked up two stale rules
+    stale_flow = FlowSpec(PRIO_ROUTE, (("eth_type", ETH_IPV4), ("ipv4_dst", "10.9.9.9")), ())
+    new.install(stale_flow)
     new.groups[99] = GroupSpec(99, (1,))
     core.switch_connected(new)
     new.deliver(core)
+    assert new.calls[3:6] == [("delete_flow", stale_flow), ("delete_group", 99), ("barrier",)]
     assert st["connected"] and st["verified"] and st["connects"] == 2 and st["mismatch"] is None
     program = core.sessions[name].program
     assert set(new.flows.values()) == set(program.flows) and set(new.groups.values()) == set(program.groups)
@@ -219,6 +250,19 @@ def test_a_late_disconnect_of_the_old_connection_leaves_the_new_one_alone(tmp_pa
     assert not st["connected"] and not st["verified"]
     core.switch_gone(new)  # a second notice changes nothing
     assert st["connects"] == 2
+
+
+def test_late_replies_of_a_replaced_connection_are_dropped(tmp_path):
+    core = make_core(tmp_path, "zcube16")
+    session = next(iter(core.sessions.values()))
+    old = FakeDatapath(session.program.dpid)
+    core.switch_connected(old)  # its read-back is still on the way
+    new = FakeDatapath(session.program.dpid)
+    core.switch_connected(new)
+    old.deliver(core)
+    assert old.calls == [("request_ports",), ("request_groups",), ("request_flows", None)]  # nothing sent on it
+    new.deliver(core)
+    assert session.state["verified"] and session.state["connects"] == 2
 
 
 def test_a_mismatch_is_cleared_by_a_clean_reconnect(tmp_path):
@@ -434,3 +478,212 @@ def test_a_pfc_daemon_that_fails_to_start_is_reported_and_not_retried(tmp_path):
     assert calls == [1]
     assert core.status(3.0)["pfc"] == {"error": "RuntimeError: no clang"}
     assert fake.carry_packets(core) > 0  # the cabling check goes on regardless
+
+
+# ------------------------------------------------------------- failures: port status and repair
+
+def carry(core: FabricSessions, fake: FakeFabric) -> set[tuple[str, int]]:
+    """Send a packet for every cross-plane NIC pair (many 5-tuples) through what the switches hold now, skipping
+    buckets on ports without link as the switches do; every one must arrive. The (switch, port)s used."""
+    f = core.fabric
+    tables = {n: FakeFlowTable(dp.program(n), down=dp.down()) for n, dp in fake.datapaths.items()}
+    used = set()
+    for (src, dst), p in itertools.product(itertools.product(f.gpus(), repeat=2), (1, 2)):
+        s, d = (src, p), (dst, 3 - p)
+        for tp_src in range(10000 + src, 10008 + src):
+            pkt = {"eth_type": ETH_IPV4, "ipv4_src": addressing.ip_of(*s), "ipv4_dst": addressing.ip_of(*d),
+                   "ip_proto": 6, "tp_src": tp_src, "tp_dst": 5201}
+            switch = f.attachment[s][0]
+            for _ in range(4):
+                (out,) = tables[switch].forward(pkt)
+                used.add((switch, out))
+                peer, peer_port = f.switches[switch].ports[out]
+                if peer.startswith("gpu"):
+                    assert (int(peer[3:]), peer_port) == d
+                    break
+                switch = peer
+            else:
+                raise AssertionError(f"{s} -> {d} did not arrive")
+    return used
+
+
+def calls_since(fake: FakeFabric, marks: dict[str, int]) -> dict[str, list]:
+    return {n: dp.calls[marks[n]:] for n, dp in fake.datapaths.items()}
+
+
+def marks(fake: FakeFabric) -> dict[str, int]:
+    return {n: len(dp.calls) for n, dp in fake.datapaths.items()}
+
+
+def holds_program(core: FabricSessions, fake: FakeFabric, programs) -> bool:
+    return all(set(dp.flows.values()) == set(programs[n].flows) and set(dp.groups.values()) == set(programs[n].groups)
+               for n, dp in fake.datapaths.items())
+
+
+def test_roft_a_dead_uplink_is_skipped_at_once_then_modified_out_of_its_groups_and_back_on_port_up(tmp_path):
+    """ROFT n=16: leaf1's uplinks 5, 6 go to spine1 (its ports 1, 2), 7, 8 to spine2; group 1 of leaf1 is the
+    uplink set, group 1 of spine1 the cables to leaf1."""
+    core = make_core(tmp_path, "roft16")
+    fake = verified_fabric(core)
+    planned = fabric_programs(core.fabric)
+    assert fake.datapaths["leaf1"].groups[1] == GroupSpec(1, (5, 6, 7, 8))
+    assert fake.datapaths["spine1"].groups[1] == GroupSpec(1, (1, 2))
+    fake.datapaths["leaf1"].set_port(5, False)
+    fake.datapaths["spine1"].set_port(1, False)
+    used = carry(core, fake)  # before the controller hears of it: the watch ports keep traffic off the cable
+    assert ("leaf1", 5) not in used and ("spine1", 1) not in used and ("leaf1", 6) in used
+
+    before = marks(fake)
+    core.port_status(fake.datapaths["leaf1"], 5, False)
+    core.port_status(fake.datapaths["spine1"], 1, False)  # the same cable: nothing more to do
+    sent = calls_since(fake, before)
+    assert sent["leaf1"] == [("modify_group", GroupSpec(1, (6, 7, 8))), ("barrier",)]
+    assert sent["spine1"] == [("modify_group", GroupSpec(1, (2,))), ("barrier",)]
+    assert all(calls == [] for n, calls in sent.items() if n not in ("leaf1", "spine1"))
+    assert core.status(1.0)["ports_down"] == ["leaf1-eth5", "spine1-eth1"]
+    fake.deliver(core)
+    assert core.all_verified() and fake.datapaths["leaf1"].groups[1] == GroupSpec(1, (6, 7, 8))
+    assert ("leaf1", 5) not in carry(core, fake)
+
+    before = marks(fake)
+    fake.cut(core, "leaf1", 5, live=True)
+    sent = calls_since(fake, before)
+    assert sent["leaf1"] == [("modify_group", GroupSpec(1, (5, 6, 7, 8))), ("barrier",)]
+    assert sent["spine1"] == [("modify_group", GroupSpec(1, (1, 2))), ("barrier",)]
+    fake.deliver(core)
+    assert core.all_verified() and holds_program(core, fake, planned) and core.status(2.0)["ports_down"] == []
+    assert not any(c[0].startswith("delete") for dp in fake.datapaths.values() for c in dp.calls)
+
+
+def test_roft_leaves_stop_sending_a_leafs_traffic_to_a_spine_that_lost_that_leaf(tmp_path):
+    core = make_core(tmp_path, "roft16")
+    fake = verified_fabric(core)
+    planned = fabric_programs(core.fabric)
+    fake.cut(core, "leaf1", 5)
+    before = marks(fake)
+    fake.cut(core, "leaf1", 6)  # spine1 has no cable to leaf1 left
+    sent = calls_since(fake, before)
+    assert sent["leaf1"] == [("modify_group", GroupSpec(1, (7, 8))), ("barrier",)]
+    assert sent["spine1"] == [("modify_group", GroupSpec(1, ())), ("barrier",)]
+    to_leaf1 = [f for f in planned["leaf2"].flows if f.match_dict.get("ipv4_dst") in
+                ("10.1.0.1", "10.1.0.9", "10.2.0.1", "10.2.0.9")]  # GPUs 1 and 9 are leaf1's
+    assert [f.actions for f in to_leaf1] == [(("group", 1),)] * 4
+    for leaf in (f"leaf{j}" for j in range(2, 9)):  # a group of spine2's uplinks for leaf1's four addresses
+        assert sent[leaf] == ([("add_group", GroupSpec(2, (7, 8)))]
+                              + [("add_flow", FlowSpec(f.priority, f.match, (("group", 2),))) for f in to_leaf1]
+                              + [("barrier",)]), leaf
+    fake.deliver(core)
+    assert core.all_verified()
+    used = carry(core, fake)
+    assert not {("spine1", 1), ("spine1", 2)} & used and ("leaf2", 5) in used  # leaf2 -> spine1 still for others
+
+    before = marks(fake)
+    fake.cut(core, "leaf1", 6, live=True)
+    sent = calls_since(fake, before)
+    assert sent["leaf2"] == [("add_flow", f) for f in to_leaf1] + [("delete_group", 2), ("barrier",)]
+    fake.cut(core, "leaf1", 5, live=True)
+    fake.deliver(core)
+    assert core.all_verified() and holds_program(core, fake, planned)
+
+
+def test_zcube_without_parallel_cables_leaves_the_detour_to_the_hosts(tmp_path):
+    core = FabricSessions({"fabric": {"kind": "zcube", "gpus": 16, "gpus_per_switch": 8, "cables": 1},
+                           "status_file": str(tmp_path / "status.json")}, logging.getLogger("test-controller"))
+    fake = verified_fabric(core)
+    before = marks(fake)
+    fake.cut(core, "sw1", 10)  # sw1 - sw4
+    assert all(calls == [] for calls in calls_since(fake, before).values())
+    assert core.status(1.0)["ports_down"] == ["sw1-eth10", "sw4-eth9"] and core.all_verified()
+
+
+def test_zcube_parallel_cables_fail_over_to_a_sibling_and_the_dead_one_leaves_the_groups(tmp_path):
+    """ZCube n=16, k=8 has 4 cables per odd-even pair: sw1 ports 9-12 go to sw2 (its ports 9-12)."""
+    core = make_core(tmp_path, "zcube16")
+    fake = verified_fabric(core)
+    assert core.fabric.ports_towards("sw1", "sw2") == [9, 10, 11, 12]
+    to_sw2 = {g.ports for g in fake.datapaths["sw1"].groups.values() if 9 in g.ports}
+    assert to_sw2 == {(9, 10, 11, 12), (10, 11, 12, 9), (11, 12, 9, 10), (12, 9, 10, 11)}
+    fake.datapaths["sw1"].set_port(9, False)
+    fake.datapaths["sw2"].set_port(9, False)
+    assert not {("sw1", 9), ("sw2", 9)} & carry(core, fake)  # fast failover, before the controller hears of it
+    before = marks(fake)
+    core.port_status(fake.datapaths["sw1"], 9, False)
+    sent = calls_since(fake, before)
+    for switch in ("sw1", "sw2"):
+        mods = [c[1] for c in sent[switch][:-1]]
+        assert sent[switch][-1] == ("barrier",) and len(mods) == 4
+        assert all(c == "modify_group" for c, _ in sent[switch][:-1])
+        assert all(g.kind == FAST_FAILOVER and 9 not in g.ports and len(g.ports) == 3 for g in mods)
+    # (9, 10, 11, 12) and (10, 11, 12, 9) both become (10, 11, 12): two groups, one bucket list
+    assert {c[1].ports for c in sent["sw1"][:-1]} == {(10, 11, 12), (11, 12, 10), (12, 10, 11)}
+    fake.deliver(core)
+    assert core.all_verified()
+
+
+@pytest.mark.parametrize("name", FABRICS)
+def test_a_restarted_controller_leaves_switches_that_hold_their_program_alone(tmp_path, name):
+    core = make_core(tmp_path, name)
+    fake = verified_fabric(core)
+    for dp in fake.datapaths.values():
+        dp.count(route(dp.program()), 5)  # traffic has flowed
+    held = {n: (dict(dp.flows), dict(dp.groups), dict(dp.counters)) for n, dp in fake.datapaths.items()}
+    restarted = make_core(tmp_path, name)
+    fake.reconnect(restarted)
+    fake.deliver(restarted)
+    for n, dp in fake.datapaths.items():
+        assert dp.calls == [("request_ports",), ("request_groups",), ("request_flows", None)], n  # no delete, no add
+        assert (dp.flows, dp.groups, dp.counters) == held[n]
+    assert restarted.all_verified()
+
+
+def test_a_controller_restarted_during_a_failure_learns_it_from_the_ports_and_changes_nothing(tmp_path):
+    core = make_core(tmp_path, "roft16")
+    fake = verified_fabric(core)
+    fake.cut(core, "leaf1", 5)
+    fake.cut(core, "leaf1", 6)
+    fake.deliver(core)
+    assert core.all_verified()
+    restarted = make_core(tmp_path, "roft16")
+    fake.reconnect(restarted, order=["leaf2"])  # leaf2 holds a repair for a failure it cannot see itself
+    fake.datapaths["leaf2"].deliver(restarted)
+    assert len(fake.datapaths["leaf2"].calls) == 3 and not restarted.sessions["leaf2"].state["verified"]
+    fake.reconnect(restarted, order=[n for n in fake.datapaths if n != "leaf2"])
+    fake.deliver(restarted)
+    assert restarted.all_verified()
+    assert all(len(dp.calls) == 3 for dp in fake.datapaths.values())
+    assert restarted.status(1.0)["ports_down"] == ["leaf1-eth5", "leaf1-eth6", "spine1-eth1", "spine1-eth2"]
+
+
+def test_a_repair_sent_behind_a_counter_poll_is_not_taken_for_a_mismatch(tmp_path, caplog):
+    core = make_core(tmp_path, "roft16")
+    fake = verified_fabric(core)
+    for t in range(4):
+        core.tick(float(t))  # the 4th tick polls every switch's counters
+    assert all(dp.pending for dp in fake.datapaths.values())
+    fake.cut(core, "leaf1", 5)
+    with caplog.at_level(logging.ERROR, logger="test-controller"):
+        fake.deliver(core)
+    assert "mismatch" not in caplog.text and core.all_verified()
+
+
+def test_ports_the_model_has_no_cable_on_are_ignored(tmp_path):
+    core = make_core(tmp_path, "zcube16")
+    fake = verified_fabric(core)
+    before = marks(fake)
+    core.port_status(fake.datapaths["sw1"], 1000, False)  # the receive (afxdp) port
+    core.ports_reply(fake.datapaths["sw1"], [(0xFFFFFFFE, False)])  # LOCAL
+    assert core.down == set() and all(c == [] for c in calls_since(fake, before).values())
+
+
+def test_changes_turn_what_a_switch_holds_into_its_program_in_a_safe_order():
+    miss = FlowSpec(PRIO_MISS, (), ())
+    a = FlowSpec(PRIO_ROUTE, (("ipv4_dst", "10.1.0.1"),), (("group", 1),))
+    b = FlowSpec(PRIO_ROUTE, (("ipv4_dst", "10.1.0.2"),), (("output", 3),))
+    b_old = FlowSpec(PRIO_ROUTE, (("ipv4_dst", "10.1.0.2"),), (("group", 7),))
+    stray = FlowSpec(PRIO_ROUTE, (("ipv4_dst", "10.9.9.9"),), ())
+    want = type("P", (), {"flows": [miss, a, b], "groups": [GroupSpec(1, (5, 6)), GroupSpec(2, (7,))]})
+    have_groups = {GroupSpec(1, (5,)), GroupSpec(7, (8,))}
+    assert changes(want, {miss, a, b_old, stray}, have_groups) == [
+        ("modify_group", GroupSpec(1, (5, 6))), ("add_group", GroupSpec(2, (7,))),
+        ("add_flow", b), ("delete_flow", stray), ("delete_group", 7)]
+    assert changes(want, {miss, a, b}, {GroupSpec(1, (5, 6)), GroupSpec(2, (7,))}) == []
