@@ -51,7 +51,7 @@ from testbed.fabric.routing import forwarding_tables
 FRAMEWORK = "os_ken"  # the OpenFlow library controller.app runs on, named in the status file
 TICKS_PER_POLL = 4  # the counters of verified switches are read every 4th housekeeping tick
 REPROBE_S = 2.0  # a lost probe gets one more chance every 2 s
-# Switches reconnect to a restarted controller within about a second (max_backoff=1000 ms, emulation/build.py);
+# A switch retries a lost controller at least every second (max_backoff=1000 ms, emulation/build.py);
 # one that holds rules of its own waits this long at most for the other switches' port states.
 RESYNC_HOLD_S = 3.0
 
