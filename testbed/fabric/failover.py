@@ -31,8 +31,9 @@ is bipartite, so avoiding the cable O(g)-E(h) takes three cables, O(g) -> E' -> 
 3. It is what the endpoints do anyway. The two NIC ports are in different subnets
    (10.1/16, 10.2/16) and an RDMA queue pair is bound to one port; when its path fails the
    transfer engine resubmits on another NIC (Mooncake Transfer Engine, "Fault Handling":
-   it finds another reachable path and resubmits to a different RDMA NIC). A BGP fabric
-   numbered as RFC 7938 does would not accept the valley path either.
+   it finds another reachable path and resubmits to a different RDMA NIC). With BGP and
+   one ASN per switch group (as RFC 7938 numbers a Clos tier), AS-path loop detection
+   would reject the detour anyway.
 
 For GPUs of different servers the two port pairs use different cables (O(g)-E(h) and
 E(g)-O(h), E(g) != E(h)), so any one dead cable, NIC link or switch leaves one pair. Only
