@@ -71,7 +71,7 @@ def _match(**fields) -> tuple[tuple[str, object], ...]:
 
 
 def switch_program(fabric: Fabric, switch: str, tables: ForwardingTables | None = None,
-                   dead: Dead | None = None) -> SwitchProgram:
+                   dead: Dead | None = None, watch: bool = True) -> SwitchProgram:
     """A switch's rules from the routing model; one group per distinct bucket order (``failover.bucket_order``),
     numbered in destination order.
 
@@ -79,6 +79,10 @@ def switch_program(fabric: Fabric, switch: str, tables: ForwardingTables | None 
     (cable and far switch alive), so a repair is a group MODIFY. A destination with fewer live buckets than its
     group (on a ROFT leaf: a spine lost every cable to the destination's leaf) points to a group of its own,
     numbered after the planned ones, or drops here when it has none left. Nothing dead: the planned program.
+
+    ``watch`` False: no bucket watches its port and ZCube's parallel cables are plain outputs to the first live
+    one, so only the controller's repair moves traffic off a dead cable (the baseline fast failover is
+    measured against).
     """
     tables = tables or forwarding_tables(fabric)
     dead = dead or NOTHING_DEAD
@@ -86,7 +90,7 @@ def switch_program(fabric: Fabric, switch: str, tables: ForwardingTables | None 
     routes = [(dst, hop, bucket_order(fabric, switch, hop)) for dst, hop in sorted(tables[switch].items())]
     planned: dict[tuple[str, tuple[int, ...]], int] = {}
     for _, hop, order in routes:
-        if len(order) > 1:
+        if len(order) > 1 and (watch or hop.is_ecmp):
             planned.setdefault((SELECT if hop.is_ecmp else FAST_FAILOVER, order), len(planned) + 1)
     kept = {key: tuple(p for p in key[1] if dead.port_up(fabric, switch, p)) for key in planned}
     extra: dict[tuple[str, tuple[int, ...]], int] = {}
@@ -97,6 +101,8 @@ def switch_program(fabric: Fabric, switch: str, tables: ForwardingTables | None 
     for dst, hop, order in routes:
         if len(order) == 1:
             actions: tuple = (("output", order[0]),)
+        elif not watch and not hop.is_ecmp:  # an unwatched fast-failover group would never fail over
+            actions = (("output", live[dst][0]),) if live[dst] else ()
         else:
             key = (SELECT if hop.is_ecmp else FAST_FAILOVER, order)
             if live[dst] == kept[key]:
@@ -106,8 +112,8 @@ def switch_program(fabric: Fabric, switch: str, tables: ForwardingTables | None 
             else:
                 actions = ()
         flows.append(FlowSpec(PRIO_ROUTE, _match(eth_type=ETH_IPV4, ipv4_dst=dst), actions))
-    groups = [GroupSpec(gid, kept[key], key[0]) for key, gid in planned.items()]
-    groups += [GroupSpec(gid, ports, kind) for (kind, ports), gid in extra.items()]
+    groups = [GroupSpec(gid, kept[key], key[0], watch) for key, gid in planned.items()]
+    groups += [GroupSpec(gid, ports, kind, watch) for (kind, ports), gid in extra.items()]
     return SwitchProgram(switch=switch, dpid=fabric.switches[switch].dpid, flows=flows, groups=groups)
 
 

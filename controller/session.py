@@ -286,7 +286,9 @@ class FabricSessions:
         self.logger = logger or logging.getLogger(__name__)
         self.fabric = build_fabric(**config["fabric"])
         self.tables = forwarding_tables(self.fabric)
-        self.sessions = {name: SwitchSession(switch_program(self.fabric, name, self.tables), self.logger,
+        self.watch = config.get("failover", "fast") == "fast"  # "controller": no watch ports, repair only
+        self.sessions = {name: SwitchSession(switch_program(self.fabric, name, self.tables, watch=self.watch),
+                                             self.logger,
                                              self._may_change)
                          for name in self.fabric.switches}
         self.by_dpid = {s.program.dpid: s for s in self.sessions.values()}
@@ -374,7 +376,7 @@ class FabricSessions:
             self.logger.warning("%s is up again", port_name(*port))
         dead = Dead.of(self.fabric, self.down)
         for switch, session in self.sessions.items():
-            program = switch_program(self.fabric, switch, self.tables, dead)
+            program = switch_program(self.fabric, switch, self.tables, dead, self.watch)
             if program != session.program:
                 session.reprogram(program)
 

@@ -180,3 +180,23 @@ def shaper_lines(dev: str, cfg: DatapathConfig, buffer_bytes: int | None = None)
         f"limit {limit}",
         f"qdisc replace dev {dev} parent 1:1 handle 10: bfifo limit {limit}",
     ]
+
+
+def cut_devices(fabric: Fabric, ends: list[tuple[str, int]]) -> list[str]:
+    """The root-namespace devices whose admin state cuts the cables at ``ends`` (either end of each) at both
+    ends, as a real cable cut does: a switch port ``<sw>-eth<n>`` loses carrier when its far end
+    ``<sw>-eth<n>r`` goes down, a NIC ``gpu<i>-p<p>`` when its root-side end ``gpu<i>-p<p>u`` does. A port
+    without carrier has its queue flushed by the kernel, so nothing lingers and keeps sending."""
+    devs: list[str] = []
+    for end in ends:
+        for node, port in (end, _far_end(fabric, end)):
+            dev = (f"{addressing.host_intf(int(node[3:]), port)}u" if node.startswith("gpu")
+                   else f"{addressing.switch_intf(node, port)}r")
+            if dev not in devs:
+                devs.append(dev)
+    return devs
+
+
+def _far_end(fabric: Fabric, end: tuple[str, int]) -> tuple[str, int]:
+    node, port = end
+    return fabric.attachment[(int(node[3:]), port)] if node.startswith("gpu") else fabric.peer(node, port)

@@ -781,10 +781,10 @@ def main(argv: list[str] | None = None) -> int:
     daemon.hand_over(writer)
     print(f"pfcd: watching {len(daemon.cfg.watched)} queues, {len(daemon.tx)} transmitters, poll "
           f"{policy['poll_us']} us, scheduling {sched}", file=sys.stderr, flush=True)
-    parent = os.getppid()
+    fabric_state = Path(args.policy).with_name("state.json")
     ipr = tbfmsg.route_socket(timeout=0.05)  # blocking: resync waits for each answer
     try:
-        _loop(daemon, writer, stop, ipr, parent)
+        _loop(daemon, writer, stop, ipr, fabric_state)
     finally:
         daemon.release_all()
         daemon.hand_over(writer)
@@ -806,9 +806,13 @@ def _stop_on_signals() -> dict:
     return stop
 
 
-def _loop(daemon: PauseDaemon, writer: Writer, stop: dict, ipr, parent: int) -> None:
+def _loop(daemon: PauseDaemon, writer: Writer, stop: dict, ipr, fabric_state: Path) -> None:
     """The fast loop: a step, at most one frame, resync every 0.1 s and status every second, then
-    sleep until the doorbell rings or ``poll_s`` passed; each phase over 2 ms is a noted gap."""
+    sleep until the doorbell rings or ``poll_s`` passed; each phase over 2 ms is a noted gap.
+
+    It ends when told to or when the fabric's state file is gone (the fabric was torn down without
+    stopping it); not when the controller exits, because a restarted controller adopts it and the
+    pauses are the datapath's."""
     gaps, poll_s = daemon.gaps, daemon.cfg.poll_s
     next_status = time.monotonic() + 1.0
     next_resync = time.monotonic() + 0.1
@@ -830,8 +834,8 @@ def _loop(daemon: PauseDaemon, writer: Writer, stop: dict, ipr, parent: int) -> 
             daemon.hand_over(writer)
             gaps.note("status", time.monotonic() - now)
             next_status = now + 1.0
-            if os.getppid() != parent:
-                print("pfcd: the controller is gone; resuming every queue and exiting", file=sys.stderr)
+            if not fabric_state.exists():
+                print("pfcd: the fabric is gone; resuming every queue and exiting", file=sys.stderr)
                 break
         if daemon.kicks:
             continue

@@ -9,7 +9,11 @@ shared by every namespace) for ``--duration`` seconds, and counts the bytes
 each incoming flow delivered between start+omit and start+duration.
 
 Prints one JSON object: {"received": {"<src ip>><dst ip>": bytes}, "window_s": s,
-"retransmits": TCP segments this namespace retransmitted meanwhile}.
+"retransmits": TCP segments this namespace retransmitted meanwhile}. With ``--bins-ms B`` also
+"bins": {flow: [[bin, bytes], ...]} (bytes each flow delivered per B ms since start, empty bins
+left out: when a flow stalled and when it came back), "sent": {flow: [TCP_INFO {"bytes_retrans",
+"total_retrans", "bytes_acked"} at each ``--marks`` time, then as it stops]} and "probes":
+{"src:sport>dst": [[seq, sent ms, arrived ms], ...]} (since start) for ``--probe`` UDP streams.
 Run as a script: ``python3 bulk.py --listen IP:PORT ... --connect SRC>DST:PORT ...``.
 """
 
@@ -18,39 +22,148 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import socket
+import struct
 import time
 
 CHUNK = memoryview(b"\x5a" * 65536)
 
 
-async def _sink(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, counts: dict, window: tuple) -> None:
+# struct tcp_info (linux/tcp.h): tcpi_total_retrans (u32) at 100, tcpi_bytes_acked (u64) at 120,
+# tcpi_bytes_retrans (u64) at 208
+TCP_INFO_LEN = 216
+
+
+def tcp_info(sock: socket.socket) -> dict:
+    """What TCP resent on this connection: segments, bytes, and the bytes the peer acknowledged."""
+    raw = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, TCP_INFO_LEN)
+    if len(raw) < TCP_INFO_LEN:
+        return {}
+    return {"total_retrans": struct.unpack_from("I", raw, 100)[0], "bytes_acked": struct.unpack_from("Q", raw, 120)[0],
+            "bytes_retrans": struct.unpack_from("Q", raw, 208)[0]}
+
+
+async def _sink(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, counts: dict, window: tuple,
+                bins: dict | None, start: float, bin_s: float) -> None:
     peer, local = writer.get_extra_info("peername")[0], writer.get_extra_info("sockname")[0]
     key = f"{peer}>{local}"
     counts.setdefault(key, 0)
+    mine = bins.setdefault(key, {}) if bins is not None else None
     lo, hi = window
     try:
         while data := await reader.read(262144):
             now = time.monotonic()
             if lo <= now <= hi:
                 counts[key] += len(data)
+            if mine is not None:
+                b = int((now - start) / bin_s)
+                mine[b] = mine.get(b, 0) + len(data)
     except ConnectionError:
         pass
     writer.close()
 
 
-async def _source(src: str, dst: str, port: int, start: float, end: float) -> None:
+async def _sample(sock: socket.socket, marks: list[float], into: list) -> None:
+    """TCP_INFO of ``sock`` at each mark (CLOCK_MONOTONIC), so what a sender resent can be split by phase."""
+    for mark in marks:
+        await asyncio.sleep(max(0.0, mark - time.monotonic()))
+        try:
+            into.append(tcp_info(sock))
+        except OSError:
+            into.append({})
+
+
+async def _source(src: str, dst: str, port: int, start: float, end: float, sent: dict, marks: list[float]) -> None:
     await asyncio.sleep(max(0.0, start - time.monotonic()))
     try:
         _, writer = await asyncio.open_connection(dst, port, local_addr=(src, 0))
     except OSError:
         return  # the sink reports zero bytes for this flow
+    sock = writer.get_extra_info("socket")
+    infos: list = []
+    sampler = asyncio.ensure_future(_sample(sock, marks, infos))
     try:
         while time.monotonic() < end:
             writer.write(CHUNK)
             await writer.drain()
     except ConnectionError:
         pass
+    finally:
+        sampler.cancel()
+        try:
+            infos.append(tcp_info(sock))
+        except OSError:
+            infos.append({})
+        sent[f"{src}>{dst}"] = infos
     writer.close()
+
+
+PROBE = struct.Struct("!Qd")  # sequence number, send time (CLOCK_MONOTONIC, shared by every namespace)
+
+
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
+TIMESPEC = struct.Struct("@qq")
+
+
+class _ProbeSink:
+    """Keeps every probe datagram per sender (address and port): sequence, send and arrival ms since start.
+    The arrival is the kernel's receive timestamp, so a sink process waiting for the CPU does not delay it."""
+
+    def __init__(self, local: str, port: int, got: dict, start: float) -> None:
+        self.local, self.got, self.start = local, got, start
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        self.sock.setblocking(False)
+        self.sock.bind((local, port))
+        self.mono_minus_real = time.monotonic() - time.time()  # the kernel stamps CLOCK_REALTIME
+        asyncio.get_running_loop().add_reader(self.sock.fileno(), self._read)
+
+    def _read(self) -> None:
+        while True:
+            try:
+                data, anc, _, addr = self.sock.recvmsg(64, 64)
+            except BlockingIOError:
+                return
+            if len(data) != PROBE.size:
+                continue
+            seq, sent = PROBE.unpack(data)
+            now = time.monotonic()
+            for level, kind, raw in anc:
+                if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS:
+                    sec, ns = TIMESPEC.unpack(raw[:TIMESPEC.size])
+                    now = sec + ns / 1e9 + self.mono_minus_real
+            self.got.setdefault(f"{addr[0]}:{addr[1]}>{self.local}", []).append(
+                (seq, round((sent - self.start) * 1e3, 2), round((now - self.start) * 1e3, 2)))
+
+    def close(self) -> None:
+        asyncio.get_running_loop().remove_reader(self.sock.fileno())
+        self.sock.close()
+
+
+async def _probe(targets: list[str], start: float, end: float, every_s: float) -> None:
+    """One small UDP datagram per target every ``every_s``: its arrivals show when a path died and when the
+    switches forwarded on another, without TCP's retransmission timers in between."""
+    socks = []
+    for target in targets:
+        src, rest = target.split(">", 1)
+        dst, port = rest.rsplit(":", 1)
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.setblocking(False)
+        s.bind((src, 0))
+        s.connect((dst, int(port)))
+        socks.append(s)
+    await asyncio.sleep(max(0.0, start - time.monotonic()))
+    seq = 0
+    while (now := time.monotonic()) < end:
+        for s in socks:
+            try:
+                s.send(PROBE.pack(seq, time.monotonic()))
+            except OSError:
+                pass  # no route or a full queue: the gap shows at the sink
+        seq += 1
+        await asyncio.sleep(max(0.0, start + seq * every_s - now))
+    for s in socks:
+        s.close()
 
 
 def tcp_retransmits() -> int:
@@ -63,16 +176,25 @@ def tcp_retransmits() -> int:
 async def _main(args) -> dict:
     retrans0 = tcp_retransmits()
     counts: dict[str, int] = {}
+    bins: dict | None = {} if args.bins_ms else None
+    sent: dict[str, dict] = {}
     window = (args.start + args.omit, args.start + args.duration)
     servers = []
+    probes: dict = {}
+    marks = [float(m) for m in args.marks.split(",")] if args.marks else []
     for listen in args.listen:
         ip, port = listen.rsplit(":", 1)
-        servers.append(await asyncio.start_server(lambda r, w: _sink(r, w, counts, window), ip, int(port)))
+        servers.append(await asyncio.start_server(
+            lambda r, w: _sink(r, w, counts, window, bins, args.start, (args.bins_ms or 1) / 1e3), ip, int(port)))
+        if args.probe_ms:
+            servers.append(_ProbeSink(ip, int(port), probes, args.start))
     sources = []
     for target in args.connect:
         src, rest = target.split(">", 1)
         dst, port = rest.rsplit(":", 1)
-        sources.append(_source(src, dst, int(port), args.start, args.start + args.duration))
+        sources.append(_source(src, dst, int(port), args.start, args.start + args.duration, sent, marks))
+    if args.probe:
+        sources.append(_probe(args.probe, args.start, args.start + args.duration, args.probe_ms / 1e3))
     tasks = [asyncio.ensure_future(src) for src in sources]
     # a flow stuck in retransmission backoff must not hold the measurement up
     await asyncio.wait(tasks, timeout=max(0.0, args.start + args.duration + 0.5 - time.monotonic()))
@@ -81,7 +203,12 @@ async def _main(args) -> dict:
     await asyncio.sleep(max(0.0, args.start + args.duration + args.linger - time.monotonic()))
     for s in servers:
         s.close()
-    return {"received": counts, "window_s": args.duration - args.omit, "retransmits": tcp_retransmits() - retrans0}
+    out = {"received": counts, "window_s": args.duration - args.omit, "retransmits": tcp_retransmits() - retrans0}
+    if bins is not None:
+        out["bins"] = {k: sorted(v.items()) for k, v in bins.items()}
+        out["sent"] = sent
+        out["probes"] = probes
+    return out
 
 
 def main() -> None:
@@ -92,6 +219,11 @@ def main() -> None:
     p.add_argument("--duration", type=float, required=True)
     p.add_argument("--omit", type=float, default=3.0, help="seconds of slow start not counted")
     p.add_argument("--linger", type=float, default=1.0, help="seconds the sinks stay after the sources stop")
+    p.add_argument("--bins-ms", type=float, default=0,
+                   help="also report each flow's delivered bytes per this many ms, and its sender's TCP_INFO")
+    p.add_argument("--marks", help="comma-separated CLOCK_MONOTONIC times to sample each sender's TCP_INFO at")
+    p.add_argument("--probe", action="append", default=[], help="SRC_IP>DST_IP:PORT UDP probe stream (repeatable)")
+    p.add_argument("--probe-ms", type=float, default=0, help="ms between probe datagrams; 0: no probe sink")
     args = p.parse_args()
     if not 0 <= args.omit < args.duration:
         p.error(f"--omit {args.omit} must be at least 0 and below --duration {args.duration}")

@@ -1,6 +1,6 @@
 """Command line: `python -m testbed <verb> ...`.
 
-This package holds the verbs, one module per group (``plan``, ``fabric``, ``bench``,
+This package holds the verbs, one module per group (``plan``, ``fabric``, ``fault``, ``bench``,
 ``replay``, ``run``, ``report``; shared flags in ``options``); this module only
 assembles the parser and runs a verb. Library code never imports from here.
 
@@ -27,13 +27,14 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from testbed.cli import bench, fabric, plan, replay, report, run
+    from testbed.cli import bench, fabric, fault, plan, replay, report, run
 
     parser = OneLineParser(prog="testbed", description="ZCube vs rail-optimized fat-tree testbed")
     sub = parser.add_subparsers(dest="verb", required=True, parser_class=OneLineParser)
     # in the order --help lists the verbs
     plan.register(sub)  # plan, path, cost
     fabric.register(sub)  # up, down, exec, cli, status
+    fault.register(sub)  # fault link|switch|controller
     bench.register(sub)  # bench fidelity|pfc
     fabric.register_clean(sub)  # clean
     replay.register(sub)  # replay

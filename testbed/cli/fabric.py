@@ -25,7 +25,7 @@ def cmd_up(args) -> int:
     if miswire and len(miswire) != 2:
         raise TestbedError(f"--miswire {args.miswire!r}: expected two switch ports, e.g. sw1-eth9,sw1-eth11")
     st = fabricctl.up(fabric_kwargs(args) | {"kind": args.fabric}, datapath_config(args), miswire,
-                      log=lambda m: print(m, file=sys.stderr), pfc=pfc_config(args))
+                      log=lambda m: print(m, file=sys.stderr), pfc=pfc_config(args), failover=args.failover)
     t = st["timings"]
     print(f"{args.fabric} with {args.gpus} GPUs is up in {t['up_s']:.1f} s "
           f"({len(st['queues'])} queues at {st['config']['rate_bps'] / 1e6:g} Mbit/s, "
@@ -75,6 +75,8 @@ def cmd_status(args) -> int:
                   f"{lat.get('p99')} ms (status {pfc['age_s']} s old)")
     else:
         print("PFC off")
+    if doc.get("faults"):
+        print("FAULTS in force: " + ", ".join(f"{t} (since {s:.3f})" for t, s in doc["faults"].items()))
     busy = [q for q in doc["queues"] if q.get("backlog") or q.get("drops") or q.get("paused")]
     print(f"{len(doc['queues'])} queues; {len(busy)} with backlog, drops or paused:")
     for q in sorted(busy, key=lambda q: -q.get("backlog", 0))[:40]:
@@ -120,6 +122,9 @@ def register(sub) -> None:
     add_fabric_options(p)
     add_link_options(p)
     add_pfc_options(p)
+    p.add_argument("--failover", choices=("fast", "controller"), default="fast",
+                   help="fast: group buckets watch their ports, the switches move traffic off a dead cable at "
+                        "once; controller: only the controller's repair does (default fast)")
     p.add_argument("--miswire", help=argparse.SUPPRESS)
     p.set_defaults(func=cmd_up)
 

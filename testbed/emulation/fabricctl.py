@@ -29,6 +29,7 @@ from testbed.errors import EnvironmentProblem, TestbedError
 from testbed.fabric import Fabric, build_fabric
 
 READY_TIMEOUT_S = 60
+FAILOVER_MODES = ("fast", "controller")
 # files of an earlier fabric that a new one would otherwise append to or be misread by
 _LEFTOVER_FILES = ("status.json", "controller.log", "pfc.txt", "pfc_latency.txt", "pfc_gaps.txt", "pfc_status.json",
                    "pfcd.log")
@@ -102,10 +103,13 @@ def fabric_of_state(st: FabricState) -> Fabric:
 
 # ----------------------------------------------------------------------- up
 def up(fabric_args: dict, config: DatapathConfig, miswire: tuple[str, str] | None = None,
-       log=print, pfc=None) -> FabricState:
+       log=print, pfc=None, failover: str = "fast") -> FabricState:
     """Build, program and verify a fabric; return its state. Raises on failure
     after removing everything it made. ``pfc``: a PfcConfig (None or disabled:
-    lossy queues, no pause)."""
+    lossy queues, no pause). ``failover``: "fast" (group buckets watch their ports) or
+    "controller" (only the controller's repair moves traffic off a dead cable)."""
+    if failover not in FAILOVER_MODES:
+        raise TestbedError(f"failover {failover!r}: expected one of {', '.join(FAILOVER_MODES)}")
     fabric = build_fabric(**fabric_args)  # bad parameters fail before anything is touched
     plan = plan_datapath(fabric, config)
     pfc, limits = _pfc_queue_limits(fabric, config, pfc)  # bad thresholds fail here
@@ -119,7 +123,7 @@ def up(fabric_args: dict, config: DatapathConfig, miswire: tuple[str, str] | Non
     st = FabricState(fabric={"kind": fabric.kind, **_fabric_kwargs(fabric)}, config=asdict(config),
                      created=Created(), controller_port=_free_port(), queues=[asdict(q) for q in plan.queues],
                      state_dir=str(sdir), pfc=asdict(pfc) if pfc is not None else {"enabled": False},
-                     queue_limits=limits)
+                     queue_limits=limits, failover=None if failover == "fast" else failover)
     _save(st)  # from here on, 'clean' can find what exists even if this process dies
     try:
         _bring_up(st, fabric, plan, t0, log)
@@ -252,7 +256,7 @@ def _start_controller(st: FabricState) -> int:
     """Start the controller in its own session (Ctrl-C in the terminal is ``up``'s to handle)."""
     sdir = st.directory
     cfg = {"fabric": st.fabric, "status_file": str(sdir / "status.json"), "state_dir": str(sdir),
-           "datapath": st.config, "pfc": st.pfc}
+           "datapath": st.config, "pfc": st.pfc, "failover": st.failover or "fast"}
     (sdir / "controller.json").write_text(json.dumps(cfg))
     log = open(sdir / "controller.log", "ab")
     repo = Path(__file__).resolve().parents[2]
@@ -263,6 +267,30 @@ def _start_controller(st: FabricState) -> int:
         env={**os.environ, "PYTHONPATH": str(repo)},
     )
     return proc.pid
+
+
+def controller_alive(st: FabricState) -> bool:
+    """Whether the fabric's controller process runs."""
+    return _alive(st.controller_pid)
+
+
+def stop_controller(st: FabricState) -> None:
+    """Stop only the controller: the switches keep forwarding on the rules they hold (fail_mode secure) and
+    the pause daemon keeps running."""
+    _stop_process(st.controller_pid)
+    st.controller_pid = None
+    _save(st)
+
+
+def start_controller(st: FabricState, log=print) -> dict:
+    """Start a controller on the running fabric and wait until it verified every switch; return its status.
+    It reads each switch back before writing, so a healthy fabric gets no message."""
+    if _alive(st.controller_pid):
+        raise TestbedError(f"the controller already runs (pid {st.controller_pid})")
+    (st.directory / "status.json").unlink(missing_ok=True)  # the stopped controller's last word
+    st.controller_pid = _start_controller(st)
+    _save(st)
+    return _wait_ready(st, st.model(), log)
 
 
 def _stop_pfc(st: FabricState) -> None:
@@ -525,12 +553,22 @@ def status() -> dict:
         "config": st.config,
         "controller": {"pid": st.controller_pid, "alive": _alive(st.controller_pid),
                        "switches_verified": sum(1 for s in ctrl.get("switches", {}).values() if s["verified"]),
-                       "switches": len(ctrl.get("switches", {})), "miss_packets": ctrl.get("miss_packets")},
+                       "switches": len(ctrl.get("switches", {})), "miss_packets": ctrl.get("miss_packets"),
+                       "ports_down": ctrl.get("ports_down", [])},
+        "faults": _faults_in_force(st),
         "timings": st.timings,
         "warnings": st.warnings,
         "queues": queues,
         "pfc": pfc,
     }
+
+
+def _faults_in_force(st: FabricState) -> dict:
+    """``testbed fault`` targets down now -> since when (``faults.ACTIVE_FILE``)."""
+    try:
+        return json.loads((st.directory / "faults.json").read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return {}
 
 
 # -------------------------------------------------------------------- clean

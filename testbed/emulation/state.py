@@ -56,6 +56,7 @@ class FabricState:
     queue_limits: dict[str, int] = field(default_factory=dict)  # switch queue -> byte limit (PFC on)
     ovs_restore: dict | None = None  # OVS settings to give back on the way down
     controller_status: dict | None = None  # the controller's view once it was ready
+    failover: str | None = None  # "controller": repair by the controller only; None: fast failover
     extra: dict = field(default_factory=dict)  # entries of the file this version does not know
 
     @property
@@ -108,7 +109,7 @@ class FabricState:
         return self.as_dict().get(key, default)
 
 
-# Entries in the order the file has them; the last two appear only once recorded.
+# Entries in the order the file has them; the _LATE ones appear only once recorded (or when set).
 _ORDER = ("fabric", "config", "controller_port", "controller_pid", "created", "queues", "timings", "warnings",
-          "state_dir", "pfc", "queue_limits", "ovs_restore", "controller_status")
-_LATE = ("ovs_restore", "controller_status")
+          "state_dir", "pfc", "queue_limits", "ovs_restore", "controller_status", "failover")
+_LATE = ("ovs_restore", "controller_status", "failover")

@@ -204,3 +204,78 @@ def usable_ports(fabric: Fabric, dead: Dead, src_gpu: int, dst_gpu: int,
     live = live or live_tables(fabric, dead)
     ok = [(sp, dp) for sp, dp in PORT_PAIRS if _walks(fabric, dead, live, (src_gpu, sp), (dst_gpu, dp))]
     return [PortChoice(sp, dp, 1 / len(ok)) for sp, dp in ok]
+
+
+# --------------------------------------------------------------------------- fault targets
+
+TARGET_FORMS = "'link sw1:9', 'link gpu3:p1', 'link sw1:9 sw5:3', 'switch sw3' or 'controller'"
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a fault takes down: a cable (both ends, switch side first where there is one), a switch, or the
+    controller. ``text`` is the canonical spelling, as faults are logged and reported."""
+
+    kind: str  # "link" | "switch" | "controller"
+    ends: tuple[Link, ...] = ()
+    switch: str = ""
+
+    @property
+    def text(self) -> str:
+        if self.kind == "link":
+            return "link " + " ".join(_end_text(e) for e in self.ends)
+        return f"switch {self.switch}" if self.kind == "switch" else "controller"
+
+    def dead(self, fabric: Fabric) -> Dead:
+        """What this target being down means for forwarding (the controller being down means nothing)."""
+        if self.kind == "link":
+            return Dead.of(fabric, links=self.ends[:1])
+        return Dead.of(fabric, switches=[self.switch]) if self.kind == "switch" else NOTHING_DEAD
+
+
+def _end_text(end: Link) -> str:
+    node, port = end
+    return f"{node}:p{port}" if node.startswith("gpu") else f"{node}:{port}"
+
+
+def _parse_end(fabric: Fabric, text: str) -> Link:
+    """``sw1:9``, ``sw1-eth9``, ``gpu3:p1``, ``gpu3:1`` or ``gpu3-p1`` -> (node, port); one line naming what
+    exists otherwise."""
+    node, sep, port = text.replace("-eth", ":").replace("-p", ":p").partition(":")
+    port = port[1:] if node.startswith("gpu") and port.startswith("p") else port
+    if not sep or not port.isdigit():
+        raise TestbedError(f"cable end {text!r}: expected a switch port like sw1:9 or a NIC port like gpu3:p1")
+    end = (node, int(port))
+    if node.startswith("gpu"):
+        gpus = sorted(fabric.gpus())
+        if not node[3:].isdigit() or int(node[3:]) not in gpus or end[1] not in (1, 2):
+            raise TestbedError(f"cable end {text!r}: {fabric.describe()} has NIC ports gpu{gpus[0]}..gpu{gpus[-1]} "
+                               "with ports p1 and p2")
+        return end
+    if node not in fabric.switches:
+        raise TestbedError(f"cable end {text!r}: {node!r} is not a switch; switches: {', '.join(fabric.switches)}")
+    ports = sorted(fabric.switches[node].ports)
+    if end[1] not in ports:
+        raise TestbedError(f"cable end {text!r}: {node} has ports {ports[0]}..{ports[-1]}")
+    return end
+
+
+def parse_target(fabric: Fabric, text: str) -> Target:
+    """A fault target as the CLI and experiment files spell it (``TARGET_FORMS``); TestbedError in one line
+    naming what is wrong and what exists."""
+    words = text.split()
+    kind = words[0] if words else ""
+    if kind == "controller" and len(words) == 1:
+        return Target("controller")
+    if kind == "switch" and len(words) == 2:
+        if words[1] not in fabric.switches:
+            raise TestbedError(f"fault target {text!r}: no switch {words[1]!r}; switches: {', '.join(fabric.switches)}")
+        return Target("switch", switch=words[1])
+    if kind == "link" and len(words) in (2, 3):
+        ends = [_parse_end(fabric, w) for w in words[1:]]
+        far = _other_end(fabric, ends[0])
+        if len(ends) == 2 and ends[1] != far:
+            raise TestbedError(f"fault target {text!r}: {words[1]} is cabled to {_end_text(far)}, not {words[2]}")
+        first, second = sorted((ends[0], far), key=lambda e: (e[0].startswith("gpu"), e))
+        return Target("link", ends=(first, second))
+    raise TestbedError(f"fault target {text!r}: expected {TARGET_FORMS}")

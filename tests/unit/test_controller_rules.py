@@ -226,3 +226,34 @@ def test_roft_select_group_spreads_flows_over_spines_and_keeps_each_flow_on_one(
     first = tables[leaf].forward(pkt)
     assert all(tables[leaf].forward(pkt) == first for _ in range(50))
     assert all(fake_tables(f)[leaf].forward(dict(pkt)) == first for _ in range(3))
+
+
+def test_controller_only_failover_has_no_watched_buckets_and_repairs_by_flow():
+    """``watch=False``: ROFT's select groups do not watch their ports; ZCube's parallel cables are plain
+    outputs, and the repaired program points the dead cable's destinations at the next live sibling."""
+    from controller.rules import switch_program
+    from testbed.fabric import build_fabric
+    from testbed.fabric.failover import Dead
+
+    roft = build_fabric("roft", gpus=16, gpus_per_switch=8)
+    leaf = next(s for s in roft.switches if roft.switches[s].role == "leaf")
+    groups = switch_program(roft, leaf, watch=False).groups
+    assert groups and not any(g.watched for g in groups)
+
+    z = build_fabric("zcube", gpus=32, gpus_per_switch=8)
+    sw = "sw1"
+    planned = switch_program(z, sw, watch=False)
+    assert planned.groups == []
+    outputs = {f.match_dict["ipv4_dst"]: f.actions for f in planned.flows if f.priority == 100}
+    cable = next(p for p, (peer, _) in sorted(z.switches[sw].ports.items())
+                 if not peer.startswith("gpu") and len(z.ports_towards(sw, peer)) > 1)
+    moved = [dst for dst, a in outputs.items() if a == (("output", cable),)]
+    assert moved
+    repaired = switch_program(z, sw, dead=Dead.of(z, [(sw, cable)]), watch=False)
+    after = {f.match_dict["ipv4_dst"]: f.actions for f in repaired.flows if f.priority == 100}
+    peer = z.peer(sw, cable)[0]
+    siblings = set(z.ports_towards(sw, peer)) - {cable}
+    for dst in moved:
+        (kind, port), = after[dst]
+        assert kind == "output" and port in siblings
+    assert all(after[d] == a for d, a in outputs.items() if d not in moved)
