@@ -212,6 +212,25 @@ class Serving(_Section):
             raise ValueError(str(exc)) from None
 
 
+class Fault(_Section):
+    """One failure during every replay of the run, at the same run time on every fabric."""
+
+    at: Seconds = Field(..., ge=0, description="run time it begins: cluster seconds after the run's start "
+                        "(the planned replay: trace seconds after the slice's start)")
+    duration: Optional[Seconds] = Field(None, gt=0, description="how long it lasts; null: until the run ends "
+                                        "(whatever is still down then is put back)")
+    target: Union[str, dict[FabricName, str]] = Field(
+        ..., description="'link sw1:9' or 'link gpu3:p1' (a cable by either end), 'switch sw3' or 'controller'; "
+                         "or one per fabric, e.g. {zcube: link sw1:9, roft: link leaf1:9}, since switch names "
+                         "differ")
+    action: Literal["down", "stop", "restart"] = Field("down", description="down: a cable or switch; stop or "
+                                                       "restart: the controller")
+
+    def target_on(self, kind: str) -> str | None:
+        """The target on fabric ``kind`` (None: this fault names none there)."""
+        return self.target if isinstance(self.target, str) else self.target.get(kind)
+
+
 class Experiment(_Section):
     """One `testbed run`: the same traffic on every fabric, repeated with seeds seed, seed+1, ..."""
 
@@ -236,6 +255,8 @@ class Experiment(_Section):
     calibration: Optional[str] = Field(None, description="calibration.json written by `testbed calibrate` that "
                                                          "this experiment's load was chosen from (relative to the "
                                                          "experiment file's folder); the report shows it first")
+    faults: list[Fault] = Field([], description="failures injected while each replay runs: cables, switches, "
+                                                "the controller (testbed.fault_schedule)")
     load_curve: Optional[str] = Field(None, description="load_curve.json written by `testbed sweep` over one key "
                                                         "(relative to the experiment file's folder); the report "
                                                         "shows it after the headline, marking this run's level")
@@ -289,8 +310,9 @@ def datapath_config(exp: Experiment):
                           nic_buffer_bytes=link.nic_buffer_bytes or 0, burst_bytes=link.burst_bytes).validate()
 
 
-def replay_config(exp: Experiment, rep: int = 1):
-    """The replay settings of repetition ``rep`` (1-based): seed + rep - 1."""
+def replay_config(exp: Experiment, rep: int = 1, kind: str | None = None):
+    """The replay settings of repetition ``rep`` (1-based): seed + rep - 1; ``kind``: the fabric, whose names
+    the faults take (none without it)."""
     from testbed.replay import ReplayConfig
 
     t, s = exp.trace, exp.serving
@@ -305,7 +327,13 @@ def replay_config(exp: Experiment, rep: int = 1):
                         decode_batch=s.decode_batch, decode_step_s=s.decode_step_s,
                         prefill_chunk_tokens=s.prefill_chunk_tokens, popularity=s.popularity, zipf_s=s.zipf_s,
                         time_dilation=exp.link.time_dilation, warmup_s=s.warmup_s,
-                        gpus_per_server=exp.gpus_per_server)
+                        gpus_per_server=exp.gpus_per_server, faults=fault_specs(exp, kind) if kind else ())
+
+
+def fault_specs(exp: Experiment, kind: str) -> tuple:
+    """The experiment's faults on fabric ``kind``, as the fault schedule takes them."""
+    return tuple({"at": f.at, "duration": f.duration, "target": f.target_on(kind), "action": f.action}
+                 for f in exp.faults if f.target_on(kind))
 
 
 def pfc_settings(exp: Experiment) -> dict:
@@ -496,9 +524,33 @@ def semantic_check(exp: Experiment) -> None:
             _PLACEMENT_KEYS, "serving")
     attempt(lambda: rankmap.source_ranks(s.prefill_tp, s.decode_tp, 0), {}, "serving.decode_tp")
     attempt(lambda: replay_config(exp).validate(), _REPLAY_KEYS, "trace")
+    _check_faults(exp)
     p = exp.pfc
     if p.xon_bytes is not None and p.xoff_bytes is not None and p.xon_bytes >= p.xoff_bytes:
         raise _Problem("pfc.xon_bytes", f"must be < xoff_bytes {p.xoff_bytes} (got {p.xon_bytes})")
+
+
+def _check_faults(exp: Experiment) -> None:
+    """Every fault's target exists on every fabric it names, and its action fits it."""
+    from testbed.fabric import build_fabric
+    from testbed.fabric.failover import parse_target
+
+    for i, f in enumerate(exp.faults):
+        for kind in exp.fabrics:
+            text = f.target_on(kind)
+            if text is None:
+                continue
+            try:
+                target = parse_target(build_fabric(**fabric_args(exp, kind)), text)
+            except TestbedError as exc:
+                raise _Problem(f"faults[{i}].target", f"on {kind}: {exc}") from None
+            fits = ("stop", "restart") if target.kind == "controller" else ("down",)
+            if f.action not in fits:
+                raise _Problem(f"faults[{i}].action", f"{f.action!r} does not fit {target.kind}: expected "
+                                                     f"{' or '.join(fits)}")
+            if f.action == "restart" and f.duration is not None:
+                raise _Problem(f"faults[{i}].duration", "a restart has no duration: use action stop with a "
+                                                        "duration to keep the controller down for a while")
 
 
 # ------------------------------------------------------------------ loading

@@ -139,8 +139,10 @@ class _Coordinator:
                 self.proc.wait()
 
 
-def run_live(st: dict, setup: LiveSetup, run_dir: Path, timeout_s: float, connections: str, log=print) -> dict:
-    """Start the coordinator and one agent per GPU (control mode), wait for the run, stop them."""
+def run_live(st: dict, setup: LiveSetup, run_dir: Path, timeout_s: float, connections: str, log=print,
+             on_t0=None) -> dict:
+    """Start the coordinator and one agent per GPU (control mode), wait for the run, stop them. ``on_t0``:
+    called with the run's t0 once the coordinator started the clock."""
     from testbed import agents
     from testbed.emulation import fabricctl
     from traffic.launcher import AGENT_PORT, Fleet
@@ -171,6 +173,8 @@ def run_live(st: dict, setup: LiveSetup, run_dir: Path, timeout_s: float, connec
             raise EnvironmentProblem(f"the agents never all reached the coordinator: {log_tail}"
                                      f" {coord.events[-1:]}")
         ready_s = time.monotonic() - t_ready
+        if on_t0 is not None:
+            on_t0((coord.event("started") or {})["t0"])
         spec = setup.config["spec"]
         wall = spec["duration_s"] * setup.config["dilation"]
         log(f"{len(gpus)} agents connected after {ready_s:.2f} s; serving for {spec['duration_s']:g} s of cluster "

@@ -80,6 +80,7 @@ class ReplayConfig:
     time_dilation: float = 1.0
     warmup_s: float = 0.0
     gpus_per_server: int = 8  # live: servers are whole groups of this many GPUs (NVLink inside)
+    faults: tuple = ()  # {at, duration, target, action} dicts (testbed.fault_schedule), checked by the schema
 
     def validate(self) -> "ReplayConfig":
         if self.policy not in POLICIES:
@@ -249,8 +250,9 @@ def _wait_ready(fleet, names: list[str], agents_dir: Path, timeout_s: float) -> 
 
 
 def run_agents(st: dict, prepared: Prepared, run_dir: Path, timeout_s: float, connections: str, log=print,
-               ready_timeout_s: float = READY_TIMEOUT_S) -> dict:
-    """Start one agent per GPU, hand out the common t0 once all listen, wait for the plan, stop them."""
+               ready_timeout_s: float = READY_TIMEOUT_S, on_t0=None) -> dict:
+    """Start one agent per GPU, hand out the common t0 once all listen, wait for the plan, stop them.
+    ``on_t0``: called with t0 once it is handed out (the fault schedule starts its clock there)."""
     from traffic import replay_io
     from traffic.launcher import Fleet
 
@@ -267,6 +269,8 @@ def run_agents(st: dict, prepared: Prepared, run_dir: Path, timeout_s: float, co
         log(f"{len(names)} agents listening after {ready_s:.2f} s")
         t0 = time.monotonic() + START_MARGIN_S
         fleet.go(t0)
+        if on_t0 is not None:
+            on_t0(t0)
         last_start = max(r["start"] for r in prepared.plan_rows)
         deadline = t0 + last_start + timeout_s + 5
         sent_files = [agents_dir / f"{n}.sent.jsonl" for n in names]
@@ -601,6 +605,7 @@ class _Measured:
     t_end: float
     pfc_state: dict | None
     cross_result: dict | None
+    faults: list[dict] | None = None  # the fault actions as applied (None: the experiment has none)
 
 
 def replay(fabric_args: dict, dp: DatapathConfig, cfg: ReplayConfig, out_root: Path | None = None, log=print,
@@ -656,18 +661,26 @@ def _run_on_fabric(st, fabric_args: dict, dp: DatapathConfig, pfc, cfg: ReplayCo
         last = (live.config["spec"]["duration_s"] * cfg.time_dilation if live
                 else max(r["start"] for r in prepared.plan_rows))
         cross = start_cross_traffic(st, cfg.cross_flows, cfg.seed, last) if cfg.cross_flows else []
+        scheduler = None
+        if cfg.faults:
+            from testbed.fault_schedule import FaultScheduler
+
+            scheduler = FaultScheduler(list(cfg.faults), cfg.time_dilation if live else 1 / cfg.speed,
+                                       run_dir / "faults.jsonl", log)
+        on_t0 = scheduler.start if scheduler else None
         try:
             if live:
                 from testbed.live import run_live
 
-                res = run_live(st, live, run_dir, cfg.transfer_timeout_s, cfg.connections, log)
+                res = run_live(st, live, run_dir, cfg.transfer_timeout_s, cfg.connections, log, on_t0=on_t0)
             else:
-                res = run_agents(st, prepared, run_dir, cfg.transfer_timeout_s, cfg.connections, log)
+                res = run_agents(st, prepared, run_dir, cfg.transfer_timeout_s, cfg.connections, log, on_t0=on_t0)
         finally:
+            events = scheduler.finish() if scheduler else None
             cross_result = stop_cross_traffic(cross) if cross else None
             sampler.stop()
         return _Measured(st, res, sampler, sampler.drops(), sampler.drops("switch"), time.monotonic(),
-                         _pfc_snapshot(st), cross_result)
+                         _pfc_snapshot(st), cross_result, events)
     finally:
         if own and fabricctl.load_state() is not None:
             fabricctl.down()
@@ -707,6 +720,9 @@ def _write_results(run_dir: Path, cfg: ReplayConfig, prepared: Prepared, live, m
         summary |= write_operating_point(run_dir, prepared.operating_point)
     summary |= write_breakdowns(run_dir, all_rows, m.sampler, rate, mtu)
     summary["cross_traffic"] = m.cross_result
+    if m.faults is not None:
+        summary["faults"] = [{k: ev[k] for k in ("trace_s", "target", "action", "late_ms", "wall_s") if k in ev}
+                             | {"wall_s": round(ev["t"] - res["t0"], 4)} for ev in m.faults]
     summary["pfc"] = write_pfc_outputs(run_dir, st, m.pfc_state, rows, res["t0"], m.t_end, m.fabric_drops)
     summary["invariants"] = check_invariants(run_dir, st, m.sampler, all_rows, summary["pfc"]["enabled"])
     _warn_on_checks(summary, m.fabric_drops)

@@ -205,7 +205,7 @@ def _write_error(target: Path, text: str) -> None:
 
 
 def _replay_once(replay_fn: Callable, exp, t, dp, pfc, target: Path, log: Log) -> None:
-    replay_fn(fabric_args(exp, t.fabric), dp, replay_config(exp, t.rep), out_root=None, log=log,
+    replay_fn(fabric_args(exp, t.fabric), dp, replay_config(exp, t.rep, t.fabric), out_root=None, log=log,
               run_dir=target, pfc=pfc)
 
 

@@ -42,14 +42,15 @@ def daemon_policy(fabric, datapath: dict, pfc: dict, state_dir: str) -> dict:
     cfg = with_burst_headroom(cfg, dp.rate_bps, dp.mtu, dp.burst_bytes)
     resolved = pfc_policy.resolve(cfg, dp.rate_bps, dp.mtu, dp.buffer_bytes)
     th = pfc_policy.thresholds(fabric, resolved)
-    sources = pfc_policy.sources_via(fabric)
+    sources = pfc_policy.failover_sources_via(fabric)  # a failed-over group sends from other feeders
+    reach = pfc_policy.failover_feeders(fabric)
     queues = {}
     for q in plan.queues:
         entry = {"kind": q.kind, "dev": q.dev, "netns": q.netns, "peer": q.peer,
                  "limit": dp.nic_buffer_bytes if q.kind == "nic" else dp.buffer_bytes}
         if q.qid in th:
             entry.update(xoff=th[q.qid]["xoff"], xon=th[q.qid]["xon"], limit=th[q.qid]["limit"],
-                         feeders=th[q.qid]["feeders"],
+                         feeders=reach[q.qid],
                          sources={f: sorted(nics) for f, nics in sources[q.qid].items()})
             if "dynamic" in th[q.qid]:
                 entry["dynamic"] = th[q.qid]["dynamic"]

@@ -278,8 +278,8 @@ def carried(fabric: Fabric) -> dict[tuple[str, int], frozenset[str]]:
     return _cached(fabric, "carried", lambda: _carried(fabric))
 
 
-def _carried(fabric: Fabric) -> dict[tuple[str, int], frozenset[str]]:
-    tables = tables_of(fabric)
+def _carried(fabric: Fabric, tables: ForwardingTables | None = None) -> dict[tuple[str, int], frozenset[str]]:
+    tables = tables or tables_of(fabric)
     arriving: dict[str, set[str]] = {name: set() for name in fabric.switches}
     for (gpu, port), (switch, _) in fabric.attachment.items():
         arriving[switch] |= host_destinations(fabric, gpu, port)
@@ -316,9 +316,28 @@ def feeders(fabric: Fabric) -> dict[str, list[str]]:
     return {q: list(f) for q, f in cached.items()}
 
 
-def _feeders(fabric: Fabric) -> dict[str, tuple[str, ...]]:
-    tables = tables_of(fabric)
-    load = carried(fabric)
+def failover_feeders(fabric: Fabric) -> dict[str, list[str]]:
+    """``feeders`` over every port a switch may forward on once its groups fail over (a ZCube cable's
+    parallel siblings too): who the pause daemon must be able to pause, since a pause cannot wait for the
+    controller. Queue limits keep the planned ``feeders``."""
+    cached = _cached(fabric, "failover_feeders", lambda: _feeders(fabric, _failover_tables(fabric)))
+    return {q: list(f) for q, f in cached.items()}
+
+
+def failover_sources_via(fabric: Fabric) -> dict[str, dict[str, frozenset[str]]]:
+    """``sources_via`` over the failover tables (``failover_feeders``)."""
+    return _cached(fabric, "failover_sources_via", lambda: _sources_via(fabric, _failover_tables(fabric)))
+
+
+def _failover_tables(fabric: Fabric) -> ForwardingTables:
+    from testbed.fabric.failover import failover_tables
+
+    return _cached(fabric, "failover_tables", lambda: failover_tables(fabric, tables_of(fabric)))
+
+
+def _feeders(fabric: Fabric, tables: ForwardingTables | None = None) -> dict[str, tuple[str, ...]]:
+    tables = tables or tables_of(fabric)
+    load = carried(fabric) if tables is tables_of(fabric) else _carried(fabric, tables)
     out: dict[str, tuple[str, ...]] = {}
     for name, sw in fabric.switches.items():
         by_port: dict[int, set[str]] = {p: set() for p in sw.ports}  # dests X sends out of p
@@ -351,10 +370,10 @@ def sources_via(fabric: Fabric) -> dict[str, dict[str, frozenset[str]]]:
     return _cached(fabric, "sources_via", lambda: _sources_via(fabric))
 
 
-def _sources_via(fabric: Fabric) -> dict[str, dict[str, frozenset[str]]]:
+def _sources_via(fabric: Fabric, tables: ForwardingTables | None = None) -> dict[str, dict[str, frozenset[str]]]:
     from testbed.fabric.routing import walk
 
-    tables = tables_of(fabric)
+    tables = tables or tables_of(fabric)
     out: dict[str, dict[str, set[str]]] = {f"{n}:{p}": {} for n, sw in fabric.switches.items() for p in sw.ports}
     by_ip = {addressing.ip_of(g, p): (g, p) for g in fabric.gpus() for p in (1, 2)}
     for (gpu, port) in fabric.attachment:

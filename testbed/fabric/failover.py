@@ -160,6 +160,15 @@ def live_tables(fabric: Fabric, dead: Dead, tables: ForwardingTables | None = No
     return out
 
 
+def failover_tables(fabric: Fabric, tables: ForwardingTables | None = None) -> ForwardingTables:
+    """Every port a switch may forward each destination on, planned or failed over: an ECMP set as it is, a
+    ZCube cable with its parallel siblings (``bucket_order``). What pause accounting has to cover, since the
+    switches fail over without asking anyone."""
+    tables = tables or forwarding_tables(fabric)
+    return {sw: {dst: NextHop(bucket_order(fabric, sw, hop)) for dst, hop in table.items()}
+            for sw, table in tables.items()}
+
+
 class Route(NamedTuple):
     """The NIC ports a transfer uses and the switches and output ports its packets take."""
 

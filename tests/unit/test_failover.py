@@ -203,3 +203,23 @@ def test_planned_transfers_take_the_detour(z1, policy):
     assert picks[4] == plan_ports(sends[4:], policy, fabric=z1, rate_bps=1e6)[0]  # untouched pair: as before
     with pytest.raises(TestbedError, match="no usable NIC port pair"):
         plan_ports([Send(1, 9, 1.0, 0.0)], policy, fabric=z1, rate_bps=1e6, usable=lambda s, d: [])
+
+
+def test_pause_daemon_can_pause_whoever_a_failed_over_sibling_cable_carries():
+    """Ingress accounting covers the parallel siblings: a fast-failover group moves a cable's traffic to a
+    sibling without asking the controller, so the NICs a feeding cable may carry cannot wait for a repair."""
+    from controller.pfc.policy import failover_sources_via, sources_via
+
+    z = build_fabric("zcube", gpus=32, gpus_per_switch=8)
+    planned, reach = sources_via(z), failover_sources_via(z)
+    sw = "sw1"
+    even = next(p for p, _ in z.switches[sw].ports.values() if not p.startswith("gpu"))
+    cables = z.ports_towards(sw, even)
+    into = [f"{even}:{p}" for p, (peer, _) in sorted(z.switches[even].ports.items()) if peer.startswith("gpu")]
+    for q in into:
+        feeds = [f"{sw}:{c}" for c in cables if f"{sw}:{c}" in reach[q]]
+        union = set().union(*(planned[q].get(f, set()) for f in feeds))
+        assert any(planned[q].get(f, set()) < union for f in feeds)  # planned: each cable its own NICs
+        assert all(reach[q][f] == union for f in feeds)  # failed over: any of them on any cable
+    roft = build_fabric("roft", gpus=16, gpus_per_switch=8)
+    assert failover_sources_via(roft) == sources_via(roft)  # ECMP sets are already every port
