@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import errno
 import functools
 import json
 import math
@@ -57,6 +58,7 @@ MAX_U64 = 2**64 - 1
 PATTERN_BYTES = 65_536
 RECV_BUFFER_BYTES = 262_144
 DEFAULT_TRANSFER_TIMEOUT_S = 60.0
+DEFAULT_DEAD_AFTER_S = 1.0
 IO_MODES = ("sock", "stream")
 CONNECTION_MODES = ("persistent", "per-transfer")
 
@@ -380,16 +382,19 @@ class _Receiver(asyncio.BufferedProtocol):
 
 # --------------------------------------------------------------------------- sender
 
-def _bound_socket(src_ip: str) -> socket.socket:
+def _bound_socket(src_ip: str, dead_after: float = DEFAULT_DEAD_AFTER_S) -> socket.socket:
     """A non-blocking TCP socket bound to ``src_ip`` so routing sends it from that NIC port.
 
     IP_BIND_ADDRESS_NO_PORT defers the port choice to connect(), so thousands of
     short transfers do not run out of ephemeral ports held in TIME_WAIT.
+    TCP_USER_TIMEOUT fails the connection (ETIMEDOUT) once sent data stays
+    unacknowledged ``dead_after`` seconds: a cut cable only stalls TCP otherwise.
     """
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     try:
         sock.setblocking(False)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # no Nagle stall on the tail
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, max(1, round(dead_after * 1000)))
         if hasattr(socket, "IP_BIND_ADDRESS_NO_PORT"):
             sock.setsockopt(socket.IPPROTO_IP, socket.IP_BIND_ADDRESS_NO_PORT, 1)
         sock.bind((src_ip, 0))
@@ -397,6 +402,18 @@ def _bound_socket(src_ip: str) -> socket.socket:
         sock.close()
         raise
     return sock
+
+
+async def _connect(loop: asyncio.AbstractEventLoop, sock: socket.socket, dst: tuple[str, int],
+                   dead_after: float) -> None:
+    """Connect within ``dead_after`` s; a SYN nobody answers is a dead path, not a slow one."""
+    try:
+        async with asyncio.timeout(dead_after):
+            await loop.sock_connect(sock, dst)
+    except TimeoutError as exc:
+        if exc.errno:
+            raise  # the kernel's own ETIMEDOUT
+        raise TimeoutError(errno.ETIMEDOUT, f"connect not done within {dead_after:g} s (--dead-after)") from None
 
 
 def _check_ack(raw: bytes, t: PlannedTransfer) -> tuple[int, str | None]:
@@ -474,8 +491,8 @@ class _Channel:
     waiting for acks, and the acks come back in the same order. A connection that fails
     fails what is queued or in flight on it; the next transfer opens a new one."""
 
-    def __init__(self, src_ip: str, dst: tuple[str, int]) -> None:
-        self.src_ip, self.dst = src_ip, dst
+    def __init__(self, src_ip: str, dst: tuple[str, int], dead_after: float = DEFAULT_DEAD_AFTER_S) -> None:
+        self.src_ip, self.dst, self.dead_after = src_ip, dst, dead_after
         self.queue: asyncio.Queue[tuple[PlannedTransfer, asyncio.Future[bytes], list[float]]] = asyncio.Queue()
         self.inflight: collections.deque[tuple[PlannedTransfer, asyncio.Future[bytes]]] = collections.deque()
         self.sock: socket.socket | None = None
@@ -497,8 +514,8 @@ class _Channel:
                 continue  # timed out or cancelled while queued
             try:
                 if self.sock is None:
-                    self.sock = _bound_socket(self.src_ip)
-                    await loop.sock_connect(self.sock, self.dst)
+                    self.sock = _bound_socket(self.src_ip, self.dead_after)
+                    await _connect(loop, self.sock, self.dst, self.dead_after)
                     self.reader = asyncio.create_task(self._read(self.sock))
                 on_wire.append(time.monotonic())
                 self.inflight.append((t, fut))
@@ -550,8 +567,10 @@ class Agent:
     def __init__(self, name: str, listen: list[tuple[str, int]], plan: list[PlannedTransfer],
                  out_dir: str, t0: float | None, ready_file: str | None = None,
                  transfer_timeout: float = DEFAULT_TRANSFER_TIMEOUT_S, io: str = "sock",
-                 connections: str = "persistent", control: str | None = None) -> None:
+                 connections: str = "persistent", control: str | None = None,
+                 dead_after: float = DEFAULT_DEAD_AFTER_S) -> None:
         self.name = name
+        self.dead_after = dead_after
         self.control = control
         self._control_out: asyncio.StreamWriter | None = None
         self._reports: list[str] = []
@@ -697,7 +716,7 @@ class Agent:
         key = (t.src_ip, t.dst_ip, t.dst_port)
         channel = self._channels.get(key)
         if channel is None:
-            channel = self._channels[key] = _Channel(t.src_ip, (t.dst_ip, t.dst_port))
+            channel = self._channels[key] = _Channel(t.src_ip, (t.dst_ip, t.dst_port), self.dead_after)
         start = time.monotonic()
         end = None
         acked: int | None = None
@@ -733,8 +752,8 @@ class Agent:
         try:
             async with asyncio.timeout(self.transfer_timeout):
                 start = time.monotonic()
-                sock = _bound_socket(t.src_ip)
-                await loop.sock_connect(sock, (t.dst_ip, t.dst_port))
+                sock = _bound_socket(t.src_ip, self.dead_after)
+                await _connect(loop, sock, (t.dst_ip, t.dst_port), self.dead_after)
                 connected = time.monotonic()
                 ack = await self.exchange(loop, sock, t)
                 end = time.monotonic()
@@ -842,6 +861,9 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--ready-file", help="written once every listener is bound")
     p.add_argument("--transfer-timeout", type=_positive, default=DEFAULT_TRANSFER_TIMEOUT_S,
                    help="seconds before a transfer is recorded as failed (default 60)")
+    p.add_argument("--dead-after", type=_positive, default=DEFAULT_DEAD_AFTER_S, metavar="SECONDS",
+                   help="a connection whose sent data stays unacknowledged this long, or whose connect takes "
+                        "this long, is dead (TCP_USER_TIMEOUT; default 1)")
     p.add_argument("--connections", choices=CONNECTION_MODES, default=CONNECTION_MODES[0],
                    help="one persistent connection per (source port, destination port), reused by every "
                         "transfer (default), or a new connection per transfer")
@@ -856,7 +878,7 @@ async def _main(args: argparse.Namespace, plan: list[PlannedTransfer]) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     agent = Agent(args.name, args.listen, plan, args.out, args.t0, args.ready_file,
-                  args.transfer_timeout, args.io, args.connections, args.control)
+                  args.transfer_timeout, args.io, args.connections, args.control, args.dead_after)
     await agent.run(stop)
 
 
