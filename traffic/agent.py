@@ -60,6 +60,7 @@ RECV_BUFFER_BYTES = 262_144
 DEFAULT_TRANSFER_TIMEOUT_S = 60.0
 DEFAULT_DEAD_AFTER_S = 1.0
 IO_MODES = ("sock", "stream")
+ALT_KEYS = ("alt_src_ip", "alt_dst_ip")  # optional in plan lines and orders: the other NIC port pair
 CONNECTION_MODES = ("persistent", "per-transfer")
 
 PATTERN_WINDOWS = 256
@@ -233,7 +234,8 @@ def _touch(path: str, text: str = "") -> None:
 
 @dataclass(frozen=True, slots=True)
 class PlannedTransfer:
-    """One line of the plan: what to send, where from, where to, when (s after t0)."""
+    """One line of the plan: what to send, where from, where to, when (s after t0), and the other NIC
+    port pair's addresses (None: it has none) for when its own pair is dead."""
 
     id: int
     request_id: int | None
@@ -244,6 +246,8 @@ class PlannedTransfer:
     dst_port: int
     bytes: int
     start: float
+    alt_src_ip: str | None = None
+    alt_dst_ip: str | None = None
 
 
 def _want_int(where: str, obj: dict[str, Any], key: str, lo: int, hi: int) -> int:
@@ -262,6 +266,17 @@ def _want_ip(where: str, obj: dict[str, Any], key: str) -> str:
     return value  # type: ignore[return-value]
 
 
+def _want_alt(where: str, obj: dict[str, Any]) -> tuple[str | None, str | None]:
+    """(alt_src_ip, alt_dst_ip), both or neither: a half pair could not carry a retry."""
+    given = [k for k in ALT_KEYS if obj.get(k) is not None]
+    if not given:
+        return None, None
+    if len(given) == 1:
+        missing, = set(ALT_KEYS) - set(given)
+        raise AgentError(f"{where}: {given[0]} without {missing}; expected both or neither")
+    return _want_ip(where, obj, "alt_src_ip"), _want_ip(where, obj, "alt_dst_ip")
+
+
 def parse_plan_line(where: str, line: str, name: str) -> PlannedTransfer:
     """Validate one plan line (``where`` names file and line for the error)."""
     try:
@@ -278,11 +293,21 @@ def parse_plan_line(where: str, line: str, name: str) -> PlannedTransfer:
     request_id = obj.get("request_id")
     if request_id is not None and (not isinstance(request_id, int) or isinstance(request_id, bool)):
         raise AgentError(f"{where}: request_id {request_id!r} is not an integer")
+    alt_src_ip, alt_dst_ip = _want_alt(where, obj)
     return PlannedTransfer(
         id=_want_int(where, obj, "id", 0, MAX_U64), request_id=request_id, src=name,
         dst=obj.get("dst"), src_ip=_want_ip(where, obj, "src_ip"), dst_ip=_want_ip(where, obj, "dst_ip"),
         dst_port=_want_int(where, obj, "dst_port", 1, 65535),
-        bytes=_want_int(where, obj, "bytes", 0, MAX_U64), start=float(start))
+        bytes=_want_int(where, obj, "bytes", 0, MAX_U64), start=float(start),
+        alt_src_ip=alt_src_ip, alt_dst_ip=alt_dst_ip)
+
+
+def order_transfer(order: dict[str, Any], name: str) -> PlannedTransfer:
+    """A coordinator's ``send`` order as a transfer due at ``due``; AgentError on a bad alternative pair
+    (the rest is the coordinator's own bookkeeping and trusted as before)."""
+    alt_src_ip, alt_dst_ip = _want_alt(f"order {order.get('id')!r}", order)
+    return PlannedTransfer(order["id"], order.get("request_id"), name, order.get("dst"), order["src_ip"],
+                           order["dst_ip"], order["dst_port"], order["bytes"], order["due"], alt_src_ip, alt_dst_ip)
 
 
 def read_plan(path: str, name: str) -> list[PlannedTransfer]:
@@ -682,8 +707,11 @@ class Agent:
                 if self._tasks:
                     await asyncio.wait(set(self._tasks), timeout=self.transfer_timeout)
                 break
-            t = PlannedTransfer(order["id"], order.get("request_id"), self.name, order.get("dst"),
-                                order["src_ip"], order["dst_ip"], order["dst_port"], order["bytes"], order["due"])
+            try:
+                t = order_transfer(order, self.name)
+            except AgentError as exc:
+                print(f"traffic.agent: error: {exc}", file=sys.stderr)
+                break
             self.plan.append(t)
             self._started += 1
             task = asyncio.create_task(self._transfer_on_channel(t) if self.persistent else self._transfer(t))

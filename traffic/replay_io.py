@@ -1,7 +1,9 @@
 """Files around the traffic agent: per-agent plans in, one row per transfer out.
 
 ``write_plans`` splits a transfer list by source into ``<src>.plan.jsonl``
-(what ``python -m traffic.agent --plan`` reads). After a run,
+(what ``python -m traffic.agent --plan`` reads); a transfer may name the
+other NIC port pair (``alt_src_ip``, ``alt_dst_ip``), where the agent resends
+it when its own pair's connection dies. After a run,
 ``merge_results`` joins every plan line with the sender's record
 (``<src>.sent.jsonl``) and the receiver's (``<dst>.recv.jsonl``) by transfer
 id, so a transfer that never completed still shows up, as a failed row.
@@ -23,6 +25,7 @@ from typing import Any, Iterable, Sequence
 from traffic.errors import TrafficError
 
 PLAN_KEYS = ("id", "src", "src_ip", "dst_ip", "dst_port", "bytes", "start")
+ALT_PLAN_KEYS = ("alt_src_ip", "alt_dst_ip")  # optional, both or neither: the other NIC port pair, for a retry
 COLUMNS = ("id", "request_id", "src", "dst", "src_ip", "dst_ip", "bytes", "received_bytes",
            "scheduled_start", "start", "first_byte", "end", "sender_end", "verified", "error")
 NEVER_COMPLETED = "never completed"
@@ -48,6 +51,8 @@ def write_plans(transfers: Iterable[dict[str, Any]], out_dir: str | Path,
         missing = [k for k in PLAN_KEYS if k not in t]
         if missing:
             raise TrafficError(f"transfer {t!r} lacks {', '.join(missing)}; expected keys {', '.join(PLAN_KEYS)}")
+        if sum(t.get(k) is not None for k in ALT_PLAN_KEYS) == 1:
+            raise TrafficError(f"transfer {t['id']!r} names one of alt_src_ip, alt_dst_ip; expected both or neither")
         if t["id"] in seen:
             raise TrafficError(f"transfer id {t['id']!r} appears twice; expected unique ids")
         seen.add(t["id"])
@@ -161,5 +166,5 @@ def write_transfers_csv(rows: Iterable[dict[str, Any]], path: str | Path, extra:
     return count
 
 
-__all__ = ["PLAN_KEYS", "COLUMNS", "NEVER_COMPLETED", "plan_path", "write_plans", "read_jsonl",
+__all__ = ["PLAN_KEYS", "ALT_PLAN_KEYS", "COLUMNS", "NEVER_COMPLETED", "plan_path", "write_plans", "read_jsonl",
            "merge_results", "start_lateness", "write_transfers_csv"]

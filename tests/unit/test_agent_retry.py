@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import platform
 import socket
 import subprocess
@@ -20,7 +21,8 @@ from pathlib import Path
 import pytest
 
 from traffic import agent as ag
-from traffic.replay_io import read_jsonl
+from traffic.errors import TrafficError
+from traffic.replay_io import read_jsonl, write_plans
 
 ROOT = Path(__file__).resolve().parents[2]
 SENDER, NEAR, FAR = "127.0.0.1", "127.0.0.1", "127.0.0.2"  # FAR: the other port pair's receiver
@@ -88,6 +90,40 @@ def _sent(tmp: Path) -> dict[int, dict]:
 
 
 MODES = ["persistent", "per-transfer"]
+
+
+# --------------------------------------------------------------------------- the other port pair in plans
+
+LINE = {"id": 3, "src": "gpu1", "src_ip": "10.1.0.1", "dst_ip": "10.2.0.2", "dst_port": 7000, "bytes": 9,
+        "start": 0.5}
+
+
+def test_plan_lines_and_orders_carry_the_other_port_pair():
+    alt = {"alt_src_ip": "10.2.0.1", "alt_dst_ip": "10.1.0.2"}
+    t = ag.parse_plan_line("p:1", json.dumps(LINE | alt), "gpu1")
+    assert (t.src_ip, t.dst_ip, t.alt_src_ip, t.alt_dst_ip) == ("10.1.0.1", "10.2.0.2", "10.2.0.1", "10.1.0.2")
+    assert ag.parse_plan_line("p:1", json.dumps(LINE), "gpu1").alt_src_ip is None
+    o = ag.order_transfer(LINE | alt | {"op": "send", "due": 12.5}, "gpu1")
+    assert (o.start, o.alt_src_ip, o.alt_dst_ip) == (12.5, "10.2.0.1", "10.1.0.2")
+    assert ag.order_transfer(LINE | {"due": 1.0}, "gpu1").alt_dst_ip is None
+
+
+@pytest.mark.parametrize("alt,message", [({"alt_src_ip": "10.2.0.1"}, "alt_src_ip without alt_dst_ip"),
+                                         ({"alt_dst_ip": "10.1.0.2"}, "alt_dst_ip without alt_src_ip"),
+                                         ({"alt_src_ip": "10.2.0.1", "alt_dst_ip": "10.1.0"}, "alt_dst_ip '10.1.0'")])
+def test_half_or_bad_alternative_pair_is_rejected_naming_it(alt: dict, message: str):
+    with pytest.raises(ag.AgentError, match=message):
+        ag.parse_plan_line("p:1", json.dumps(LINE | alt), "gpu1")
+    with pytest.raises(ag.AgentError, match=message):
+        ag.order_transfer(LINE | alt | {"due": 1.0}, "gpu1")
+
+
+def test_write_plans_keeps_the_other_pair_and_rejects_half_of_it(tmp_path: Path):
+    alt = {"alt_src_ip": "10.2.0.1", "alt_dst_ip": "10.1.0.2"}
+    path = write_plans([LINE | alt], tmp_path)["gpu1"]
+    assert read_jsonl(path) == [LINE | alt]
+    with pytest.raises(TrafficError, match="both or neither"):
+        write_plans([LINE | {"alt_src_ip": "10.2.0.1"}], tmp_path)
 
 
 # --------------------------------------------------------------------------- dead connections
