@@ -25,6 +25,25 @@ with ``ok: false`` and the error, never dropped. Once every planned transfer
 has ended, ``<name>.done`` appears; the agent keeps receiving until SIGTERM or
 SIGINT, then records what was in flight, flushes and exits 0.
 
+Dead connections: a cut cable makes TCP stall in retransmission, not fail. An
+RDMA NIC fails its queue pair once the retry count is exceeded, and a transfer
+engine then resubmits on another NIC (Mooncake Transfer Engine, "Fault
+Handling"). The sender does the same: every socket gets ``TCP_USER_TIMEOUT`` =
+``--dead-after`` (data unacknowledged that long fails the connection with
+ETIMEDOUT; so does a window that stays shut that long) and a connect is given
+as long. A transfer that fails on a dead connection (that timeout, reset,
+aborted, broken pipe, host/network unreachable or down) is sent once more,
+whole, on a fresh connection: over the other NIC port pair
+(``alt_src_ip`` -> ``alt_dst_ip`` of its plan line) when it has one, else over
+the same pair; on a persistent connection every transfer queued or in flight
+on it is. A bad ack or crc, ``--transfer-timeout`` (the whole budget,
+both attempts) and a stop are not retried. For ``--dead-hold`` seconds after
+a dead connection on a pair, new transfers planned on it go straight to its
+alternative; then the planned pair is tried again. The sent record says what
+happened: ``retried``, ``first_error``, ``moved`` (sent on the other pair) and
+``sent_src_ip``/``sent_dst_ip`` (where the last attempt went); a retry that
+fails too is ``ok: false`` with "retry failed: <second> (first: <first>)".
+
 All times are ``time.monotonic()`` (CLOCK_MONOTONIC, shared by every network
 namespace on the host), absolute, in seconds. Standard library only, so 32-64
 of these start fast and stay small. Bad arguments: one line on stderr, exit 2.
@@ -59,6 +78,10 @@ PATTERN_BYTES = 65_536
 RECV_BUFFER_BYTES = 262_144
 DEFAULT_TRANSFER_TIMEOUT_S = 60.0
 DEFAULT_DEAD_AFTER_S = 1.0
+DEFAULT_DEAD_HOLD_S = 2.0
+# what a dead path looks like to TCP (or our connect bound): worth one more try, elsewhere if possible
+DEAD_ERRNOS = frozenset({errno.ETIMEDOUT, errno.ECONNRESET, errno.ECONNABORTED, errno.EPIPE, errno.EHOSTUNREACH,
+                         errno.ENETUNREACH, errno.ENETDOWN})
 IO_MODES = ("sock", "stream")
 ALT_KEYS = ("alt_src_ip", "alt_dst_ip")  # optional in plan lines and orders: the other NIC port pair
 CONNECTION_MODES = ("persistent", "per-transfer")
@@ -509,6 +532,29 @@ def _error_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
+def _is_dead(exc: BaseException) -> bool:
+    """A failure of the path, not of the peer's checks, our own timeout or a stop: worth one retry."""
+    return isinstance(exc, OSError) and exc.errno in DEAD_ERRNOS
+
+
+@dataclass(slots=True)
+class _Route:
+    """The port pair a transfer's current attempt uses and what its attempts met, for its sent record."""
+
+    src_ip: str
+    dst_ip: str
+    connected: float | None = None
+    first_error: str | None = None
+
+    def other(self, t: PlannedTransfer) -> tuple[str, str]:
+        """The pair a retry takes: the other of planned/alternative, or the same one when there is no other."""
+        if t.alt_src_ip is None or t.alt_dst_ip is None:
+            return self.src_ip, self.dst_ip
+        if (self.src_ip, self.dst_ip) == (t.src_ip, t.dst_ip):
+            return t.alt_src_ip, t.alt_dst_ip
+        return t.src_ip, t.dst_ip
+
+
 class _Channel:
     """One persistent TCP connection from a NIC port to a peer's listener, reused by every
     transfer between them, like a queue pair of a KV transfer engine (Mooncake Transfer
@@ -567,11 +613,16 @@ class _Channel:
                 self._fail(exc)
 
     def _fail(self, exc: BaseException) -> None:
-        """Fail everything in flight and drop the connection (the next transfer reconnects)."""
-        while self.inflight:
-            _, fut = self.inflight.popleft()
+        """Fail everything queued or in flight and drop the connection (the next transfer reconnects):
+        what waits behind a dead connection is as stuck as what is on it."""
+        err = exc if isinstance(exc, OSError) else ConnectionError(str(exc))
+        waiting = [fut for _, fut in self.inflight]
+        self.inflight.clear()
+        while not self.queue.empty():
+            waiting.append(self.queue.get_nowait()[1])
+        for fut in waiting:
             if not fut.done():
-                fut.set_exception(exc if isinstance(exc, OSError) else ConnectionError(str(exc)))
+                fut.set_exception(err)
         if self.reader is not None and self.reader is not asyncio.current_task():
             self.reader.cancel()
         self.reader = None
@@ -593,9 +644,11 @@ class Agent:
                  out_dir: str, t0: float | None, ready_file: str | None = None,
                  transfer_timeout: float = DEFAULT_TRANSFER_TIMEOUT_S, io: str = "sock",
                  connections: str = "persistent", control: str | None = None,
-                 dead_after: float = DEFAULT_DEAD_AFTER_S) -> None:
+                 dead_after: float = DEFAULT_DEAD_AFTER_S, dead_hold: float = DEFAULT_DEAD_HOLD_S) -> None:
         self.name = name
         self.dead_after = dead_after
+        self.dead_hold = dead_hold
+        self._dead_until: dict[tuple[str, str], float] = {}  # (src_ip, dst_ip) -> monotonic end of its hold
         self.control = control
         self._control_out: asyncio.StreamWriter | None = None
         self._reports: list[str] = []
@@ -640,16 +693,23 @@ class Agent:
             self._control_out.write("".join(self._reports).encode())
         self._reports.clear()
 
-    def _record_sent(self, t: PlannedTransfer, start: float | None, connected: float | None,
+    def _record_sent(self, t: PlannedTransfer, route: _Route | None, start: float | None,
                      end: float | None, acked: int | None, error: str | None) -> None:
+        route = route or _Route(t.src_ip, t.dst_ip)
+        retried = route.first_error is not None
+        if retried and error is not None:
+            error = f"retry failed: {error} (first: {route.first_error})"
         self._sent.write({"id": t.id, "request_id": t.request_id, "src": t.src, "dst": t.dst,
                           "src_ip": t.src_ip, "dst_ip": t.dst_ip, "dst_port": t.dst_port,
                           "bytes": t.bytes, "scheduled_start": None if self.t0 is None else self.t0 + t.start,
                           "start": start,
-                          "connected": connected, "end": end, "acked_bytes": acked,
-                          "ok": error is None, "error": error})
+                          "connected": route.connected, "end": end, "acked_bytes": acked,
+                          "ok": error is None, "error": error,
+                          "retried": retried, "first_error": route.first_error,
+                          "sent_src_ip": route.src_ip, "sent_dst_ip": route.dst_ip,
+                          "moved": (route.src_ip, route.dst_ip) != (t.src_ip, t.dst_ip)})
         if error is not None:
-            self._report({"id": t.id, "failed": error})
+            self._report({"id": t.id, "failed": error} | ({"retried": True} if retried else {}))
         self._pending -= 1
         if self._pending == 0 and not self._stopping and self.control is None:
             _touch(os.path.join(self.out_dir, f"{self.name}.done"))
@@ -714,7 +774,7 @@ class Agent:
                 break
             self.plan.append(t)
             self._started += 1
-            task = asyncio.create_task(self._transfer_on_channel(t) if self.persistent else self._transfer(t))
+            task = asyncio.create_task(self._transfer(t))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
         stop.set()
@@ -732,35 +792,77 @@ class Agent:
             if delay > 0:
                 await asyncio.sleep(delay)
             self._started += 1
-            task = asyncio.create_task(self._transfer_on_channel(t) if self.persistent else self._transfer(t))
+            task = asyncio.create_task(self._transfer(t))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
-    async def _transfer_on_channel(self, t: PlannedTransfer) -> None:
-        """Queue ``t`` on the persistent connection of its port pair and wait for its ack; always
-        leaves exactly one sent record. ``start`` is when it was due and handed over (so its FCT
-        includes waiting behind earlier transfers on the same connection), ``connected`` when its
-        first byte went out."""
-        key = (t.src_ip, t.dst_ip, t.dst_port)
-        channel = self._channels.get(key)
-        if channel is None:
-            channel = self._channels[key] = _Channel(t.src_ip, (t.dst_ip, t.dst_port), self.dead_after)
+    async def _transfer(self, t: PlannedTransfer) -> None:
+        """Send ``t`` (on its pair's persistent connection or its own), retrying once after a dead
+        connection, and wait for its ack; always leaves exactly one sent record. ``start`` is when it was
+        due and handed over, ``connected`` when the last attempt connected (its own connection) or put
+        its first byte on the wire (persistent: so its FCT includes waiting behind earlier transfers)."""
         start = time.monotonic()
-        end = None
-        acked: int | None = None
-        error: str | None = None
-        fut, on_wire = channel.submit(t)
+        route = self._route(t)
+        end = acked = error = None
         try:
             async with asyncio.timeout(self.transfer_timeout):
-                ack = await asyncio.shield(fut)
+                ack = await self._with_retry(t, route)
             end = time.monotonic()
             acked, error = _check_ack(ack, t)
         except (TimeoutError, asyncio.CancelledError, OSError) as exc:
             error = self._failure(exc)
+        self._record_sent(t, route, start, end, acked, error)
+
+    def _route(self, t: PlannedTransfer) -> _Route:
+        """The planned pair, or its alternative while the planned one is held dead (and the other is not)."""
+        if t.alt_src_ip is not None and t.alt_dst_ip is not None and self._held(t.src_ip, t.dst_ip) \
+                and not self._held(t.alt_src_ip, t.alt_dst_ip):
+            return _Route(t.alt_src_ip, t.alt_dst_ip)
+        return _Route(t.src_ip, t.dst_ip)
+
+    def _held(self, src_ip: str, dst_ip: str) -> bool:
+        """A dead connection on this pair ended less than ``dead_hold`` ago."""
+        return time.monotonic() < self._dead_until.get((src_ip, dst_ip), -math.inf)
+
+    async def _with_retry(self, t: PlannedTransfer, route: _Route) -> bytes:
+        """One attempt; after a dead connection, hold its pair dead and make one more, whole, on a fresh
+        connection over the other pair (an RDMA NIC's retry-exceeded, then the engine resubmits elsewhere)."""
+        attempt = self._on_channel if self.persistent else self._on_own_connection
+        try:
+            return await attempt(t, route)
+        except OSError as exc:
+            if self._stopping or not _is_dead(exc):
+                raise
+            self._dead_until[(route.src_ip, route.dst_ip)] = time.monotonic() + self.dead_hold
+            route.first_error = _error_text(exc)
+            route.src_ip, route.dst_ip = route.other(t)
+            route.connected = None
+        return await attempt(t, route)
+
+    async def _on_channel(self, t: PlannedTransfer, route: _Route) -> bytes:
+        """Queue ``t`` on the persistent connection of ``route``'s pair; its ack."""
+        key = (route.src_ip, route.dst_ip, t.dst_port)
+        channel = self._channels.get(key)
+        if channel is None:
+            channel = self._channels[key] = _Channel(route.src_ip, (route.dst_ip, t.dst_port), self.dead_after)
+        fut, on_wire = channel.submit(t)
+        try:
+            return await asyncio.shield(fut)
         finally:
             if not fut.done():
                 fut.cancel()
-        self._record_sent(t, start, on_wire[0] if on_wire else None, end, acked, error)
+            route.connected = on_wire[0] if on_wire else None
+
+    async def _on_own_connection(self, t: PlannedTransfer, route: _Route) -> bytes:
+        """Connect from ``route``'s source to its destination, send, read the ack; close."""
+        loop = asyncio.get_running_loop()
+        sock = _bound_socket(route.src_ip, self.dead_after)
+        try:
+            await _connect(loop, sock, (route.dst_ip, t.dst_port), self.dead_after)
+            route.connected = time.monotonic()
+            return await self.exchange(loop, sock, t)
+        finally:
+            _release(loop, sock)
 
     def _failure(self, exc: BaseException) -> str:
         """A failed transfer's error text: our timeout (no errno) or the kernel's, a stop, or the OS's."""
@@ -769,29 +871,6 @@ class Agent:
         if isinstance(exc, TimeoutError) and not exc.errno:
             return f"timeout after {self.transfer_timeout:g} s"
         return _error_text(exc)
-
-    async def _transfer(self, t: PlannedTransfer) -> None:
-        """Connect, send, wait for the ack; always leaves exactly one sent record."""
-        loop = asyncio.get_running_loop()
-        start = connected = end = None
-        acked: int | None = None
-        error: str | None = None
-        sock: socket.socket | None = None
-        try:
-            async with asyncio.timeout(self.transfer_timeout):
-                start = time.monotonic()
-                sock = _bound_socket(t.src_ip, self.dead_after)
-                await _connect(loop, sock, (t.dst_ip, t.dst_port), self.dead_after)
-                connected = time.monotonic()
-                ack = await self.exchange(loop, sock, t)
-                end = time.monotonic()
-                acked, error = _check_ack(ack, t)
-        except (TimeoutError, asyncio.CancelledError, OSError) as exc:
-            error = self._failure(exc)
-        finally:
-            if sock is not None:
-                _release(loop, sock)
-        self._record_sent(t, start, connected, end, acked, error)
 
     async def shutdown(self, dispatcher: asyncio.Task[None]) -> None:
         """Stop listening, record unfinished work as failed, flush."""
@@ -863,6 +942,16 @@ def _positive(text: str) -> float:
     return value
 
 
+def _non_negative(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number >= 0")
+    return value
+
+
 def _finite(text: str) -> float:
     try:
         value = float(text)
@@ -892,6 +981,9 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--dead-after", type=_positive, default=DEFAULT_DEAD_AFTER_S, metavar="SECONDS",
                    help="a connection whose sent data stays unacknowledged this long, or whose connect takes "
                         "this long, is dead (TCP_USER_TIMEOUT; default 1)")
+    p.add_argument("--dead-hold", type=_non_negative, default=DEFAULT_DEAD_HOLD_S, metavar="SECONDS",
+                   help="after a dead connection on a port pair, send new transfers planned on it over the other "
+                        "pair for this long, then try it again (default 2)")
     p.add_argument("--connections", choices=CONNECTION_MODES, default=CONNECTION_MODES[0],
                    help="one persistent connection per (source port, destination port), reused by every "
                         "transfer (default), or a new connection per transfer")
@@ -906,7 +998,8 @@ async def _main(args: argparse.Namespace, plan: list[PlannedTransfer]) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     agent = Agent(args.name, args.listen, plan, args.out, args.t0, args.ready_file,
-                  args.transfer_timeout, args.io, args.connections, args.control, args.dead_after)
+                  args.transfer_timeout, args.io, args.connections, args.control, args.dead_after,
+                  args.dead_hold)
     await agent.run(stop)
 
 
