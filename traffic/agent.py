@@ -568,6 +568,7 @@ class _Channel:
         self.inflight: collections.deque[tuple[PlannedTransfer, asyncio.Future[bytes]]] = collections.deque()
         self.sock: socket.socket | None = None
         self.reader: asyncio.Task[None] | None = None
+        self.closed = False
         self.writer = asyncio.create_task(self._write())
 
     def submit(self, t: PlannedTransfer) -> tuple[asyncio.Future[bytes], list[float]]:
@@ -629,8 +630,12 @@ class _Channel:
         if self.sock is not None:
             _release(asyncio.get_running_loop(), self.sock)
             self.sock = None
+        if not self.closed and self.writer is not asyncio.current_task():
+            self.writer.cancel()  # it may wait in a send on the released socket, which nothing will wake
+            self.writer = asyncio.create_task(self._write())
 
     def close(self) -> None:
+        self.closed = True
         self.writer.cancel()
         self._fail(ConnectionError("agent stopped"))
 

@@ -69,11 +69,11 @@ def _stalled(host: str):
 
 class _Peer:
     """A receiver in threads on ``host``: resets its first ``resets`` connections after 64 KiB (SO_LINGER 0
-    sends an RST, as when a path dies under a connection), acks frames on the later ones, each ack's crc flag
-    forced off unless ``crc_ok``."""
+    sends an RST, as when a path dies under a connection), ends the next ``eofs`` with a FIN while it reads
+    nothing, acks frames on the later ones, each ack's crc flag forced off unless ``crc_ok``."""
 
-    def __init__(self, host: str, resets: int = 0, crc_ok: bool = True) -> None:
-        self.resets, self.crc_ok = resets, crc_ok
+    def __init__(self, host: str, resets: int = 0, crc_ok: bool = True, eofs: int = 0) -> None:
+        self.resets, self.crc_ok, self.eofs = resets, crc_ok, eofs
         self.accepted = 0
         self.acked: list[int] = []
         self.lst = socket.socket()
@@ -93,7 +93,8 @@ class _Peer:
             except TimeoutError:
                 continue
             self.accepted += 1
-            target = self._reset if self.accepted <= self.resets else self._ack
+            target = (self._reset if self.accepted <= self.resets else
+                      self._eof if self.accepted <= self.resets + self.eofs else self._ack)
             threading.Thread(target=target, args=(conn,), daemon=True).start()
 
     def _reset(self, conn: socket.socket) -> None:
@@ -101,6 +102,12 @@ class _Peer:
         while got < 65_536 and (data := conn.recv(65_536)):
             got += len(data)
         conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        conn.close()
+
+    def _eof(self, conn: socket.socket) -> None:
+        time.sleep(0.2)  # the sender is stuck in a send on a full window by now
+        conn.shutdown(socket.SHUT_WR)
+        self._stop.wait()
         conn.close()
 
     def _ack(self, conn: socket.socket) -> None:
@@ -118,8 +125,8 @@ class _Peer:
 
 
 @contextlib.contextmanager
-def _peer(host: str, resets: int = 0, crc_ok: bool = True):
-    peer = _Peer(host, resets, crc_ok)
+def _peer(host: str, resets: int = 0, crc_ok: bool = True, eofs: int = 0):
+    peer = _Peer(host, resets, crc_ok, eofs)
     try:
         yield peer
     finally:
@@ -371,3 +378,14 @@ def test_control_mode_reports_a_failure_after_a_retry_as_retried(tmp_path: Path)
     assert set(by_id) == {1, 2} and len(reports) == 2, reports
     assert by_id[1]["retried"] is True and by_id[1]["failed"].startswith("retry failed: ConnectionRefusedError")
     assert by_id[2] == {"id": 2, "failed": "receiver reported a crc mismatch"}  # as before: no retry, no key
+
+
+def test_a_persistent_connection_closed_under_a_blocked_send_is_replaced_for_the_next_transfer(tmp_path: Path):
+    """The reader sees the end while the writer waits on a full window: the writer must not be left behind."""
+    with _peer(NEAR, eofs=1) as near:
+        plan = [_transfer(1, near.port, nbytes=8_000_000), _transfer(2, near.port, nbytes=1000, start=0.6)]
+        asyncio.run(_run(tmp_path, plan, transfer_timeout=3.0))
+    first, second = _sent(tmp_path)[1], _sent(tmp_path)[2]
+    assert first["ok"] is False and first["retried"] is False and "connection closed" in first["error"], first
+    assert second["ok"] is True and second["retried"] is False, second["error"]  # not "timeout after 3 s"
+    assert near.accepted == 2 and near.acked == [2]
