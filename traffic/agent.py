@@ -43,6 +43,8 @@ alternative; then the planned pair is tried again. The sent record says what
 happened: ``retried``, ``first_error``, ``moved`` (sent on the other pair) and
 ``sent_src_ip``/``sent_dst_ip`` (where the last attempt went); a retry that
 fails too is ``ok: false`` with "retry failed: <second> (first: <first>)".
+The receiver records every frame it saw, a cut one included, but reports only
+whole frames to a coordinator: a cut frame's sender retries it or reports it.
 
 All times are ``time.monotonic()`` (CLOCK_MONOTONIC, shared by every network
 namespace on the host), absolute, in seconds. Standard library only, so 32-64
@@ -681,7 +683,7 @@ class Agent:
         self._recv.write({"id": r.id, "peer": peer, "local": local, "bytes": r.received,
                           "expected_bytes": r.length, "crc_ok": r.crc_ok, "first_byte": r.first_byte,
                           "last_byte": r.last_byte, "verified": r.verified, "error": r.error})
-        if r.id is not None:
+        if r.id is not None and r.error is None:  # a cut frame is its sender's to retry or report
             self._report({"id": r.id, "t": r.last_byte, "ok": r.verified, "error": r.error})
 
     def _report(self, obj: dict[str, Any]) -> None:

@@ -160,9 +160,10 @@ async def _run(tmp: Path, plan: list[ag.PlannedTransfer], receiver_port: int | N
             await receiver.shutdown(asyncio.create_task(asyncio.sleep(0)))
 
 
-async def _coordinate(tmp: Path, orders: list[dict], listen: list[tuple[str, int]] = (), **kw) -> list[dict]:
-    """Run one control-mode agent against a stand-in coordinator on a Unix socket that orders ``orders`` and
-    then stop; every report line the agent sent."""
+async def _coordinate(tmp: Path, orders: list[dict], listen: list[tuple[str, int]] = (), before_stop=None,
+                     **kw) -> list[dict]:
+    """Run one control-mode agent against a stand-in coordinator on a Unix socket that orders ``orders``,
+    awaits ``before_stop()`` if given, then orders stop; every report line the agent sent."""
     path = os.path.join(tempfile.mkdtemp(prefix="tb-ctl-"), "c.sock")  # a Unix socket path has at most 107 bytes
     reports: list[dict] = []
 
@@ -170,6 +171,8 @@ async def _coordinate(tmp: Path, orders: list[dict], listen: list[tuple[str, int
         await reader.readline()  # hello
         due = time.monotonic()
         writer.write(b"".join(json.dumps(o | {"op": "send", "due": due}).encode() + b"\n" for o in orders))
+        if before_stop is not None:
+            await before_stop()
         writer.write(b'{"op":"stop"}\n')
         while line := await reader.readline():
             reports.append(json.loads(line))
@@ -389,3 +392,27 @@ def test_a_persistent_connection_closed_under_a_blocked_send_is_replaced_for_the
     assert first["ok"] is False and first["retried"] is False and "connection closed" in first["error"], first
     assert second["ok"] is True and second["retried"] is False, second["error"]  # not "timeout after 3 s"
     assert near.accepted == 2 and near.acked == [2]
+
+
+def test_a_receiver_reports_whole_frames_only_and_leaves_cut_ones_to_the_sender(tmp_path: Path):
+    """A frame cut by its connection's end is recorded, not reported: its sender retries it or reports the
+    failure itself, and a coordinator told "arrived, not verified" would count a retried transfer failed."""
+    with socket.socket() as probe:
+        probe.bind((FAR, 0))
+        port = probe.getsockname()[1]
+
+    async def clients() -> None:
+        _, cut = await asyncio.open_connection(FAR, port)
+        cut.write(ag.build_frame(5, 100_000)[:30_000])
+        cut.close()
+        reader, whole = await asyncio.open_connection(FAR, port)
+        whole.write(ag.build_frame(6, 1000))
+        await reader.readexactly(ag.ACK.size)
+        whole.close()
+        await asyncio.sleep(0.1)
+
+    reports = asyncio.run(_coordinate(tmp_path, [], [(FAR, port)], before_stop=clients))
+    assert [(r["id"], r["ok"]) for r in reports] == [(6, True)], reports
+    recs = {r["id"]: r for r in read_jsonl(tmp_path / "gpu1.recv.jsonl")}
+    assert recs[5]["verified"] is False and "of 100000 payload bytes" in recs[5]["error"]
+    assert recs[6]["verified"] is True
