@@ -149,7 +149,8 @@ def prepare(cfg: ReplayConfig, n_gpus: int, rate_bps: float, mtu: int, fabric=No
         rows.append({"id": i, "request_id": t.request_id, "src": f"gpu{t.src_gpu}", "dst": f"gpu{t.dst_gpu}",
                      "src_ip": addressing.ip_of(t.src_gpu, c.src_port),
                      "dst_ip": addressing.ip_of(t.dst_gpu, c.dst_port), "dst_port": AGENT_PORT,
-                     "bytes": t.bytes, "start": round(t.scheduled_start_s - offset, 6)})
+                     "bytes": t.bytes, "start": round(t.scheduled_start_s - offset, 6),
+                     **addressing.alt_ips(t.src_gpu, c.src_port, t.dst_gpu, c.dst_port)})
     warnings = []
     if sched.fidelity_warnings:
         warnings.append(f"{sched.fidelity_warnings} of {sched.checked_chunks} KV chunks are under "
