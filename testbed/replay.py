@@ -314,9 +314,10 @@ def _progress(total: int):
 def summarize(fabric_name: str, rows: list[dict], prepared: Prepared, rate_bps: float, mtu: int,
               drops: int, crashed: dict, warnings: list[str]) -> dict:
     """The replay summary (its keys are a contract: README, tests and the report read them) from merged rows."""
-    from traffic import metrics, schedule
+    from traffic import metrics, replay_io, schedule
 
     ok = [r for r in rows if r["verified"]]
+    retried, moved = replay_io.retry_counts(rows)
     fct_s = [r["end"] - r["start"] for r in ok]
     lateness = [r["start"] - r["scheduled_start"] for r in rows if r["start"] is not None]
     first = min((r["start"] for r in ok), default=0.0)
@@ -342,6 +343,8 @@ def summarize(fabric_name: str, rows: list[dict], prepared: Prepared, rate_bps: 
         "transfers": len(rows),
         "verified": len(ok),
         "failed": len(rows) - len(ok),
+        "transfers_retried": retried,  # resent once after a dead connection (traffic.agent)
+        "transfers_moved": moved,  # sent over the other NIC port pair
         "requests": prepared.requests,
         "bytes": nbytes,
         "goodput_bps": round(goodput),

@@ -9,7 +9,8 @@ it when its own pair's connection dies. After a run,
 id, so a transfer that never completed still shows up, as a failed row.
 Merged times are seconds after t0 (the agents record absolute
 CLOCK_MONOTONIC); ``end`` is the receiver's last byte, ``sender_end`` the ack
-as seen by the sender.
+as seen by the sender. A row whose sender resent it after a dead connection or
+sent it over the other port pair also carries the sender's ``RETRY_KEYS``.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ ALT_PLAN_KEYS = ("alt_src_ip", "alt_dst_ip")  # optional, both or neither: the o
 COLUMNS = ("id", "request_id", "src", "dst", "src_ip", "dst_ip", "bytes", "received_bytes",
            "scheduled_start", "start", "first_byte", "end", "sender_end", "verified", "error")
 NEVER_COMPLETED = "never completed"
+RETRY_KEYS = ("retried", "moved", "first_error", "sent_src_ip", "sent_dst_ip")  # see traffic.agent
 _NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 
@@ -143,8 +145,19 @@ def merge_results(out_dir: str | Path, t0: float | None = None) -> list[dict[str
         for key in ("kind", "engine", "step"):  # the live driver's orders name what a message is
             if key in base:
                 rows[-1][key] = base[key]
+        if s and (s.get("retried") or s.get("moved")):  # only then: other rows keep exactly COLUMNS
+            rows[-1].update((key, s.get(key)) for key in RETRY_KEYS)
     rows.sort(key=lambda row: (math.inf if row["scheduled_start"] is None else row["scheduled_start"], row["id"]))
     return rows
+
+
+def retry_counts(rows: Iterable[dict[str, Any]]) -> tuple[int, int]:
+    """(rows the sender retried after a dead connection, rows it sent over the other port pair)."""
+    retried = moved = 0
+    for row in rows:
+        retried += bool(row.get("retried"))
+        moved += bool(row.get("moved"))
+    return retried, moved
 
 
 def start_lateness(rows: Sequence[dict[str, Any]]) -> list[float]:
@@ -167,4 +180,4 @@ def write_transfers_csv(rows: Iterable[dict[str, Any]], path: str | Path, extra:
 
 
 __all__ = ["PLAN_KEYS", "ALT_PLAN_KEYS", "COLUMNS", "NEVER_COMPLETED", "plan_path", "write_plans", "read_jsonl",
-           "merge_results", "start_lateness", "write_transfers_csv"]
+           "merge_results", "retry_counts", "start_lateness", "write_transfers_csv", "RETRY_KEYS"]

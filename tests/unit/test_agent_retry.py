@@ -27,7 +27,7 @@ import pytest
 
 from traffic import agent as ag
 from traffic.errors import TrafficError
-from traffic.replay_io import read_jsonl, write_plans
+from traffic.replay_io import COLUMNS, merge_results, read_jsonl, write_plans
 
 ROOT = Path(__file__).resolve().parents[2]
 SENDER, NEAR = "127.0.0.1", "127.0.0.1"  # the planned port pair
@@ -416,3 +416,27 @@ def test_a_receiver_reports_whole_frames_only_and_leaves_cut_ones_to_the_sender(
     recs = {r["id"]: r for r in read_jsonl(tmp_path / "gpu1.recv.jsonl")}
     assert recs[5]["verified"] is False and "of 100000 payload bytes" in recs[5]["error"]
     assert recs[6]["verified"] is True
+
+
+# --------------------------------------------------------------------------- merge and summary
+
+def test_merged_rows_and_the_replay_summary_count_retried_and_moved_transfers(tmp_path: Path):
+    from testbed.replay import Prepared, summarize
+
+    with _peer(NEAR, resets=99) as near:
+        base = {"src": "gpu1", "dst": "gpu2", "src_ip": SENDER, "dst_port": near.port, "bytes": 300_000}
+        alt = {"alt_src_ip": ALT[0], "alt_dst_ip": ALT[1]}
+        lines = [base | alt | {"id": 1, "dst_ip": NEAR, "start": 0.0},   # reset: retried over the other pair
+                 base | alt | {"id": 2, "dst_ip": NEAR, "start": 0.25},  # the planned pair is held: moved
+                 base | {"id": 3, "dst_ip": FAR, "start": 0.3}]          # planned where the receiver is: plain
+        plan = ag.read_plan(str(write_plans(lines, tmp_path)["gpu1"]), "gpu1")
+        asyncio.run(_run(tmp_path, plan, near.port, dead_hold=5.0))
+    rows = {r["id"]: r for r in merge_results(tmp_path)}
+    assert all(r["verified"] for r in rows.values()), rows
+    assert (rows[1]["retried"], rows[1]["moved"], rows[1]["sent_src_ip"]) == (True, True, ALT[0])
+    assert RESET.match(rows[1]["first_error"])
+    assert (rows[2]["retried"], rows[2]["moved"], rows[2]["first_error"]) == (False, True, None)
+    assert tuple(rows[3]) == COLUMNS  # nothing happened to it: the row is as it always was
+    summary = summarize("zcube", list(rows.values()), Prepared(None, [], 0.0, 3, 0), 1e9, 1500, 0, {}, [])
+    assert (summary["verified"], summary["failed"]) == (3, 0)
+    assert (summary["transfers_retried"], summary["transfers_moved"]) == (1, 2)
