@@ -466,7 +466,7 @@ class QueueSampler:
 def write_breakdowns(run_dir: Path, rows: list[dict], sampler: QueueSampler, rate_bps: float, mtu: int) -> dict:
     """Per-link utilization (hotspots), per-NIC-port bytes (a server's NIC
     imbalance), goodput per second, FCT slowdown by size bin."""
-    from traffic import metrics
+    from traffic import metrics, replay_io
 
     span = max(sampler.t_last - sampler.t_first, 1e-9)
     util = {q: (towards, nbytes, nbytes * 8 / span / rate_bps) for q, (towards, nbytes) in sampler.link_bytes().items()}
@@ -478,7 +478,7 @@ def write_breakdowns(run_dir: Path, rows: list[dict], sampler: QueueSampler, rat
     for r in rows:
         if r["verified"]:
             ep = r.get("kind") in ("dispatch", "combine")
-            for ip, i in ((r["src_ip"], 0), (r["dst_ip"], 1)):
+            for ip, i in zip(replay_io.sent_pair(r), (0, 1)):  # the NIC ports it went over
                 loads = nic.setdefault(ip, [0, 0, 0, 0])
                 loads[i] += r["bytes"]
                 loads[i + 2] += r["bytes"] if ep else 0

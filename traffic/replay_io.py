@@ -151,6 +151,12 @@ def merge_results(out_dir: str | Path, t0: float | None = None) -> list[dict[str
     return rows
 
 
+def sent_pair(row: dict[str, Any]) -> tuple[Any, Any]:
+    """(source, destination address) the row's bytes went over: the port pair its sender last used when it
+    moved the transfer, else the planned one."""
+    return row.get("sent_src_ip") or row.get("src_ip"), row.get("sent_dst_ip") or row.get("dst_ip")
+
+
 def retry_counts(rows: Iterable[dict[str, Any]]) -> tuple[int, int]:
     """(rows the sender retried after a dead connection, rows it sent over the other port pair)."""
     retried = moved = 0
@@ -180,4 +186,4 @@ def write_transfers_csv(rows: Iterable[dict[str, Any]], path: str | Path, extra:
 
 
 __all__ = ["PLAN_KEYS", "ALT_PLAN_KEYS", "COLUMNS", "NEVER_COMPLETED", "plan_path", "write_plans", "read_jsonl",
-           "merge_results", "retry_counts", "start_lateness", "write_transfers_csv", "RETRY_KEYS"]
+           "merge_results", "retry_counts", "sent_pair", "start_lateness", "write_transfers_csv", "RETRY_KEYS"]
