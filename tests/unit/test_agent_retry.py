@@ -272,7 +272,7 @@ def _kernel_at_least(major: int, minor: int) -> bool:
     return tuple(int(n) for n in nums[:2] if n.isdigit()) >= (major, minor)
 
 
-@pytest.mark.skipif(not _kernel_at_least(5, 11), reason="TCP_USER_TIMEOUT covers a shut window since Linux 5.11")
+@pytest.mark.skipif(not _kernel_at_least(5, 11), reason="TCP_USER_TIMEOUT covers a shut window since about Linux 5.11")
 @pytest.mark.parametrize("mode", MODES)
 def test_data_left_unacknowledged_fails_the_connection_with_etimedout(tmp_path: Path, mode: str):
     """Through the agent's own sockets: the kernel aborts once data waits dead_after unacknowledged."""
