@@ -18,7 +18,8 @@ Data shapes:
   (bytes and packets sent, drops in packets, backlog in bytes). A missing
   counter is never read as 0: that is how links.csv got negative bytes.
 * ``rows``: merged transfer rows (``traffic.replay_io.merge_results``) with
-  ``src_ip``, ``bytes`` (planned), ``received_bytes`` and ``verified``.
+  ``src_ip``, ``bytes`` (planned), ``received_bytes`` and ``verified``, and
+  ``sent_src_ip`` where the sender moved the transfer to the other port pair.
 * ``pause_events``: ``(time_ns, queue, event)`` with event 1 pause, 0 resume
   (``controller.pfc.analysis.read_events``; queue = the paused transmitter).
 """
@@ -232,7 +233,7 @@ def nic_sent_covers_payload(first: dict, last: dict, rows: list[dict]) -> list[s
     payload: dict[str, int] = {}
     for r in rows:
         if r.get("verified"):
-            nic = nic_of_ip(r["src_ip"])
+            nic = nic_of_ip(r.get("sent_src_ip") or r["src_ip"])  # a transfer moved to the other pair left there
             payload[nic] = payload.get(nic, 0) + int(r.get("received_bytes") or r["bytes"])
     out = []
     total_sent = 0

@@ -53,6 +53,7 @@ from testbed.fabric import addressing
 from testbed.fabric.routing import ForwardingTables, Link, forwarding_tables, path_links
 from testbed.fabric.topology import Fabric
 from traffic.placement import gpu_server
+from traffic.replay_io import sent_pair
 
 COLUMNS = ("queue", "towards", "kv_bytes", "ep_bytes", "share", "top", "measured_bytes", "model_vs_measured")
 FILE = "link_traffic.csv"
@@ -152,7 +153,8 @@ def link_traffic(fabric: Fabric, rows: Iterable[dict], gpus_per_server: int = 8,
                  tables: ForwardingTables | None = None) -> dict[str, LinkLoad]:
     """queue -> ``LinkLoad`` for every queue of ``fabric``, from merged rows (``transfers.csv`` and
     ``messages.csv`` rows, or ``traffic.replay_io.merge_results``' dicts: ``src_ip``, ``dst_ip``,
-    ``bytes``, ``received_bytes``, ``verified``, and for EP messages ``kind`` and ``engine``). A row
+    ``bytes``, ``received_bytes``, ``verified``, and for EP messages ``kind`` and ``engine``; a merged
+    row the sender moved to the other port pair goes by its ``sent_src_ip``/``sent_dst_ip``). A row
     without both addresses (never in any plan) carries nothing. TestbedError when an address is not
     a NIC port of the fabric or the tables have no path for it."""
     tables = tables or forwarding_tables(fabric)
@@ -160,7 +162,7 @@ def link_traffic(fabric: Fabric, rows: Iterable[dict], gpus_per_server: int = 8,
     # aggregate first: (src port, dst port, KV?, label) -> bytes; then route each pair once
     per_pair: dict[tuple[str, str], dict[tuple[bool, str], float]] = {}
     for row in rows:
-        src_ip, dst_ip = row.get("src_ip"), row.get("dst_ip")
+        src_ip, dst_ip = sent_pair(row)  # a transfer moved to the other port pair took that pair's path
         nbytes = row_bytes(row)
         if not src_ip or not dst_ip or nbytes <= 0:
             continue

@@ -242,6 +242,7 @@ def serving_summary(res: dict, setup: LiveSetup, rows: list[dict], messages: lis
     import math
 
     from traffic.metrics import percentile, rounded_percentiles
+    from traffic.replay_io import retry_counts
 
     srv = res["serving"]
     spec = setup.config["spec"]
@@ -289,6 +290,8 @@ def serving_summary(res: dict, setup: LiveSetup, rows: list[dict], messages: lis
         "kv_bytes": srv["kv_bytes"],
         "ep_messages": len(messages),
         "ep_messages_verified": sum(1 for m in messages if m["verified"]),
+        "ep_messages_retried": retry_counts(messages)[0],
+        "ep_messages_moved": retry_counts(messages)[1],
         "transfer_packets": {"p50": percentile(packets, 50) if packets else None},
         "start_lateness_ms": pct(lateness_real),
         "start_lateness_wall_ms": pct(lateness),

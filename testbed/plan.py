@@ -75,7 +75,8 @@ def path_json(f: Fabric, src: int, dst: int, policy: str = DEFAULT_POLICY) -> di
         "paths": [
             {"src_port": p.src_port, "dst_port": p.dst_port, "hops": list(p.hops), "ecmp": p.ecmp,
              "cables": p.cables,
-             "src_ip": addressing.ip_of(src, p.src_port), "dst_ip": addressing.ip_of(dst, p.dst_port)}
+             "src_ip": addressing.ip_of(src, p.src_port), "dst_ip": addressing.ip_of(dst, p.dst_port),
+             **addressing.alt_ips(src, p.src_port, dst, p.dst_port)}
             for p in paths(f, src, dst, policy)
         ],
     }

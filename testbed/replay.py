@@ -150,7 +150,8 @@ def prepare(cfg: ReplayConfig, n_gpus: int, rate_bps: float, mtu: int, fabric=No
         rows.append({"id": i, "request_id": t.request_id, "src": f"gpu{t.src_gpu}", "dst": f"gpu{t.dst_gpu}",
                      "src_ip": addressing.ip_of(t.src_gpu, c.src_port),
                      "dst_ip": addressing.ip_of(t.dst_gpu, c.dst_port), "dst_port": AGENT_PORT,
-                     "bytes": t.bytes, "start": round(t.scheduled_start_s - offset, 6)})
+                     "bytes": t.bytes, "start": round(t.scheduled_start_s - offset, 6),
+                     **addressing.alt_ips(t.src_gpu, c.src_port, t.dst_gpu, c.dst_port)})
     warnings = []
     if sched.fidelity_warnings:
         warnings.append(f"{sched.fidelity_warnings} of {sched.checked_chunks} KV chunks are under "
@@ -317,9 +318,10 @@ def _progress(total: int):
 def summarize(fabric_name: str, rows: list[dict], prepared: Prepared, rate_bps: float, mtu: int,
               drops: int, crashed: dict, warnings: list[str]) -> dict:
     """The replay summary (its keys are a contract: README, tests and the report read them) from merged rows."""
-    from traffic import metrics, schedule
+    from traffic import metrics, replay_io, schedule
 
     ok = [r for r in rows if r["verified"]]
+    retried, moved = replay_io.retry_counts(rows)
     fct_s = [r["end"] - r["start"] for r in ok]
     lateness = [r["start"] - r["scheduled_start"] for r in rows if r["start"] is not None]
     first = min((r["start"] for r in ok), default=0.0)
@@ -345,6 +347,8 @@ def summarize(fabric_name: str, rows: list[dict], prepared: Prepared, rate_bps: 
         "transfers": len(rows),
         "verified": len(ok),
         "failed": len(rows) - len(ok),
+        "transfers_retried": retried,  # resent once after a dead connection (traffic.agent)
+        "transfers_moved": moved,  # sent over the other NIC port pair
         "requests": prepared.requests,
         "bytes": nbytes,
         "goodput_bps": round(goodput),
@@ -466,7 +470,7 @@ class QueueSampler:
 def write_breakdowns(run_dir: Path, rows: list[dict], sampler: QueueSampler, rate_bps: float, mtu: int) -> dict:
     """Per-link utilization (hotspots), per-NIC-port bytes (a server's NIC
     imbalance), goodput per second, FCT slowdown by size bin."""
-    from traffic import metrics
+    from traffic import metrics, replay_io
 
     span = max(sampler.t_last - sampler.t_first, 1e-9)
     util = {q: (towards, nbytes, nbytes * 8 / span / rate_bps) for q, (towards, nbytes) in sampler.link_bytes().items()}
@@ -478,7 +482,7 @@ def write_breakdowns(run_dir: Path, rows: list[dict], sampler: QueueSampler, rat
     for r in rows:
         if r["verified"]:
             ep = r.get("kind") in ("dispatch", "combine")
-            for ip, i in ((r["src_ip"], 0), (r["dst_ip"], 1)):
+            for ip, i in zip(replay_io.sent_pair(r), (0, 1)):  # the NIC ports it went over
                 loads = nic.setdefault(ip, [0, 0, 0, 0])
                 loads[i] += r["bytes"]
                 loads[i + 2] += r["bytes"] if ep else 0

@@ -25,6 +25,27 @@ with ``ok: false`` and the error, never dropped. Once every planned transfer
 has ended, ``<name>.done`` appears; the agent keeps receiving until SIGTERM or
 SIGINT, then records what was in flight, flushes and exits 0.
 
+Dead connections: a cut cable makes TCP stall in retransmission, not fail. An
+RDMA NIC fails its queue pair once the retry count is exceeded, and a transfer
+engine then resubmits on another NIC (Mooncake Transfer Engine, "Fault
+Handling"). The sender does the same: every socket gets ``TCP_USER_TIMEOUT`` =
+``--dead-after`` (data unacknowledged that long fails the connection with
+ETIMEDOUT; so does a window that stays shut that long) and a connect is given
+as long. A transfer that fails on a dead connection (that timeout, reset,
+aborted, broken pipe, host/network unreachable or down) is sent once more,
+whole, on a fresh connection: over the other NIC port pair
+(``alt_src_ip`` -> ``alt_dst_ip`` of its plan line) when it has one, else over
+the same pair; on a persistent connection every transfer queued or in flight
+on it is. A bad ack or crc, ``--transfer-timeout`` (the whole budget,
+both attempts) and a stop are not retried. For ``--dead-hold`` seconds after
+a dead connection on a pair, new transfers planned on it go straight to its
+alternative; then the planned pair is tried again. The sent record says what
+happened: ``retried``, ``first_error``, ``moved`` (sent on the other pair) and
+``sent_src_ip``/``sent_dst_ip`` (where the last attempt went); a retry that
+fails too is ``ok: false`` with "retry failed: <second> (first: <first>)".
+The receiver records every frame it saw, a cut one included, but reports only
+whole frames to a coordinator: a cut frame's sender retries it or reports it.
+
 All times are ``time.monotonic()`` (CLOCK_MONOTONIC, shared by every network
 namespace on the host), absolute, in seconds. Standard library only, so 32-64
 of these start fast and stay small. Bad arguments: one line on stderr, exit 2.
@@ -35,6 +56,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import errno
 import functools
 import json
 import math
@@ -57,7 +79,13 @@ MAX_U64 = 2**64 - 1
 PATTERN_BYTES = 65_536
 RECV_BUFFER_BYTES = 262_144
 DEFAULT_TRANSFER_TIMEOUT_S = 60.0
+DEFAULT_DEAD_AFTER_S = 1.0
+DEFAULT_DEAD_HOLD_S = 2.0
+# what a dead path looks like to TCP (or our connect bound): worth one more try, elsewhere if possible
+DEAD_ERRNOS = frozenset({errno.ETIMEDOUT, errno.ECONNRESET, errno.ECONNABORTED, errno.EPIPE, errno.EHOSTUNREACH,
+                         errno.ENETUNREACH, errno.ENETDOWN})
 IO_MODES = ("sock", "stream")
+ALT_KEYS = ("alt_src_ip", "alt_dst_ip")  # optional in plan lines and orders: the other NIC port pair
 CONNECTION_MODES = ("persistent", "per-transfer")
 
 PATTERN_WINDOWS = 256
@@ -231,7 +259,8 @@ def _touch(path: str, text: str = "") -> None:
 
 @dataclass(frozen=True, slots=True)
 class PlannedTransfer:
-    """One line of the plan: what to send, where from, where to, when (s after t0)."""
+    """One line of the plan: what to send, where from, where to, when (s after t0), and the other NIC
+    port pair's addresses (None: it has none) for when its own pair is dead."""
 
     id: int
     request_id: int | None
@@ -242,6 +271,8 @@ class PlannedTransfer:
     dst_port: int
     bytes: int
     start: float
+    alt_src_ip: str | None = None
+    alt_dst_ip: str | None = None
 
 
 def _want_int(where: str, obj: dict[str, Any], key: str, lo: int, hi: int) -> int:
@@ -260,6 +291,17 @@ def _want_ip(where: str, obj: dict[str, Any], key: str) -> str:
     return value  # type: ignore[return-value]
 
 
+def _want_alt(where: str, obj: dict[str, Any]) -> tuple[str | None, str | None]:
+    """(alt_src_ip, alt_dst_ip), both or neither: a half pair could not carry a retry."""
+    given = [k for k in ALT_KEYS if obj.get(k) is not None]
+    if not given:
+        return None, None
+    if len(given) == 1:
+        missing, = set(ALT_KEYS) - set(given)
+        raise AgentError(f"{where}: {given[0]} without {missing}; expected both or neither")
+    return _want_ip(where, obj, "alt_src_ip"), _want_ip(where, obj, "alt_dst_ip")
+
+
 def parse_plan_line(where: str, line: str, name: str) -> PlannedTransfer:
     """Validate one plan line (``where`` names file and line for the error)."""
     try:
@@ -276,11 +318,21 @@ def parse_plan_line(where: str, line: str, name: str) -> PlannedTransfer:
     request_id = obj.get("request_id")
     if request_id is not None and (not isinstance(request_id, int) or isinstance(request_id, bool)):
         raise AgentError(f"{where}: request_id {request_id!r} is not an integer")
+    alt_src_ip, alt_dst_ip = _want_alt(where, obj)
     return PlannedTransfer(
         id=_want_int(where, obj, "id", 0, MAX_U64), request_id=request_id, src=name,
         dst=obj.get("dst"), src_ip=_want_ip(where, obj, "src_ip"), dst_ip=_want_ip(where, obj, "dst_ip"),
         dst_port=_want_int(where, obj, "dst_port", 1, 65535),
-        bytes=_want_int(where, obj, "bytes", 0, MAX_U64), start=float(start))
+        bytes=_want_int(where, obj, "bytes", 0, MAX_U64), start=float(start),
+        alt_src_ip=alt_src_ip, alt_dst_ip=alt_dst_ip)
+
+
+def order_transfer(order: dict[str, Any], name: str) -> PlannedTransfer:
+    """A coordinator's ``send`` order as a transfer due at ``due``; AgentError on a bad alternative pair
+    (the rest is the coordinator's own bookkeeping and trusted as before)."""
+    alt_src_ip, alt_dst_ip = _want_alt(f"order {order.get('id')!r}", order)
+    return PlannedTransfer(order["id"], order.get("request_id"), name, order.get("dst"), order["src_ip"],
+                           order["dst_ip"], order["dst_port"], order["bytes"], order["due"], alt_src_ip, alt_dst_ip)
 
 
 def read_plan(path: str, name: str) -> list[PlannedTransfer]:
@@ -380,16 +432,19 @@ class _Receiver(asyncio.BufferedProtocol):
 
 # --------------------------------------------------------------------------- sender
 
-def _bound_socket(src_ip: str) -> socket.socket:
+def _bound_socket(src_ip: str, dead_after: float = DEFAULT_DEAD_AFTER_S) -> socket.socket:
     """A non-blocking TCP socket bound to ``src_ip`` so routing sends it from that NIC port.
 
     IP_BIND_ADDRESS_NO_PORT defers the port choice to connect(), so thousands of
     short transfers do not run out of ephemeral ports held in TIME_WAIT.
+    TCP_USER_TIMEOUT fails the connection (ETIMEDOUT) once sent data stays
+    unacknowledged ``dead_after`` seconds: a cut cable only stalls TCP otherwise.
     """
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     try:
         sock.setblocking(False)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # no Nagle stall on the tail
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, max(1, round(dead_after * 1000)))
         if hasattr(socket, "IP_BIND_ADDRESS_NO_PORT"):
             sock.setsockopt(socket.IPPROTO_IP, socket.IP_BIND_ADDRESS_NO_PORT, 1)
         sock.bind((src_ip, 0))
@@ -397,6 +452,18 @@ def _bound_socket(src_ip: str) -> socket.socket:
         sock.close()
         raise
     return sock
+
+
+async def _connect(loop: asyncio.AbstractEventLoop, sock: socket.socket, dst: tuple[str, int],
+                   dead_after: float) -> None:
+    """Connect within ``dead_after`` s; a SYN nobody answers is a dead path, not a slow one."""
+    try:
+        async with asyncio.timeout(dead_after):
+            await loop.sock_connect(sock, dst)
+    except TimeoutError as exc:
+        if exc.errno:
+            raise  # the kernel's own ETIMEDOUT
+        raise TimeoutError(errno.ETIMEDOUT, f"connect not done within {dead_after:g} s (--dead-after)") from None
 
 
 def _check_ack(raw: bytes, t: PlannedTransfer) -> tuple[int, str | None]:
@@ -467,6 +534,29 @@ def _error_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
+def _is_dead(exc: BaseException) -> bool:
+    """A failure of the path, not of the peer's checks, our own timeout or a stop: worth one retry."""
+    return isinstance(exc, OSError) and exc.errno in DEAD_ERRNOS
+
+
+@dataclass(slots=True)
+class _Route:
+    """The port pair a transfer's current attempt uses and what its attempts met, for its sent record."""
+
+    src_ip: str
+    dst_ip: str
+    connected: float | None = None
+    first_error: str | None = None
+
+    def other(self, t: PlannedTransfer) -> tuple[str, str]:
+        """The pair a retry takes: the other of planned/alternative, or the same one when there is no other."""
+        if t.alt_src_ip is None or t.alt_dst_ip is None:
+            return self.src_ip, self.dst_ip
+        if (self.src_ip, self.dst_ip) == (t.src_ip, t.dst_ip):
+            return t.alt_src_ip, t.alt_dst_ip
+        return t.src_ip, t.dst_ip
+
+
 class _Channel:
     """One persistent TCP connection from a NIC port to a peer's listener, reused by every
     transfer between them, like a queue pair of a KV transfer engine (Mooncake Transfer
@@ -474,12 +564,13 @@ class _Channel:
     waiting for acks, and the acks come back in the same order. A connection that fails
     fails what is queued or in flight on it; the next transfer opens a new one."""
 
-    def __init__(self, src_ip: str, dst: tuple[str, int]) -> None:
-        self.src_ip, self.dst = src_ip, dst
+    def __init__(self, src_ip: str, dst: tuple[str, int], dead_after: float = DEFAULT_DEAD_AFTER_S) -> None:
+        self.src_ip, self.dst, self.dead_after = src_ip, dst, dead_after
         self.queue: asyncio.Queue[tuple[PlannedTransfer, asyncio.Future[bytes], list[float]]] = asyncio.Queue()
         self.inflight: collections.deque[tuple[PlannedTransfer, asyncio.Future[bytes]]] = collections.deque()
         self.sock: socket.socket | None = None
         self.reader: asyncio.Task[None] | None = None
+        self.closed = False
         self.writer = asyncio.create_task(self._write())
 
     def submit(self, t: PlannedTransfer) -> tuple[asyncio.Future[bytes], list[float]]:
@@ -497,8 +588,8 @@ class _Channel:
                 continue  # timed out or cancelled while queued
             try:
                 if self.sock is None:
-                    self.sock = _bound_socket(self.src_ip)
-                    await loop.sock_connect(self.sock, self.dst)
+                    self.sock = _bound_socket(self.src_ip, self.dead_after)
+                    await _connect(loop, self.sock, self.dst, self.dead_after)
                     self.reader = asyncio.create_task(self._read(self.sock))
                 on_wire.append(time.monotonic())
                 self.inflight.append((t, fut))
@@ -525,19 +616,28 @@ class _Channel:
                 self._fail(exc)
 
     def _fail(self, exc: BaseException) -> None:
-        """Fail everything in flight and drop the connection (the next transfer reconnects)."""
-        while self.inflight:
-            _, fut = self.inflight.popleft()
+        """Fail everything queued or in flight and drop the connection (the next transfer reconnects):
+        what waits behind a dead connection is as stuck as what is on it."""
+        err = exc if isinstance(exc, OSError) else ConnectionError(str(exc))
+        waiting = [fut for _, fut in self.inflight]
+        self.inflight.clear()
+        while not self.queue.empty():
+            waiting.append(self.queue.get_nowait()[1])
+        for fut in waiting:
             if not fut.done():
-                fut.set_exception(exc if isinstance(exc, OSError) else ConnectionError(str(exc)))
+                fut.set_exception(err)
         if self.reader is not None and self.reader is not asyncio.current_task():
             self.reader.cancel()
         self.reader = None
         if self.sock is not None:
             _release(asyncio.get_running_loop(), self.sock)
             self.sock = None
+        if not self.closed and self.writer is not asyncio.current_task():
+            self.writer.cancel()  # it may wait in a send on the released socket, which nothing will wake
+            self.writer = asyncio.create_task(self._write())
 
     def close(self) -> None:
+        self.closed = True
         self.writer.cancel()
         self._fail(ConnectionError("agent stopped"))
 
@@ -550,8 +650,12 @@ class Agent:
     def __init__(self, name: str, listen: list[tuple[str, int]], plan: list[PlannedTransfer],
                  out_dir: str, t0: float | None, ready_file: str | None = None,
                  transfer_timeout: float = DEFAULT_TRANSFER_TIMEOUT_S, io: str = "sock",
-                 connections: str = "persistent", control: str | None = None) -> None:
+                 connections: str = "persistent", control: str | None = None,
+                 dead_after: float = DEFAULT_DEAD_AFTER_S, dead_hold: float = DEFAULT_DEAD_HOLD_S) -> None:
         self.name = name
+        self.dead_after = dead_after
+        self.dead_hold = dead_hold
+        self._dead_until: dict[tuple[str, str], float] = {}  # (src_ip, dst_ip) -> monotonic end of its hold
         self.control = control
         self._control_out: asyncio.StreamWriter | None = None
         self._reports: list[str] = []
@@ -579,7 +683,7 @@ class Agent:
         self._recv.write({"id": r.id, "peer": peer, "local": local, "bytes": r.received,
                           "expected_bytes": r.length, "crc_ok": r.crc_ok, "first_byte": r.first_byte,
                           "last_byte": r.last_byte, "verified": r.verified, "error": r.error})
-        if r.id is not None:
+        if r.id is not None and r.error is None:  # a cut frame is its sender's to retry or report
             self._report({"id": r.id, "t": r.last_byte, "ok": r.verified, "error": r.error})
 
     def _report(self, obj: dict[str, Any]) -> None:
@@ -596,16 +700,23 @@ class Agent:
             self._control_out.write("".join(self._reports).encode())
         self._reports.clear()
 
-    def _record_sent(self, t: PlannedTransfer, start: float | None, connected: float | None,
+    def _record_sent(self, t: PlannedTransfer, route: _Route | None, start: float | None,
                      end: float | None, acked: int | None, error: str | None) -> None:
+        route = route or _Route(t.src_ip, t.dst_ip)
+        retried = route.first_error is not None
+        if retried and error is not None:
+            error = f"retry failed: {error} (first: {route.first_error})"
         self._sent.write({"id": t.id, "request_id": t.request_id, "src": t.src, "dst": t.dst,
                           "src_ip": t.src_ip, "dst_ip": t.dst_ip, "dst_port": t.dst_port,
                           "bytes": t.bytes, "scheduled_start": None if self.t0 is None else self.t0 + t.start,
                           "start": start,
-                          "connected": connected, "end": end, "acked_bytes": acked,
-                          "ok": error is None, "error": error})
+                          "connected": route.connected, "end": end, "acked_bytes": acked,
+                          "ok": error is None, "error": error,
+                          "retried": retried, "first_error": route.first_error,
+                          "sent_src_ip": route.src_ip, "sent_dst_ip": route.dst_ip,
+                          "moved": (route.src_ip, route.dst_ip) != (t.src_ip, t.dst_ip)})
         if error is not None:
-            self._report({"id": t.id, "failed": error})
+            self._report({"id": t.id, "failed": error} | ({"retried": True} if retried else {}))
         self._pending -= 1
         if self._pending == 0 and not self._stopping and self.control is None:
             _touch(os.path.join(self.out_dir, f"{self.name}.done"))
@@ -663,11 +774,14 @@ class Agent:
                 if self._tasks:
                     await asyncio.wait(set(self._tasks), timeout=self.transfer_timeout)
                 break
-            t = PlannedTransfer(order["id"], order.get("request_id"), self.name, order.get("dst"),
-                                order["src_ip"], order["dst_ip"], order["dst_port"], order["bytes"], order["due"])
+            try:
+                t = order_transfer(order, self.name)
+            except AgentError as exc:
+                print(f"traffic.agent: error: {exc}", file=sys.stderr)
+                break
             self.plan.append(t)
             self._started += 1
-            task = asyncio.create_task(self._transfer_on_channel(t) if self.persistent else self._transfer(t))
+            task = asyncio.create_task(self._transfer(t))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
         stop.set()
@@ -685,35 +799,77 @@ class Agent:
             if delay > 0:
                 await asyncio.sleep(delay)
             self._started += 1
-            task = asyncio.create_task(self._transfer_on_channel(t) if self.persistent else self._transfer(t))
+            task = asyncio.create_task(self._transfer(t))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
-    async def _transfer_on_channel(self, t: PlannedTransfer) -> None:
-        """Queue ``t`` on the persistent connection of its port pair and wait for its ack; always
-        leaves exactly one sent record. ``start`` is when it was due and handed over (so its FCT
-        includes waiting behind earlier transfers on the same connection), ``connected`` when its
-        first byte went out."""
-        key = (t.src_ip, t.dst_ip, t.dst_port)
-        channel = self._channels.get(key)
-        if channel is None:
-            channel = self._channels[key] = _Channel(t.src_ip, (t.dst_ip, t.dst_port))
+    async def _transfer(self, t: PlannedTransfer) -> None:
+        """Send ``t`` (on its pair's persistent connection or its own), retrying once after a dead
+        connection, and wait for its ack; always leaves exactly one sent record. ``start`` is when it was
+        due and handed over, ``connected`` when the last attempt connected (its own connection) or put
+        its first byte on the wire (persistent: so its FCT includes waiting behind earlier transfers)."""
         start = time.monotonic()
-        end = None
-        acked: int | None = None
-        error: str | None = None
-        fut, on_wire = channel.submit(t)
+        route = self._route(t)
+        end = acked = error = None
         try:
             async with asyncio.timeout(self.transfer_timeout):
-                ack = await asyncio.shield(fut)
+                ack = await self._with_retry(t, route)
             end = time.monotonic()
             acked, error = _check_ack(ack, t)
         except (TimeoutError, asyncio.CancelledError, OSError) as exc:
             error = self._failure(exc)
+        self._record_sent(t, route, start, end, acked, error)
+
+    def _route(self, t: PlannedTransfer) -> _Route:
+        """The planned pair, or its alternative while the planned one is held dead (and the other is not)."""
+        if t.alt_src_ip is not None and t.alt_dst_ip is not None and self._held(t.src_ip, t.dst_ip) \
+                and not self._held(t.alt_src_ip, t.alt_dst_ip):
+            return _Route(t.alt_src_ip, t.alt_dst_ip)
+        return _Route(t.src_ip, t.dst_ip)
+
+    def _held(self, src_ip: str, dst_ip: str) -> bool:
+        """A dead connection on this pair ended less than ``dead_hold`` ago."""
+        return time.monotonic() < self._dead_until.get((src_ip, dst_ip), -math.inf)
+
+    async def _with_retry(self, t: PlannedTransfer, route: _Route) -> bytes:
+        """One attempt; after a dead connection, hold its pair dead and make one more, whole, on a fresh
+        connection over the other pair (an RDMA NIC's retry-exceeded, then the engine resubmits elsewhere)."""
+        attempt = self._on_channel if self.persistent else self._on_own_connection
+        try:
+            return await attempt(t, route)
+        except OSError as exc:
+            if self._stopping or not _is_dead(exc):
+                raise
+            self._dead_until[(route.src_ip, route.dst_ip)] = time.monotonic() + self.dead_hold
+            route.first_error = _error_text(exc)
+            route.src_ip, route.dst_ip = route.other(t)
+            route.connected = None
+        return await attempt(t, route)
+
+    async def _on_channel(self, t: PlannedTransfer, route: _Route) -> bytes:
+        """Queue ``t`` on the persistent connection of ``route``'s pair; its ack."""
+        key = (route.src_ip, route.dst_ip, t.dst_port)
+        channel = self._channels.get(key)
+        if channel is None:
+            channel = self._channels[key] = _Channel(route.src_ip, (route.dst_ip, t.dst_port), self.dead_after)
+        fut, on_wire = channel.submit(t)
+        try:
+            return await asyncio.shield(fut)
         finally:
             if not fut.done():
                 fut.cancel()
-        self._record_sent(t, start, on_wire[0] if on_wire else None, end, acked, error)
+            route.connected = on_wire[0] if on_wire else None
+
+    async def _on_own_connection(self, t: PlannedTransfer, route: _Route) -> bytes:
+        """Connect from ``route``'s source to its destination, send, read the ack; close."""
+        loop = asyncio.get_running_loop()
+        sock = _bound_socket(route.src_ip, self.dead_after)
+        try:
+            await _connect(loop, sock, (route.dst_ip, t.dst_port), self.dead_after)
+            route.connected = time.monotonic()
+            return await self.exchange(loop, sock, t)
+        finally:
+            _release(loop, sock)
 
     def _failure(self, exc: BaseException) -> str:
         """A failed transfer's error text: our timeout (no errno) or the kernel's, a stop, or the OS's."""
@@ -722,29 +878,6 @@ class Agent:
         if isinstance(exc, TimeoutError) and not exc.errno:
             return f"timeout after {self.transfer_timeout:g} s"
         return _error_text(exc)
-
-    async def _transfer(self, t: PlannedTransfer) -> None:
-        """Connect, send, wait for the ack; always leaves exactly one sent record."""
-        loop = asyncio.get_running_loop()
-        start = connected = end = None
-        acked: int | None = None
-        error: str | None = None
-        sock: socket.socket | None = None
-        try:
-            async with asyncio.timeout(self.transfer_timeout):
-                start = time.monotonic()
-                sock = _bound_socket(t.src_ip)
-                await loop.sock_connect(sock, (t.dst_ip, t.dst_port))
-                connected = time.monotonic()
-                ack = await self.exchange(loop, sock, t)
-                end = time.monotonic()
-                acked, error = _check_ack(ack, t)
-        except (TimeoutError, asyncio.CancelledError, OSError) as exc:
-            error = self._failure(exc)
-        finally:
-            if sock is not None:
-                _release(loop, sock)
-        self._record_sent(t, start, connected, end, acked, error)
 
     async def shutdown(self, dispatcher: asyncio.Task[None]) -> None:
         """Stop listening, record unfinished work as failed, flush."""
@@ -816,6 +949,16 @@ def _positive(text: str) -> float:
     return value
 
 
+def _non_negative(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number >= 0")
+    return value
+
+
 def _finite(text: str) -> float:
     try:
         value = float(text)
@@ -842,6 +985,12 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--ready-file", help="written once every listener is bound")
     p.add_argument("--transfer-timeout", type=_positive, default=DEFAULT_TRANSFER_TIMEOUT_S,
                    help="seconds before a transfer is recorded as failed (default 60)")
+    p.add_argument("--dead-after", type=_positive, default=DEFAULT_DEAD_AFTER_S, metavar="SECONDS",
+                   help="a connection whose sent data stays unacknowledged this long, or whose connect takes "
+                        "this long, is dead (TCP_USER_TIMEOUT; default 1)")
+    p.add_argument("--dead-hold", type=_non_negative, default=DEFAULT_DEAD_HOLD_S, metavar="SECONDS",
+                   help="after a dead connection on a port pair, send new transfers planned on it over the other "
+                        "pair for this long, then try it again (default 2)")
     p.add_argument("--connections", choices=CONNECTION_MODES, default=CONNECTION_MODES[0],
                    help="one persistent connection per (source port, destination port), reused by every "
                         "transfer (default), or a new connection per transfer")
@@ -856,7 +1005,8 @@ async def _main(args: argparse.Namespace, plan: list[PlannedTransfer]) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     agent = Agent(args.name, args.listen, plan, args.out, args.t0, args.ready_file,
-                  args.transfer_timeout, args.io, args.connections, args.control)
+                  args.transfer_timeout, args.io, args.connections, args.control, args.dead_after,
+                  args.dead_hold)
     await agent.run(stop)
 
 

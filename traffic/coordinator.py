@@ -2,10 +2,12 @@
 
 One process in the root namespace. The agents (``traffic.agent --control``)
 connect to its Unix socket (a file, so reachable from every network namespace),
-say hello, and then take orders: ``send`` lines naming a message and the NIC
-ports it goes between; the receiving agent reports each verified arrival
-(``got``) with its last byte's time, a sender reports a message it could not
-send (``failed``). The cluster's clock is the real cluster's:
+say hello, and then take orders: ``send`` lines naming a message, the NIC
+ports it goes between and the other port pair (``alt_src_ip``, ``alt_dst_ip``:
+where the sender resends it if the first pair's connection dies); the
+receiving agent reports each whole arrival (``got``) with its last byte's
+time, a sender reports a message it could not send (``failed``, with
+``retried`` when a resend failed too). The cluster's clock is the real cluster's:
 wall = t0 + model time x ``dilation`` (the emulated world runs that many times
 slower, bytes are scaled to match), so a step's exchange is timed by the
 agents' own stamps, not by when this process got round to reading them.
@@ -161,6 +163,7 @@ class Coordinator:
         now = time.monotonic()
         order = {"id": m.id, "request_id": m.request_id, "src": name, "dst": f"gpu{m.dst_gpu}",
                  "src_ip": self.ips[m.src_gpu][sp - 1], "dst_ip": self.ips[m.dst_gpu][dp - 1],
+                 "alt_src_ip": self.ips[m.src_gpu][2 - sp], "alt_dst_ip": self.ips[m.dst_gpu][2 - dp],  # other pair
                  "dst_port": self.port, "bytes": m.bytes, "start": round(now - self.t0, 6),
                  "kind": m.kind, "step": m.step, "engine": m.engine}
         self.plans[name].write(json.dumps(order, separators=(",", ":")) + "\n")

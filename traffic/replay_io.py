@@ -1,13 +1,16 @@
 """Files around the traffic agent: per-agent plans in, one row per transfer out.
 
 ``write_plans`` splits a transfer list by source into ``<src>.plan.jsonl``
-(what ``python -m traffic.agent --plan`` reads). After a run,
+(what ``python -m traffic.agent --plan`` reads); a transfer may name the
+other NIC port pair (``alt_src_ip``, ``alt_dst_ip``), where the agent resends
+it when its own pair's connection dies. After a run,
 ``merge_results`` joins every plan line with the sender's record
 (``<src>.sent.jsonl``) and the receiver's (``<dst>.recv.jsonl``) by transfer
 id, so a transfer that never completed still shows up, as a failed row.
 Merged times are seconds after t0 (the agents record absolute
 CLOCK_MONOTONIC); ``end`` is the receiver's last byte, ``sender_end`` the ack
-as seen by the sender.
+as seen by the sender. A row whose sender resent it after a dead connection or
+sent it over the other port pair also carries the sender's ``RETRY_KEYS``.
 """
 
 from __future__ import annotations
@@ -23,9 +26,11 @@ from typing import Any, Iterable, Sequence
 from traffic.errors import TrafficError
 
 PLAN_KEYS = ("id", "src", "src_ip", "dst_ip", "dst_port", "bytes", "start")
+ALT_PLAN_KEYS = ("alt_src_ip", "alt_dst_ip")  # optional, both or neither: the other NIC port pair, for a retry
 COLUMNS = ("id", "request_id", "src", "dst", "src_ip", "dst_ip", "bytes", "received_bytes",
            "scheduled_start", "start", "first_byte", "end", "sender_end", "verified", "error")
 NEVER_COMPLETED = "never completed"
+RETRY_KEYS = ("retried", "moved", "first_error", "sent_src_ip", "sent_dst_ip")  # see traffic.agent
 _NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 
@@ -48,6 +53,8 @@ def write_plans(transfers: Iterable[dict[str, Any]], out_dir: str | Path,
         missing = [k for k in PLAN_KEYS if k not in t]
         if missing:
             raise TrafficError(f"transfer {t!r} lacks {', '.join(missing)}; expected keys {', '.join(PLAN_KEYS)}")
+        if sum(t.get(k) is not None for k in ALT_PLAN_KEYS) == 1:
+            raise TrafficError(f"transfer {t['id']!r} names one of alt_src_ip, alt_dst_ip; expected both or neither")
         if t["id"] in seen:
             raise TrafficError(f"transfer id {t['id']!r} appears twice; expected unique ids")
         seen.add(t["id"])
@@ -138,8 +145,25 @@ def merge_results(out_dir: str | Path, t0: float | None = None) -> list[dict[str
         for key in ("kind", "engine", "step"):  # the live driver's orders name what a message is
             if key in base:
                 rows[-1][key] = base[key]
+        if s and (s.get("retried") or s.get("moved")):  # only then: other rows keep exactly COLUMNS
+            rows[-1].update((key, s.get(key)) for key in RETRY_KEYS)
     rows.sort(key=lambda row: (math.inf if row["scheduled_start"] is None else row["scheduled_start"], row["id"]))
     return rows
+
+
+def sent_pair(row: dict[str, Any]) -> tuple[Any, Any]:
+    """(source, destination address) the row's bytes went over: the port pair its sender last used when it
+    moved the transfer, else the planned one."""
+    return row.get("sent_src_ip") or row.get("src_ip"), row.get("sent_dst_ip") or row.get("dst_ip")
+
+
+def retry_counts(rows: Iterable[dict[str, Any]]) -> tuple[int, int]:
+    """(rows the sender retried after a dead connection, rows it sent over the other port pair)."""
+    retried = moved = 0
+    for row in rows:
+        retried += bool(row.get("retried"))
+        moved += bool(row.get("moved"))
+    return retried, moved
 
 
 def start_lateness(rows: Sequence[dict[str, Any]]) -> list[float]:
@@ -161,5 +185,5 @@ def write_transfers_csv(rows: Iterable[dict[str, Any]], path: str | Path, extra:
     return count
 
 
-__all__ = ["PLAN_KEYS", "COLUMNS", "NEVER_COMPLETED", "plan_path", "write_plans", "read_jsonl",
-           "merge_results", "start_lateness", "write_transfers_csv"]
+__all__ = ["PLAN_KEYS", "ALT_PLAN_KEYS", "COLUMNS", "NEVER_COMPLETED", "plan_path", "write_plans", "read_jsonl",
+           "merge_results", "retry_counts", "sent_pair", "start_lateness", "write_transfers_csv", "RETRY_KEYS"]

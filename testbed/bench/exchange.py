@@ -86,7 +86,8 @@ def plan(phases: dict[tuple, list], keys: list[tuple], choices: dict, rate_bps: 
             used[pair] = used.get(pair, 0) + 1
             rows.append({"id": next_id, "request_id": None, "src": f"gpu{m.src_gpu}", "dst": f"gpu{m.dst_gpu}",
                          "src_ip": addressing.ip_of(m.src_gpu, sp), "dst_ip": addressing.ip_of(m.dst_gpu, dp),
-                         "dst_port": AGENT_PORT, "bytes": m.bytes, "start": round(t, 6)})
+                         "dst_port": AGENT_PORT, "bytes": m.bytes, "start": round(t, 6),
+                         **addressing.alt_ips(m.src_gpu, sp, m.dst_gpu, dp)})
             of[next_id] = key
             next_id += 1
         t += max(GAP_S, 3 * exchange_ideal_s(_rows(phases[key]), rate_bps, mtu, links))

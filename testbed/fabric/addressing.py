@@ -40,6 +40,12 @@ def ip_of(gpu: int, port: int) -> str:
     return f"10.{port}.{gpu // 256}.{gpu % 256}"
 
 
+def alt_ips(src_gpu: int, src_port: int, dst_gpu: int, dst_port: int) -> dict[str, str]:
+    """The other NIC port pair of a transfer (p1 -> dst p2 becomes p2 -> dst p1) as a plan line's
+    ``alt_src_ip``/``alt_dst_ip``: where its agent resends it when the planned pair's connection dies."""
+    return {"alt_src_ip": ip_of(src_gpu, 3 - src_port), "alt_dst_ip": ip_of(dst_gpu, 3 - dst_port)}
+
+
 def mac_of(gpu: int, port: int) -> str:
     """MAC address of a GPU's NIC port."""
     _check(gpu, port)
