@@ -26,7 +26,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("entry points", ("testbed.__main__", "testbed.cli", "testbed.mininet_topos")),
     ("experiments", ("testbed.calibrate", "testbed.replay_bench", "testbed.sweep", "testbed.load_curve", "testbed.run",
                      "testbed.experiment")),
-    ("drivers", ("testbed.replay", "testbed.live", "testbed.agents", "testbed.bench")),
+    ("drivers", ("testbed.replay", "testbed.live", "testbed.agents", "testbed.bench", "testbed.fault_schedule")),
     ("fabric lifecycle", ("testbed.emulation",)),
     ("controller and report", ("controller", "controller.pfc", "testbed.report")),
     ("datapath", ("testbed.datapath", "testbed.netns", "testbed.plan", "testbed.invariants", "testbed.outputs",
