@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
-from integration_helpers import run_testbed
+from integration_helpers import run_testbed, unreachable_pairs
 from testbed.bench.ecmp_probe import port_tx
 from testbed.datapath import netns_of
 from testbed.fabric import addressing, build_fabric
@@ -42,24 +41,7 @@ def deltas(before: dict, after: dict) -> dict:
 
 @pytest.mark.parametrize("fabric", ALL, indirect=True)
 def test_every_gpu_port_reaches_every_other(fabric):
-    f = model(fabric)
-    with tempfile.TemporaryDirectory() as tmp:
-        procs = {}
-        for gpu in f.gpus():
-            targets = [addressing.ip_of(o, p) for o in f.gpus() if o != gpu for p in (1, 2)]
-            procs[gpu] = subprocess.Popen(
-                ["ip", "netns", "exec", netns_of(gpu), "python3", str(HERE / "reach.py"), f"{tmp}/ready{gpu}",
-                 f"{tmp}/go", "4", *targets], stdout=subprocess.PIPE, text=True)
-        deadline = time.monotonic() + 30
-        while not all(Path(f"{tmp}/ready{g}").exists() for g in f.gpus()):
-            assert time.monotonic() < deadline, "reachability probes did not start"
-            time.sleep(0.05)
-        Path(f"{tmp}/go").touch()
-        unreachable = []
-        for gpu, proc in procs.items():
-            answered = set(json.loads(proc.communicate(timeout=60)[0]))
-            unreachable += [f"gpu{gpu} -> {ip}" for o in f.gpus() if o != gpu for p in (1, 2)
-                            if (ip := addressing.ip_of(o, p)) not in answered]
+    unreachable = unreachable_pairs(model(fabric))
     assert unreachable == [], f"{len(unreachable)} unreachable, e.g. {unreachable[:5]}"
 
 
