@@ -100,18 +100,21 @@ def probe_recovery(got: list[tuple[int, float, float]], cut_ms: float, until_ms:
     through a cut at ``cut_ms``. ``recovery_ms``: from the cut to the arrival of the first datagram sent after
     the cut that arrived, the first byte delivered on the new path (its one-way delay included). ``lost``: the
     datagrams missing from LOSS_BEFORE_MS before the cut (in flight on the cable) up to that one; the stream
-    ``stalled`` if any. ``blackhole_ms``: from the cut to the send time of the last of them (how long the
+    ``stalled`` if any. ``delay_ms``: the median one-way delay of the second before the cut (queues at the
+    emulated link rate), part of every recovery. ``blackhole_ms``: from the cut to the send time of the last of them (how long the
     switches sent into the dead cable). Losses after the recovery are congestion on the new path, which the
     goodput figures show."""
     got = sorted(got)
     if not got:
-        return {"stalled": True, "lost": None, "recovery_ms": None, "blackhole_ms": None}
+        return {"stalled": True, "lost": None, "delay_ms": None, "recovery_ms": None, "blackhole_ms": None}
     first = next(((seq, r) for seq, s, r in got if cut_ms <= s < until_ms), None)
     last = first[0] if first else got[-1][0] + 1
     have = {seq for seq, _, _ in got}
     missing = [seq for seq in range(got[0][0], last) if seq not in have
                and _sent_at(seq, got, every_ms) >= cut_ms - LOSS_BEFORE_MS]
+    usual = sorted(r - s for _, s, r in got if cut_ms - 1000 <= s < cut_ms)
     return {"stalled": bool(missing) or first is None, "lost": len(missing),
+            "delay_ms": round(usual[len(usual) // 2], 1) if usual else None,
             "recovery_ms": round(first[1] - cut_ms, 1) if first else None,
             "blackhole_ms": round(max(0.0, _sent_at(missing[-1], got, every_ms) - cut_ms), 1) if missing else 0.0}
 
@@ -178,6 +181,7 @@ def summarise(streams: list[dict], rows: list[dict]) -> dict:
     hit = [r for r in streams if r["stalled"]]
     return {"recovery_ms": percentiles([r["recovery_ms"] for r in hit if r["recovery_ms"] is not None]),
             "blackhole_ms": percentiles([r["blackhole_ms"] for r in hit if r["blackhole_ms"] is not None]),
+            "delay_ms": percentiles([r["delay_ms"] for r in hit if r["delay_ms"] is not None]),
             "lost_transfers": sum(r["lost"] for r in rows), "crossing": len(rows), "probes": len(streams),
             "probes_stalled": len(hit), "probes_lost": sum(r["recovery_ms"] is None for r in hit),
             "bytes_retrans": sum(r["bytes_retrans"] or 0 for r in rows)}

@@ -32,7 +32,7 @@ READY_TIMEOUT_S = 60
 FAILOVER_MODES = ("fast", "controller")
 # files of an earlier fabric that a new one would otherwise append to or be misread by
 _LEFTOVER_FILES = ("status.json", "controller.log", "pfc.txt", "pfc_latency.txt", "pfc_gaps.txt", "pfc_status.json",
-                   "pfcd.log")
+                   "pfcd.log", "faults.json", "faults.jsonl")
 
 
 def state_dir() -> Path:

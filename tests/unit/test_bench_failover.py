@@ -15,19 +15,19 @@ def stream(lo, hi, every=2, delay=3.0, seq0=0):
 def test_a_stream_that_loses_datagrams_at_the_cut_recovers_with_the_first_sent_after_the_last_loss():
     got = [d for d in stream(0, 8000) if not 4990 <= d[1] < 5020]  # lost: sent 4990..5018
     r = probe_recovery(got, cut_ms=5000.5, until_ms=8000, every_ms=2)
-    assert r == {"stalled": True, "lost": 15, "recovery_ms": 22.5, "blackhole_ms": 17.5}
+    assert r == {"stalled": True, "lost": 15, "delay_ms": 3.0, "recovery_ms": 22.5, "blackhole_ms": 17.5}
 
 
 def test_fast_failover_losing_only_what_was_on_the_cable_recovers_in_one_delay():
     got = [d for d in stream(0, 8000) if not 4994 <= d[1] < 5000]
     r = probe_recovery(got, cut_ms=5000, until_ms=8000, every_ms=2)
-    assert r == {"stalled": True, "lost": 3, "recovery_ms": 3.0, "blackhole_ms": 0.0}
+    assert r == {"stalled": True, "lost": 3, "delay_ms": 3.0, "recovery_ms": 3.0, "blackhole_ms": 0.0}
 
 
 def test_congestion_losses_after_the_recovery_are_not_the_cuts():
     got = [d for d in stream(0, 8000) if not (4994 <= d[1] < 5000 or d[1] in (5100, 5400))]
     r = probe_recovery(got, cut_ms=5000, until_ms=8000, every_ms=2)
-    assert r == {"stalled": True, "lost": 3, "recovery_ms": 3.0, "blackhole_ms": 0.0}
+    assert r == {"stalled": True, "lost": 3, "delay_ms": 3.0, "recovery_ms": 3.0, "blackhole_ms": 0.0}
 
 
 def test_a_stream_that_loses_nothing_did_not_stall():
