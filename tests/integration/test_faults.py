@@ -10,10 +10,10 @@ import json
 import pytest
 
 from integration_helpers import leftovers, run_testbed, unreachable_pairs
+from test_live import EXPERIMENT as LIVE16  # the short closed-loop MoE run at n=16
 from testbed.bench.failover import switch_counters
 from testbed.emulation import fabricctl
 from testbed.fabric import build_fabric
-from testbed.paths import AZURE_TRACE
 
 
 def first_fabric_cable(f) -> str:
@@ -74,26 +74,9 @@ def test_a_restarted_controller_leaves_the_switches_alone(fabric):
     assert status["controller"]["alive"] and status["controller"]["pid"] != fabric["controller_pid"]
 
 
-EXPERIMENT = f"""
-name: faults16
-fabrics: [zcube, roft]
-gpus: 16
-gpus_per_switch: 4
-gpus_per_server: 4
-link:
-  time_dilation: 8
-trace:
-  path: {AZURE_TRACE}
-  duration_s: 3
-serving:
-  model: glm-5
-  driver: live
-  arrivals: closed
-  concurrency: 48
-  warmup_s: 1
-faults:
-  - {{at: 1.0, duration: 1.0, target: {{zcube: link sw1:5, roft: link leaf1:5}}}}
-  - {{at: 2.2, target: controller, action: restart}}
+EXPERIMENT = LIVE16.replace("name: live16", "name: faults16") + """faults:
+  - {at: 1.0, duration: 1.0, target: {zcube: link sw1:5, roft: link leaf1:5}}
+  - {at: 2.2, target: controller, action: restart}
 """
 
 
