@@ -173,9 +173,13 @@ def start_lateness(rows: Sequence[dict[str, Any]]) -> list[float]:
 
 
 def write_transfers_csv(rows: Iterable[dict[str, Any]], path: str | Path, extra: Sequence[str] = ()) -> int:
-    """Write merged rows as CSV (``COLUMNS`` + ``extra``, empty cell for None); return the row count."""
+    """Write merged rows as CSV (``COLUMNS`` + ``extra``, empty cell for None); return the row count. When a
+    sender retried or moved some row, ``RETRY_KEYS`` follow as columns too (else the file is as it was)."""
+    rows = list(rows)
     count = 0
     columns = COLUMNS + tuple(extra)
+    if any(r.get("retried") or r.get("moved") for r in rows):
+        columns += RETRY_KEYS
     with open(path, "w", encoding="utf-8", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(columns)

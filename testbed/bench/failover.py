@@ -101,9 +101,9 @@ def probe_recovery(got: list[tuple[int, float, float]], cut_ms: float, until_ms:
     the cut that arrived, the first byte delivered on the new path (its one-way delay included). ``lost``: the
     datagrams missing from LOSS_BEFORE_MS before the cut (in flight on the cable) up to that one; the stream
     ``stalled`` if any. ``delay_ms``: the median one-way delay of the second before the cut (queues at the
-    emulated link rate), part of every recovery. ``blackhole_ms``: from the cut to the send time of the last of them (how long the
-    switches sent into the dead cable). Losses after the recovery are congestion on the new path, which the
-    goodput figures show."""
+    emulated link rate), part of every recovery. ``blackhole_ms``: from the cut to the send time of the
+    last of them (how long the switches sent into the dead cable). Losses after the recovery are congestion
+    on the new path, which the goodput figures show."""
     got = sorted(got)
     if not got:
         return {"stalled": True, "lost": None, "delay_ms": None, "recovery_ms": None, "blackhole_ms": None}

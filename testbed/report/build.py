@@ -11,7 +11,7 @@ import json
 import time
 from pathlib import Path
 
-from testbed.report import hot_links, plots, plots_net, serving, stats, topology_and_cost, verdict
+from testbed.report import faults, hot_links, plots, plots_net, serving, stats, topology_and_cost, verdict
 from testbed.report import html as H
 from testbed.report import load_curve as curve
 from testbed.report.fmt import HEADLINE, num
@@ -19,7 +19,7 @@ from testbed.report.load import ExperimentRun, load_experiment
 from testbed.report.plots import name
 
 NAV = [("calibration", "Calibration"), ("headline", "Headline"), ("loadcurve", "Load curve"), ("serving", "Serving"),
-       ("operating", "Operating point"), ("seed", "Seed figures"), ("fct", "FCT"),
+       ("faults", "Faults"), ("operating", "Operating point"), ("seed", "Seed figures"), ("fct", "FCT"),
        ("hotspots", "Hotspots"), ("pfc", "PFC"), ("nics", "NIC load"), ("goodput", "Goodput"),
        ("topology", "Topology & cost"), ("assumptions", "Assumptions"), ("fidelity", "Fidelity"),
        ("config", "Versions & config")]
@@ -325,6 +325,104 @@ def _operating_section(doc: dict, exp: ExperimentRun, figs: dict) -> str:
     return "".join(parts)
 
 
+def _pair(group: dict) -> str:
+    """'P50 / P99' of a group's FCT in ms."""
+    p = group["fct_ms"]
+    return "-" if p["p50"] is None else f"{num(p['p50'])} / {num(p['p99'])}"
+
+
+def _fault_label(f: dict) -> str:
+    if f["kind"] == "controller":
+        away = f["up_wall_s"] - f["down_wall_s"]
+        return (f"controller {f['action']} at {num(f['down_run_s'])} s"
+                + (f" (away {num(away)} s wall)" if away > 0 else ""))
+    return f"{f['target']} down {num(f['down_run_s'])}-{num(f['up_run_s'])} s"
+
+
+def _fault_rows(reps: list[tuple[int, dict]]) -> list[list[str]]:
+    """The affected-traffic table of one fabric: a row per repetition, fault and kind of traffic."""
+    labels = {key: label for key, _, label in faults.KINDS}
+    rows = []
+    for k, d in reps:
+        for f in d["faults"]:
+            for key, t in f["traffic"].items():
+                c, nb, dp, after = t["affected"], t["neighbours"], t["dead_path_starts"], t["after_cut_ms"]
+                after_text = "-" if after["p50"] is None else \
+                    f"{num(after['p50'])} / {num(after['p99'])} / {num(after['max'])}"
+                dead_text = ("-" if f["kind"] == "controller" else
+                             num(dp["n"]) + (f": FCT {_pair(dp)} ms, {num(dp['failed'])} failed, "
+                                             f"{num(dp['retried'])} retried, {num(dp['moved'])} moved"
+                                             if dp["n"] else ""))
+                rows.append(([f"rep{k}"] if len(reps) > 1 else [])
+                            + [H.escape(_fault_label(f)), H.escape(labels[key]), num(c["n"]), num(c["failed"]),
+                               num(c["retried"]), num(c["moved"]), _pair(c), f"{_pair(nb)} ({num(nb['n'])})",
+                               after_text, H.escape(dead_text)])
+    return rows
+
+
+def _faults_section(docs: dict, exp: ExperimentRun, figures: Path) -> str:
+    """Per fabric: the fault events, the goodput timeline with them, and what each fault affected against the
+    neighbouring traffic (``testbed.report.faults``)."""
+    parts = []
+    for f in exp.fabrics:
+        reps = docs.get(f)
+        if not reps:
+            parts.append(f"<h3>{H.fab(f)}</h3><p class=\"note\">No fault was injected in this fabric's replays.</p>")
+            continue
+        many = len(reps) > 1
+        parts.append(f"<h3>{H.fab(f)}</h3>")
+        rows = [([f"rep{k}"] if many else [])
+                + [num(e["run_s"]), num(e["wall_s"]), H.escape(e["target"]), H.escape(e["action"]), num(e["late_ms"]),
+                   num(None if e["took_s"] is None else e["took_s"] * 1e3)]
+                for k, d in reps for e in d["events"]]
+        parts.append(H.table((["rep"] if many else []) + ["run time <span class=\"unit\">s</span>",
+                                                         "wall <span class=\"unit\">s</span>", "target", "action",
+                                                         "late <span class=\"unit\">ms</span>",
+                                                         "took <span class=\"unit\">ms</span>"],
+                             rows, left={0, 3, 4} if many else {2, 3}))
+        d0 = reps[0][1]
+        scale = d0["wall_per_run_s"]
+        fig = faults.timeline_figure(f, reps, figures / f"faults_{f}.png")
+        parts.append(H.img(fig, f"{name(f)}: bytes delivered per {d0['goodput']['bin_s'] * 1e3:.0f} ms of run time "
+                           f"({d0['goodput']['source']}, by each transfer's end), as emulated Mbit/s; hatched: a cable "
+                           "or switch from down to up; dashed: the controller's actions (grey: a restart's time away)"
+                           + (f" (rep{reps[0][0]}'s; other repetitions' totals faint)" if many else "") + ".",
+                           f"{name(f)} fault timeline"))
+        parts.append(H.table((["rep"] if many else [])
+                             + ["fault", "traffic", "affected", "failed", "retried", "moved",
+                                "FCT P50 / P99 affected <span class=\"unit\">ms</span>",
+                                "FCT P50 / P99 neighbours (n) <span class=\"unit\">ms</span>",
+                                "done after the fault P50 / P99 / max <span class=\"unit\">ms</span>",
+                                "started on a dead path while down"],
+                             _fault_rows(reps), left=({0, 1, 2} if many else {0, 1})))
+        totals = "; ".join(f"{label}: {num(t['n'])}, {num(t['failed'])} failed, {num(t['retried'])} retried, "
+                           f"{num(t['moved'])} moved" for key, _, label in faults.KINDS
+                           for t in [d0["totals"].get(key)] if t)
+        unit = (f"cluster seconds, wall / {scale:g} (the time dilation)" if d0["driver"] == "live" else
+                f"the trace's seconds, wall x {1 / scale:g} (the replay speed)")
+        parts.append(f'<p class="note">Whole run{" (rep" + str(reps[0][0]) + ")" if many else ""}: '
+                     f"{H.escape(totals)}. Run time is {H.escape(unit)}; FCT and the time after the fault are ms of "
+                     "emulated wall time, like the headline FCT." + "".join(f" {H.escape(n)}." for _, d in reps
+                                                                           for n in d["notes"]) + "</p>")
+    parts.append(
+        '<p class="note"><b>Affected</b>: a KV transfer (transfers.csv) or EP message (messages.csv) in flight when '
+        "the cable or switch went down (started by then, not finished) whose path may cross it: every path of its "
+        "planned NIC port pair over the fabric model's forwarding tables. ZCube has one path a pair, so its "
+        "affected transfers did cross the dead element; ROFT spreads a pair over several by ECMP and the hash is "
+        "not recorded, so its affected transfers <i>may</i> have crossed it. For the controller, everything in "
+        "flight while it was away (from the stop to the start; a restart: its took); the switches forward without "
+        "it, so these should match their neighbours. A transfer an earlier fault affected (or that started on its "
+        "dead path) counts for that fault only. <b>Neighbours</b>: the same kind, started from one fault "
+        "duration before the fault to its end, neither affected nor started on a dead path. <b>Done after the "
+        "fault</b>: end minus the fault's time, over the affected ones in flight at that instant. <b>Started on a "
+        "dead path while down</b>: their port pair had no live path left (the switches cannot route around it: "
+        "ZCube with one cable a switch pair, a NIC link, a switch); the hosts learn that only from their own "
+        "connection, so these stall until retried, moved or the element comes back. <b>Retried</b>: resent after "
+        "a dead connection; <b>moved</b>: sent over the other NIC port pair. Percentiles are nearest-rank over "
+        "the completed ones.</p>")
+    return "".join(parts)
+
+
 def _hotspot_section(doc: dict, exp: ExperimentRun, figs: dict) -> str:
     parts = []
     utils = [doc[f].get("max_link_utilization") for f in exp.fabrics if doc[f].get("max_link_utilization") is not None]
@@ -503,6 +601,9 @@ def build_report(run_dir: Path | str) -> Path:
     exp = load_experiment(run_dir)
     figs = _figures(exp, exp.path / "figures")
     doc = summarize(exp)
+    fault_docs = faults.analyze(exp)  # {}: no replay had faults
+    if fault_docs:
+        doc["faults"] = faults.brief(fault_docs)
     (exp.path / "summary.json").write_text(json.dumps(doc, indent=1, default=str))
     write_headline_csv(doc, exp.fabrics, exp.path / "headline.csv")
     n = (next(iter(exp.reps.values()))[0].config.get("fabric") or {}).get("gpus")
@@ -515,6 +616,8 @@ def build_report(run_dir: Path | str) -> Path:
         ("headline", "Headline", _headline_section(doc, exp)),
         *([("loadcurve", "Load curve: TTFT and KV-transfer slowdown against load", load_curve)] if load_curve else []),
         ("serving", "Serving with the network in the loop", serving.serving_section(doc, exp, figs["serving"])),
+        *([("faults", "Faults: the transfers each one affected, against their neighbours",
+            _faults_section(fault_docs, exp, exp.path / "figures"))] if fault_docs else []),
         ("operating", "Operating point: does TTFT measure the network or a queue?",
          _operating_section(doc, exp, figs)),
         ("seed", "Against the seed's production figures", H.seed_table(doc["seed_comparison"])),
@@ -535,7 +638,7 @@ def build_report(run_dir: Path | str) -> Path:
     ]
     headline = doc["verdict"][:1].upper() + doc["verdict"][1:]
     alert = overload_alert(doc, exp)
-    nav = NAV if load_curve else [item for item in NAV if item[0] != "loadcurve"]
+    nav = [item for item in NAV if (item[0] != "loadcurve" or load_curve) and (item[0] != "faults" or fault_docs)]
     page = H.page(title, headline, _subtitle(exp, doc), doc["fidelity_problems"], nav, sections,
                   alerts=[alert] if alert else [])
     out = exp.path / "report.html"

@@ -30,3 +30,19 @@ def test_link_traffic_routes_a_moved_transfer_over_the_pair_it_took():
     loads = lt.link_traffic(build_fabric("zcube", 16, 8), [MOVED])
     carrying = {q: x.kv_bytes for q, x in loads.items() if x.bytes}
     assert carrying == {"gpu1:p2": 5000, "sw2:9": 5000, "sw1:5": 5000}  # test_link_traffic's other port pair
+
+
+def test_transfers_csv_gains_the_retry_columns_only_when_a_sender_retried_or_moved(tmp_path):
+    import csv
+
+    from traffic.replay_io import COLUMNS, RETRY_KEYS, write_transfers_csv
+
+    plain = {c: 1 for c in COLUMNS}
+    write_transfers_csv([plain], tmp_path / "a.csv")
+    assert tuple(next(csv.reader(open(tmp_path / "a.csv")))) == COLUMNS
+    moved = plain | {"retried": True, "moved": True, "first_error": "TimeoutError", "sent_src_ip": "10.2.0.1",
+                     "sent_dst_ip": "10.1.0.2"}
+    write_transfers_csv([plain, moved], tmp_path / "b.csv")
+    rows = list(csv.DictReader(open(tmp_path / "b.csv")))
+    assert tuple(rows[0]) == COLUMNS + RETRY_KEYS
+    assert (rows[0]["moved"], rows[1]["moved"], rows[1]["sent_src_ip"]) == ("", "True", "10.2.0.1")
