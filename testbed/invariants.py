@@ -165,7 +165,7 @@ def control_bytes(queues: list[dict], pause_events: list, frame_bytes: int) -> d
 
 def switch_conservation(queues: list[dict], first: dict, last: dict, frame_bytes: int,
                         control: dict[str, dict[str, int]] | None = None, slack_bytes: int | None = None,
-                        margins: dict | None = None) -> list[str]:
+                        margins: dict | None = None, cut: frozenset[str] = frozenset()) -> list[str]:
     """Per switch: bytes in = bytes out + change of what is queued + bytes dropped, within a tolerance.
 
     in = bytes sent by the queues that feed it; out = bytes sent by its egress queues; queued =
@@ -177,7 +177,11 @@ def switch_conservation(queues: list[dict], first: dict, last: dict, frame_bytes
     switch (``CONSERVATION_SLACK_FRAMES`` frames by default).
     Anything else (frames OVS or the AF_XDP receive path lost without a queue counting them, a
     counter read from the wrong qdisc, a sample cut short) shows up here. ``margins`` (a dict, if
-    given) receives per switch the unaccounted bytes and the allowed range."""
+    given) receives per switch the unaccounted bytes and the allowed range.
+
+    A switch in ``cut`` had a cable cut during the run (``testbed fault``, an experiment's ``faults:``):
+    the kernel flushes the queue of a port that loses carrier and OVS sends into it until it notices, and
+    none of that is counted as a drop, so its bytes lost are reported (``lost_at_cut``), not checked."""
     slack = CONSERVATION_SLACK_FRAMES * frame_bytes if slack_bytes is None else slack_bytes
     control = control or {}
     out = []
@@ -197,11 +201,14 @@ def switch_conservation(queues: list[dict], first: dict, last: dict, frame_bytes
         unaccounted = into - sent - queued
         ctl = control.get(sw, {})
         lo, hi = -ctl.get("out", 0) - slack, drops * OVS_SEND_BATCH * frame_bytes + ctl.get("in", 0) + slack
+        beyond = max(0, unaccounted - drops * frame_bytes - ctl.get("in", 0))
         if margins is not None:
             margins[sw] = {"in": into, "out": sent, "queued": queued, "drops": drops,
-                           "unaccounted": unaccounted, "allowed": [lo, hi],
-                           "beyond_counted_drops": max(0, unaccounted - drops * frame_bytes - ctl.get("in", 0))}
-        if not lo <= unaccounted <= hi:
+                           "unaccounted": unaccounted, "allowed": [lo, hi]}
+            margins[sw]["lost_at_cut" if sw in cut else "beyond_counted_drops"] = beyond
+        if sw in cut:
+            total["cut"] = total.get("cut", 0) + beyond
+        elif not lo <= unaccounted <= hi:
             out.append(f"{sw}: {into} B in, {sent} B out, {queued:+d} B queued, {drops} drops: {unaccounted:+d} B "
                        f"unaccounted, allowed {lo:+d} .. {hi:+d} B")
         total["unaccounted"] += unaccounted
@@ -211,7 +218,8 @@ def switch_conservation(queues: list[dict], first: dict, last: dict, frame_bytes
     if total["switches"] and not total["missing"]:
         # the whole fabric: bytes the NICs sent = bytes delivered to GPUs + queued + dropped, where only
         # the NICs' own PFC frames are unforwarded (the switches' cancel out): a much tighter window
-        u, lo, hi = total["unaccounted"], -slack, total["drops"] * OVS_SEND_BATCH * frame_bytes + total["nic"] + slack
+        u, lo = total["unaccounted"], -slack
+        hi = total["drops"] * OVS_SEND_BATCH * frame_bytes + total["nic"] + total.get("cut", 0) + slack
         if margins is not None:
             margins["fabric"] = {"unaccounted": u, "allowed": [lo, hi]}
         if not lo <= u <= hi:
@@ -310,8 +318,9 @@ def open_pauses(pause_events: list) -> list[str]:
 def check_all(queues: list[dict], first: dict, last: dict, *, span_s: float, rate_bps: float, burst_bytes: int,
               frame_bytes: int, rows: list[dict], pfc_enabled: bool, pause_events: list | None = None,
               regressions: list[str] | None = None, sampler_error: str | None = None,
-              read_s: float = 0.0) -> dict:
-    """All invariants: {"ok", "violations", "checked", "margins"} (violations prefixed by the check's name)."""
+              read_s: float = 0.0, cut_switches: frozenset[str] = frozenset()) -> dict:
+    """All invariants: {"ok", "violations", "checked", "margins"} (violations prefixed by the check's name).
+    ``cut_switches``: switches a fault cut a cable of (their conservation is reported, not checked)."""
     pause_events = list(pause_events or [])
     checks: list[tuple[str, list[str]]] = []
     checks.append(("queue_samples", [f"queue sampler: {sampler_error}"] if sampler_error else []))
@@ -333,7 +342,7 @@ def check_all(queues: list[dict], first: dict, last: dict, *, span_s: float, rat
     margins: dict = {}
     control = control_bytes(queues, pause_events, frame_bytes) if pfc_enabled else {}
     checks.append(("switch_conservation", switch_conservation(queues, first, last, frame_bytes, control,
-                                                              margins=margins)))
+                                                              margins=margins, cut=cut_switches)))
     checks.append(("nic_sent_covers_payload", nic_sent_covers_payload(first, last, rows)))
     checks.append(("verified_bytes_match_plan", verified_bytes_match_plan(rows)))
     if pfc_enabled:
@@ -352,6 +361,7 @@ def check_all(queues: list[dict], first: dict, last: dict, *, span_s: float, rat
             "conservation": margins,
             # bytes lost beyond one frame per counted drop (and PFC frames): what queue_drops misses
             "uncounted_loss_bytes": sum(m.get("beyond_counted_drops", 0) for m in margins.values()),
+            "lost_at_cut_bytes": sum(m.get("lost_at_cut", 0) for m in margins.values()),
             "max_utilization": round(max(util.values()), 4) if util else None,
             "min_utilization": round(min(util.values()), 4) if util else None,
             "open_pauses": open_pauses(pause_events) if pfc_enabled else [],

@@ -510,8 +510,10 @@ def write_breakdowns(run_dir: Path, rows: list[dict], sampler: QueueSampler, rat
             "max_link_utilization": round(hot[1][2], 4) if hot else None}
 
 
-def check_invariants(run_dir: Path, st: dict, sampler: QueueSampler, rows: list[dict], pfc_enabled: bool) -> dict:
-    """The measurement invariants (testbed.invariants) on this run's samples, transfers and pause log."""
+def check_invariants(run_dir: Path, st: dict, sampler: QueueSampler, rows: list[dict], pfc_enabled: bool,
+                     faults: list[dict] | None = None) -> dict:
+    """The measurement invariants (testbed.invariants) on this run's samples, transfers and pause log;
+    ``faults``: the fault actions applied (a switch with a cable cut loses bytes no counter sees)."""
     from testbed import invariants
 
     events = []
@@ -523,7 +525,24 @@ def check_invariants(run_dir: Path, st: dict, sampler: QueueSampler, rows: list[
     return invariants.check_all(st["queues"], sampler.first, sampler.last, span_s=sampler.t_last - sampler.t_first,
                                 rate_bps=cfg["rate_bps"], burst_bytes=cfg["burst_bytes"], frame_bytes=cfg["mtu"] + 14,
                                 rows=rows, pfc_enabled=pfc_enabled, pause_events=events,
-                                regressions=sampler.regressions, sampler_error=sampler.error, read_s=sampler.read_s)
+                                regressions=sampler.regressions, sampler_error=sampler.error, read_s=sampler.read_s,
+                                cut_switches=cut_switches(fabricctl.fabric_of_state(st), faults or []))
+
+
+def cut_switches(fabric, faults: list[dict]) -> frozenset[str]:
+    """Switches at an end of a cable that a fault took down (a dead switch: it and its neighbours)."""
+    from testbed.fabric.failover import parse_target
+
+    out: set[str] = set()
+    for ev in faults:
+        if ev["action"] != "down":
+            continue
+        target = parse_target(fabric, ev["target"])
+        sw = target.switch
+        ends = list(target.ends) if target.kind == "link" else [
+            e for p in fabric.switches[sw].ports for e in ((sw, p), fabric.peer(sw, p))]
+        out |= {node for node, _ in ends if node in fabric.switches}
+    return frozenset(out)
 
 
 def write_operating_point(run_dir: Path, op) -> dict:
@@ -728,12 +747,15 @@ def _write_results(run_dir: Path, cfg: ReplayConfig, prepared: Prepared, live, m
         summary["faults"] = [{k: ev[k] for k in ("trace_s", "target", "action", "late_ms", "wall_s") if k in ev}
                              | {"wall_s": round(ev["t"] - res["t0"], 4)} for ev in m.faults]
     summary["pfc"] = write_pfc_outputs(run_dir, st, m.pfc_state, rows, res["t0"], m.t_end, m.fabric_drops)
-    summary["invariants"] = check_invariants(run_dir, st, m.sampler, all_rows, summary["pfc"]["enabled"])
+    summary["invariants"] = check_invariants(run_dir, st, m.sampler, all_rows, summary["pfc"]["enabled"], m.faults)
     _warn_on_checks(summary, m.fabric_drops)
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
     (run_dir / "config.json").write_text(json.dumps({"fabric": st["fabric"], "datapath": st["config"],
                                                      "pfc": st.get("pfc"), "replay": asdict(cfg)}, indent=1))
     link_traffic.write_run(run_dir, fabricctl.fabric_of_state(st), all_rows, cfg.gpus_per_server)  # after links.csv
+
+
+FAULT_LATE_MS = 50.0  # a fault action later than this (wall) is named in the warnings
 
 
 def _warn_on_checks(summary: dict, fabric_drops: int) -> None:
@@ -747,6 +769,14 @@ def _warn_on_checks(summary: dict, fabric_drops: int) -> None:
     if lost:
         summary["warnings"].append(f"the switches lost {lost} B more than one frame per counted drop: Open vSwitch "
                                    "frees the rest of a send batch when a queue drops, so queue_drops undercounts")
+    for ev in summary.get("faults") or []:
+        if (ev.get("late_ms") or 0) > FAULT_LATE_MS:
+            summary["warnings"].append(f"fault {ev['action']} {ev['target']} came {ev['late_ms']:.0f} ms of wall "
+                                       f"time after its run time {ev['trace_s']:g} s")
+    cut = summary["invariants"]["margins"].get("lost_at_cut_bytes")
+    if cut:
+        summary["warnings"].append(f"{cut} B were lost at cables a fault cut (the queue in front of a port that "
+                                   "loses carrier is flushed uncounted); those switches' conservation is not checked")
     summary["pfc_pauses"] = summary["pfc"]["pauses"]
     lat = summary["start_lateness_ms"]["p99"]
     if lat is not None and lat > 5:

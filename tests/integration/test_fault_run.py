@@ -27,7 +27,7 @@ def test_a_run_with_a_cable_cut_and_a_controller_restart_accounts_for_every_tran
         rep = run_dir / "runs" / kind / "rep1"
         events = [json.loads(line) for line in (rep / "faults.jsonl").read_text().splitlines()]
         assert [(e["trace_s"], e["action"]) for e in events] == [(1.0, "down"), (2.0, "up"), (2.2, "restart")]
-        assert all(abs(e["late_ms"]) < 50 for e in events), events
+        assert all(0 <= e["late_ms"] < 200 for e in events), events  # 25 ms of cluster time at dilation 8
         for name in ("transfers.csv", "messages.csv"):
             with open(rep / name) as fh:
                 rows = list(csv.DictReader(fh))

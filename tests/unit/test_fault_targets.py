@@ -81,3 +81,14 @@ def test_a_switch_target_is_dead_as_a_switch(zcube):
     t = parse_target(zcube, "switch sw2")
     assert t.kind == "switch" and "sw2" in t.dead(zcube).switches
     assert parse_target(zcube, "controller").dead(zcube).ends == frozenset()
+
+
+def test_cut_switches_are_the_ends_of_what_went_down(zcube):
+    from testbed.replay import cut_switches
+
+    events = [{"action": "down", "target": "link sw1:9 sw2:9"}, {"action": "up", "target": "link sw1:9 sw2:9"},
+              {"action": "restart", "target": "controller"}]
+    assert cut_switches(zcube, events) == {"sw1", "sw2"}
+    sw, _ = zcube.attachment[(3, 1)]
+    assert cut_switches(zcube, [{"action": "down", "target": "link gpu3:p1"}]) == {sw}
+    assert cut_switches(zcube, [{"action": "down", "target": "switch sw2"}]) == {"sw1", "sw2", "sw3"}
