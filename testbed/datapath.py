@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from testbed import scale
 from testbed.errors import TestbedError
 from testbed.fabric import Fabric, addressing
+from testbed.fabric.failover import far_end
 from testbed.fabric.routing import egress_port_for
 
 ALIAS = "zcube-testbed"
@@ -189,14 +190,10 @@ def cut_devices(fabric: Fabric, ends: list[tuple[str, int]]) -> list[str]:
     without carrier has its queue flushed by the kernel, so nothing lingers and keeps sending."""
     devs: list[str] = []
     for end in ends:
-        for node, port in (end, _far_end(fabric, end)):
+        for node, port in (end, far_end(fabric, end)):
             dev = (f"{addressing.host_intf(int(node[3:]), port)}u" if node.startswith("gpu")
                    else f"{addressing.switch_intf(node, port)}r")
             if dev not in devs:
                 devs.append(dev)
     return devs
 
-
-def _far_end(fabric: Fabric, end: tuple[str, int]) -> tuple[str, int]:
-    node, port = end
-    return fabric.attachment[(int(node[3:]), port)] if node.startswith("gpu") else fabric.peer(node, port)

@@ -18,8 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from testbed.emulation import faults
-
-UNDO = {"down": "up", "stop": "start"}
+from testbed.fabric.failover import UNDO
 
 
 @dataclass(frozen=True)
@@ -79,7 +78,8 @@ class FaultScheduler:
             self.errors.append(f"{a.action} {a.target} at {a.trace_s:g} s: {exc}")
             self.log(f"fault: {self.errors[-1]}")
             return
-        ev.update(trace_s=a.trace_s, late_ms=None if late_ok else round((ev["t"] - due) * 1e3, 2))
+        ev.update(trace_s=a.trace_s, late_ms=None if late_ok else round((ev["t"] - due) * 1e3, 2),
+                  wall_s=None if self.t0 is None else round(ev["t"] - self.t0, 4))
         self.events.append(ev)
         self.log(f"fault: {a.target} {a.action} at {a.trace_s:g} s of the run")
 
@@ -101,6 +101,5 @@ class FaultScheduler:
             self.out.parent.mkdir(parents=True, exist_ok=True)
             with open(self.out, "w") as fh:
                 for ev in self.events:
-                    fh.write(json.dumps(ev | {"wall_s": None if self.t0 is None else round(ev["t"] - self.t0, 4)})
-                             + "\n")
+                    fh.write(json.dumps(ev) + "\n")
         return self.events

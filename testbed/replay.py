@@ -531,17 +531,13 @@ def check_invariants(run_dir: Path, st: dict, sampler: QueueSampler, rows: list[
 
 def cut_switches(fabric, faults: list[dict]) -> frozenset[str]:
     """Switches at an end of a cable that a fault took down (a dead switch: it and its neighbours)."""
-    from testbed.fabric.failover import parse_target
+    from testbed.fabric.failover import far_end, parse_target
 
     out: set[str] = set()
     for ev in faults:
-        if ev["action"] != "down":
-            continue
-        target = parse_target(fabric, ev["target"])
-        sw = target.switch
-        ends = list(target.ends) if target.kind == "link" else [
-            e for p in fabric.switches[sw].ports for e in ((sw, p), fabric.peer(sw, p))]
-        out |= {node for node, _ in ends if node in fabric.switches}
+        if ev["action"] == "down":
+            for end in parse_target(fabric, ev["target"]).cut_ends(fabric):
+                out |= {node for node, _ in (end, far_end(fabric, end)) if node in fabric.switches}
     return frozenset(out)
 
 
@@ -744,8 +740,8 @@ def _write_results(run_dir: Path, cfg: ReplayConfig, prepared: Prepared, live, m
     summary |= write_breakdowns(run_dir, all_rows, m.sampler, rate, mtu)
     summary["cross_traffic"] = m.cross_result
     if m.faults is not None:
-        summary["faults"] = [{k: ev[k] for k in ("trace_s", "target", "action", "late_ms", "wall_s") if k in ev}
-                             | {"wall_s": round(ev["t"] - res["t0"], 4)} for ev in m.faults]
+        summary["faults"] = [{k: ev[k] for k in ("trace_s", "target", "action", "late_ms", "wall_s")}
+                             for ev in m.faults]
     summary["pfc"] = write_pfc_outputs(run_dir, st, m.pfc_state, rows, res["t0"], m.t_end, m.fabric_drops)
     summary["invariants"] = check_invariants(run_dir, st, m.sampler, all_rows, summary["pfc"]["enabled"], m.faults)
     _warn_on_checks(summary, m.fabric_drops)

@@ -165,11 +165,11 @@ def analyse_cut(fabric: Fabric, flows: dict, cycle: int, end: tuple[str, int], c
                             **probe_recovery([tuple(x) for x in got], cut_ms, clear_ms, PROBE_MS)})
     rows = []
     for key in crossing:
-        (s, sp), (d, dp) = flows[key]
-        fb = bins.get(f"{addressing.ip_of(s, sp)}>{addressing.ip_of(d, dp)}", [])
+        src, dst = flows[key]
+        ip_key = f"{addressing.ip_of(*src)}>{addressing.ip_of(*dst)}"
+        fb = bins.get(ip_key, [])
         rows.append({"cycle": cycle, "flow": key, "lost": not any(n for b, n in fb if cut_ms <= b * BIN_MS < clear_ms),
-                     "bytes_retrans": resent(sent.get(f"{addressing.ip_of(s, sp)}>{addressing.ip_of(d, dp)}", []),
-                                             1 + 2 * cycle, 2 + 2 * cycle),
+                     "bytes_retrans": resent(sent.get(ip_key, []), 1 + 2 * cycle, 2 + 2 * cycle),
                      "goodput_before_bps": round(goodput_bps(fb, cut_ms - 1000, cut_ms)),
                      "goodput_during_bps": round(goodput_bps(fb, cut_ms, clear_ms)),
                      "goodput_after_bps": round(goodput_bps(fb, clear_ms + 200, clear_ms + 1200))})

@@ -29,10 +29,11 @@ from testbed.errors import EnvironmentProblem, TestbedError
 from testbed.fabric import Fabric, build_fabric
 
 READY_TIMEOUT_S = 60
+FAULT_LOG, FAULTS_IN_FORCE = "faults.jsonl", "faults.json"  # testbed.emulation.faults writes them
 FAILOVER_MODES = ("fast", "controller")
 # files of an earlier fabric that a new one would otherwise append to or be misread by
 _LEFTOVER_FILES = ("status.json", "controller.log", "pfc.txt", "pfc_latency.txt", "pfc_gaps.txt", "pfc_status.json",
-                   "pfcd.log", "faults.json", "faults.jsonl")
+                   "pfcd.log", FAULTS_IN_FORCE, FAULT_LOG)
 
 
 def state_dir() -> Path:
@@ -555,7 +556,7 @@ def status() -> dict:
                        "switches_verified": sum(1 for s in ctrl.get("switches", {}).values() if s["verified"]),
                        "switches": len(ctrl.get("switches", {})), "miss_packets": ctrl.get("miss_packets"),
                        "ports_down": ctrl.get("ports_down", [])},
-        "faults": _faults_in_force(st),
+        "faults": faults_in_force(st),
         "timings": st.timings,
         "warnings": st.warnings,
         "queues": queues,
@@ -563,10 +564,10 @@ def status() -> dict:
     }
 
 
-def _faults_in_force(st: FabricState) -> dict:
-    """``testbed fault`` targets down now -> since when (``faults.ACTIVE_FILE``)."""
+def faults_in_force(st: FabricState) -> dict:
+    """``testbed fault`` targets down now -> since when."""
     try:
-        return json.loads((st.directory / "faults.json").read_text())
+        return json.loads((st.directory / FAULTS_IN_FORCE).read_text())
     except (FileNotFoundError, json.JSONDecodeError):
         return {}
 

@@ -18,16 +18,16 @@ from testbed.datapath import cut_devices
 from testbed.emulation import fabricctl
 from testbed.emulation.state import FabricState
 from testbed.errors import EnvironmentProblem, TestbedError
+from testbed.fabric import Fabric
 from testbed.fabric.failover import Target, parse_target
 
 ACTIONS = {"link": ("down", "up"), "switch": ("down", "up"), "controller": ("stop", "start", "restart")}
-LOG_FILE, ACTIVE_FILE = "faults.jsonl", "faults.json"
 RESTORE_TIMEOUT_S = 30
 
 
-def target_of(st: FabricState, text: str, action: str) -> Target:
+def target_of(fabric: Fabric, text: str, action: str) -> Target:
     """The target, with the action checked against its kind; one line naming what is accepted otherwise."""
-    target = parse_target(st.model(), text)
+    target = parse_target(fabric, text)
     if action not in ACTIONS[target.kind]:
         raise TestbedError(f"fault action {action!r} for {target.kind}: expected {' or '.join(ACTIONS[target.kind])}")
     return target
@@ -38,13 +38,14 @@ def inject(text: str, action: str, log=print, wait: bool = True) -> dict:
     controller reports every port up and every switch holding its planned rules again."""
     fabricctl.require_root()
     st = fabricctl.require_state()
-    target = target_of(st, text, action)
+    fabric = st.model()
+    target = target_of(fabric, text, action)
     t0 = time.monotonic()
-    active = _active(st)
+    active = fabricctl.faults_in_force(st)
     if target.kind == "controller":
         _controller(st, action, log)
     else:
-        _carrier(st, target, action, active)
+        _carrier(fabric, target, action, active)
     event = {"t": t0, "target": target.text, "action": action, "took_s": round(time.monotonic() - t0, 4)}
     if wait and action == "up":
         event["restored_s"] = round(wait_restored(st) - t0, 4)
@@ -52,25 +53,17 @@ def inject(text: str, action: str, log=print, wait: bool = True) -> dict:
     return event
 
 
-def _ends(st: FabricState, target: Target) -> list:
-    """The cable ends whose cables the target takes down."""
-    if target.kind == "link":
-        return [target.ends[0]]
-    fabric = st.model()
-    return [(target.switch, p) for p in sorted(fabric.switches[target.switch].ports)]
-
-
-def _carrier(st: FabricState, target: Target, action: str, active: dict) -> None:
+def _carrier(fabric: Fabric, target: Target, action: str, active: dict) -> None:
     """Set the admin state of the devices that cut the target's cables; refuse a no-op."""
     if action == "down" and target.text in active:
         raise TestbedError(f"{target.text} is already down (since {active[target.text]:.3f})")
     if action == "up" and target.text not in active:
         down = ", ".join(active) or "nothing"
         raise TestbedError(f"{target.text} is not down; down now: {down}")
-    devs = cut_devices(st.model(), _ends(st, target))
+    devs = cut_devices(fabric, target.cut_ends(fabric))
     if action == "up":  # a device another fault still holds down stays down
         held = {d for other in active if other != target.text
-                for d in cut_devices(st.model(), _ends(st, target_of(st, other, "down")))}
+                for d in cut_devices(fabric, parse_target(fabric, other).cut_ends(fabric))}
         devs = [d for d in devs if d not in held]
     with IPRoute() as ipr:
         for dev in devs:
@@ -104,34 +97,13 @@ def wait_restored(st: FabricState, timeout: float = RESTORE_TIMEOUT_S) -> float:
                              f"(ports down: {', '.join(status.get('ports_down') or []) or 'none'})")
 
 
-def _active(st: FabricState) -> dict:
-    """Fault target text -> when it went down, for the faults in force."""
-    try:
-        return json.loads((st.directory / ACTIVE_FILE).read_text())
-    except FileNotFoundError:
-        return {}
-
-
 def _record(st: FabricState, event: dict, active: dict) -> None:
     if event["action"] == "down":
         active[event["target"]] = event["t"]
     elif event["action"] == "up":
         active.pop(event["target"], None)
-    tmp = st.directory / (ACTIVE_FILE + ".tmp")
+    tmp = st.directory / (fabricctl.FAULTS_IN_FORCE + ".tmp")
     tmp.write_text(json.dumps(active))
-    tmp.replace(st.directory / ACTIVE_FILE)
-    with open(st.directory / LOG_FILE, "a") as fh:
+    tmp.replace(st.directory / fabricctl.FAULTS_IN_FORCE)
+    with open(st.directory / fabricctl.FAULT_LOG, "a") as fh:
         fh.write(json.dumps(event) + "\n")
-
-
-def active_faults(st: FabricState) -> dict:
-    """The faults in force (for ``status``)."""
-    return _active(st)
-
-
-def events(st: FabricState) -> list[dict]:
-    """Every fault event of this fabric, in order."""
-    try:
-        return [json.loads(line) for line in (st.directory / LOG_FILE).read_text().splitlines() if line]
-    except FileNotFoundError:
-        return []

@@ -54,7 +54,7 @@ from testbed.fabric.topology import Fabric
 PORT_PAIRS = ((1, 2), (2, 1))  # (src port, dst port) hosts can send on: they route by the destination's plane
 
 
-def _other_end(fabric: Fabric, end: Link) -> Link:
+def far_end(fabric: Fabric, end: Link) -> Link:
     """The far end of the cable at ``end``; TestbedError for an end the fabric does not have."""
     node, port = end
     if node.startswith("gpu") and node[3:].isdigit() and (int(node[3:]), port) in fabric.attachment:
@@ -76,7 +76,7 @@ class Dead:
         """Cables named by either end, and switches by name, checked against the fabric."""
         ends: set[Link] = set()
         for end in links:
-            ends |= {tuple(end), _other_end(fabric, tuple(end))}
+            ends |= {tuple(end), far_end(fabric, tuple(end))}
         for s in switches:
             if s not in fabric.switches:
                 raise TestbedError(f"{s} is not a switch of {fabric.describe()}")
@@ -218,6 +218,7 @@ def usable_ports(fabric: Fabric, dead: Dead, src_gpu: int, dst_gpu: int,
 # --------------------------------------------------------------------------- fault targets
 
 TARGET_FORMS = "'link sw1:9', 'link gpu3:p1', 'link sw1:9 sw5:3', 'switch sw3' or 'controller'"
+UNDO = {"down": "up", "stop": "start"}  # a fault action and the one that clears it
 
 
 @dataclass(frozen=True)
@@ -234,6 +235,12 @@ class Target:
         if self.kind == "link":
             return "link " + " ".join(_end_text(e) for e in self.ends)
         return f"switch {self.switch}" if self.kind == "switch" else "controller"
+
+    def cut_ends(self, fabric: Fabric) -> list[Link]:
+        """One end of every cable this target takes down (a switch: all of its ports; the controller: none)."""
+        if self.kind == "link":
+            return [self.ends[0]]
+        return [(self.switch, p) for p in sorted(fabric.switches[self.switch].ports)] if self.kind == "switch" else []
 
     def dead(self, fabric: Fabric) -> Dead:
         """What this target being down means for forwarding (the controller being down means nothing)."""
@@ -282,7 +289,7 @@ def parse_target(fabric: Fabric, text: str) -> Target:
         return Target("switch", switch=words[1])
     if kind == "link" and len(words) in (2, 3):
         ends = [_parse_end(fabric, w) for w in words[1:]]
-        far = _other_end(fabric, ends[0])
+        far = far_end(fabric, ends[0])
         if len(ends) == 2 and ends[1] != far:
             raise TestbedError(f"fault target {text!r}: {words[1]} is cabled to {_end_text(far)}, not {words[2]}")
         first, second = sorted((ends[0], far), key=lambda e: (e[0].startswith("gpu"), e))

@@ -42,16 +42,15 @@ from pathlib import Path
 
 from testbed.errors import TestbedError
 from testbed.fabric import addressing, build_fabric
-from testbed.fabric.failover import Dead, live_tables, parse_target, usable_ports
+from testbed.fabric.failover import PORT_PAIRS, UNDO, Dead, live_tables, parse_target, usable_ports
 from testbed.fabric.routing import forwarding_tables, walk
 from testbed.fabric.topology import Fabric
 from traffic import metrics
+from traffic.replay_io import read_jsonl
 
 FILE = "faults.jsonl"
 KINDS = (("kv", "transfers.csv", "KV transfers"), ("ep", "messages.csv", "EP messages"))
 BIN_S = 0.1  # goodput bins, run seconds
-UNDO = {"down": "up", "stop": "start"}
-PORT_PAIRS = {(1, 2), (2, 1)}
 
 
 # --------------------------------------------------------------------------- reading
@@ -63,24 +62,7 @@ def read_events(rep_dir: Path | str) -> list[dict]:
     took_s (None where not recorded)."""
     rep_dir = Path(rep_dir)
     path = rep_dir / FILE
-    raw: list = []
-    if path.is_file():
-        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
-        for number, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
-            try:
-                raw.append(json.loads(line))
-            except json.JSONDecodeError:
-                if number == len(lines):  # cut off mid-write
-                    break
-                raise TestbedError(f"{path}:{number}: not JSON: expected one fault event a line") from None
-    else:
-        try:
-            summary = json.loads((rep_dir / "summary.json").read_text())
-        except (OSError, json.JSONDecodeError):
-            summary = {}
-        raw = summary.get("faults") or [] if isinstance(summary, dict) else []
+    raw = read_jsonl(path) if path.is_file() else _json(rep_dir / "summary.json").get("faults") or []
     events = []
     for ev in raw:
         if not isinstance(ev, dict) or ev.get("wall_s") is None or not ev.get("target") or not ev.get("action"):
