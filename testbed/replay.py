@@ -625,6 +625,7 @@ class _Measured:
     pfc_state: dict | None
     cross_result: dict | None
     faults: list[dict] | None = None  # the fault actions as applied (None: the experiment has none)
+    fault_errors: list[str] | None = None  # fault actions that could not be applied
 
 
 def replay(fabric_args: dict, dp: DatapathConfig, cfg: ReplayConfig, out_root: Path | None = None, log=print,
@@ -696,10 +697,11 @@ def _run_on_fabric(st, fabric_args: dict, dp: DatapathConfig, pfc, cfg: ReplayCo
                 res = run_agents(st, prepared, run_dir, cfg.transfer_timeout_s, cfg.connections, log, on_t0=on_t0)
         finally:
             events = scheduler.finish() if scheduler else None
+            fault_errors = scheduler.errors if scheduler else None
             cross_result = stop_cross_traffic(cross) if cross else None
             sampler.stop()
         return _Measured(st, res, sampler, sampler.drops(), sampler.drops("switch"), time.monotonic(),
-                         _pfc_snapshot(st), cross_result, events)
+                         _pfc_snapshot(st), cross_result, events, fault_errors)
     finally:
         if own and fabricctl.load_state() is not None:
             fabricctl.down()
@@ -742,6 +744,7 @@ def _write_results(run_dir: Path, cfg: ReplayConfig, prepared: Prepared, live, m
     if m.faults is not None:
         summary["faults"] = [{k: ev[k] for k in ("trace_s", "target", "action", "late_ms", "wall_s")}
                              for ev in m.faults]
+        summary["fault_errors"] = m.fault_errors or []
     summary["pfc"] = write_pfc_outputs(run_dir, st, m.pfc_state, rows, res["t0"], m.t_end, m.fabric_drops)
     summary["invariants"] = check_invariants(run_dir, st, m.sampler, all_rows, summary["pfc"]["enabled"], m.faults)
     _warn_on_checks(summary, m.fabric_drops)
@@ -765,6 +768,7 @@ def _warn_on_checks(summary: dict, fabric_drops: int) -> None:
     if lost:
         summary["warnings"].append(f"the switches lost {lost} B more than one frame per counted drop: Open vSwitch "
                                    "frees the rest of a send batch when a queue drops, so queue_drops undercounts")
+    summary["warnings"] += [f"FAULT NOT APPLIED: {e}" for e in summary.get("fault_errors") or []]
     for ev in summary.get("faults") or []:
         if (ev.get("late_ms") or 0) > FAULT_LATE_MS:
             summary["warnings"].append(f"fault {ev['action']} {ev['target']} came {ev['late_ms']:.0f} ms of wall "
