@@ -1,4 +1,4 @@
-"""The PFC pause daemon (``controller.pfc.pfcd``) as the controller runs it.
+"""The PFC pause daemon (``pfc.pfcd``) as the controller runs it.
 
 The controller starts it once, after every switch is verified, and reports it
 in the status file; a failed start or an exit is an error there, which
@@ -50,7 +50,7 @@ def running_daemon(state_dir: str) -> int | None:
                 argv = fh.read().split(b"\0")
         except OSError:
             continue
-        if b"controller.pfc.pfcd" in argv and want in argv:
+        if b"pfc.pfcd" in argv and want in argv:
             return int(entry)
     return None
 

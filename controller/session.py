@@ -273,9 +273,10 @@ class SwitchSession:
 
 def start_pfcd(fabric, config: dict) -> Process:
     """Compute the PFC policy and start the pause daemon on it."""
-    from controller.pfc import launch  # only when PFC is on: it brings the datapath plan
 
-    return launch.start(fabric, config)
+    from controller import pfc_launch  # only when PFC is on: it brings the datapath plan
+
+    return pfc_launch.start(fabric, config)
 
 
 class FabricSessions:

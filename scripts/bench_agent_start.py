@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """How long N traffic agents take to be listening: one process each (``ip netns exec
-NS nice -n -10 python -m traffic.agent``, as the replay started them before) vs
-forked from one pre-imported launcher (``traffic.launcher``, as it does now).
+NS nice -n -10 python -m traffic.runtime.agent``, as the replay started them before) vs
+forked from one pre-imported launcher (``traffic.runtime.launcher``, as it does now).
 
 Each agent gets its own network namespace (``tbbench-<i>``, loopback only, made
 and removed here) and an empty plan. Prints seconds to all-ready and the CPU
@@ -25,10 +25,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from traffic.launcher import AgentSpec, Fleet  # noqa: E402
+from testbed.paths import module_env  # noqa: E402
+from traffic.runtime.launcher import AgentSpec, Fleet  # noqa: E402
 
 PREFIX = "tbbench-"
-ENV = {**os.environ, "PYTHONPATH": str(REPO)}
+ENV = module_env()
 
 
 def make_namespaces(n: int) -> list[str]:
@@ -66,7 +67,8 @@ def children_cpu() -> float:
 def per_process(spaces: list[str], d: Path) -> tuple[float, float]:
     names = [f"a{i}" for i in range(len(spaces))]
     cpu0, t0 = children_cpu(), time.monotonic()
-    procs = [subprocess.Popen(["ip", "netns", "exec", ns, "nice", "-n", "-10", sys.executable, "-m", "traffic.agent",
+    procs = [subprocess.Popen(["ip", "netns", "exec", ns, "nice", "-n", "-10", sys.executable, "-m",
+                               "traffic.runtime.agent",
                                *agent_args(n, d), "--t0", f"{time.monotonic() + 3600:.3f}"], cwd=REPO, env=ENV,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for ns, n in zip(spaces, names)]
     ready = wait_ready(d, names, t0)

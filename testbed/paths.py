@@ -7,6 +7,7 @@ the traces are the unmodified public files in ``data/traces/`` (see its README).
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -16,4 +17,12 @@ DEFAULT_TRACE = TRACES_DIR / "mooncake_conversation.jsonl.gz"
 AZURE_TRACE = TRACES_DIR / "azure2023_conv.csv.gz"
 REPORTS = REPO / "reports"
 
-__all__ = ["REPO", "DATA_DIR", "TRACES_DIR", "DEFAULT_TRACE", "AZURE_TRACE", "REPORTS"]
+
+
+def module_env() -> dict[str, str]:
+    """The environment for a child process that runs one of our modules (``python -m ...``): this
+    checkout first on its path, whatever the working directory or an installed copy says."""
+    return {**os.environ, "PYTHONPATH": str(REPO)}
+
+
+__all__ = ["REPO", "DATA_DIR", "TRACES_DIR", "DEFAULT_TRACE", "AZURE_TRACE", "REPORTS", "module_env"]

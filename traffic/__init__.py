@@ -1,8 +1,7 @@
-"""Prefill-to-decode KV-cache traffic: traces, models, placement, schedules, metrics.
+"""Traffic: the pure model (``traffic.model``: traces, LLM models, placement, the KV schedule, the
+serving event machine, metrics) and the runtime that moves it over a fabric (``traffic.runtime``:
+the agent in every emulated GPU, its launcher, the serving coordinator, cross and bulk traffic).
 
-Pure logic (no root, no network). Modules: ``traces`` (trace readers and
-slicing), ``models`` (KV bytes per token), ``placement`` (instances on GPUs and
-request scheduling), ``rankmap`` (GPU-level KV transfers per request),
-``schedule`` (timed transfer list, TTFT proxy) and ``metrics`` (percentiles,
-FCT slowdown, size bins, fct.txt).
+The model needs no root, no clock and no network; the runtime runs inside network namespaces.
+Neither imports the testbed beyond its bottom modules (errors, paths, units, scale).
 """

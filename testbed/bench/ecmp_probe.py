@@ -25,9 +25,9 @@ import time
 from collections import Counter
 from typing import Callable, Hashable, Iterable
 
-from testbed import netns
-from testbed.datapath import netns_of
+from testbed.emulation.datapath import netns_of
 from testbed.fabric import addressing
+from traffic.runtime import netns
 
 Path = tuple[tuple[str, ...], tuple[int, ...]]  # (switch hops, output ports), as routing.walk gives
 

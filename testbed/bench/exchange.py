@@ -2,12 +2,12 @@
 
 In a serving run an exchange shares the fabric with the other engine's steps and the KV
 transfers, so its span against its ideal mixes the emulation's overhead with queueing. Here
-the serving loop runs first against an ideal network (``traffic.serving.run_ideal``) to get
+the serving loop runs first against an ideal network (``traffic.model.serving.run_ideal``) to get
 real exchanges of the experiment (per phase: engine, step, dispatch or combine; the message
 sizes the model and the expert routing give at that load), a sample of them is laid out one
 after the other with idle gaps, and the planned replay's agents send them over the fabric.
 Per exchange: its span (from the order, the plan's start, to the last byte) over its ideal
-(``testbed.live.exchange_ideal_s``: the busiest GPU's bytes at both NIC ports' rate plus the
+(``testbed.repetition.live.exchange_ideal_s``: the busiest GPU's bytes at both NIC ports' rate plus the
 last packet's store-and-forward). The goal is a median within 1.1x.
 
 The links' token buckets hold ``burst_bytes`` each, so an exchange whose busiest port sends
@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from testbed.fabric import addressing
-from traffic.launcher import AGENT_PORT
+from traffic.runtime.launcher import AGENT_PORT
 
 GOAL = 1.1
 SAMPLE = {"decode": 16, "prefill": 8}  # exchanges of each engine kind (dispatch and combine each)
@@ -33,9 +33,9 @@ LEAD_S = 1.0
 def ideal_phases(setup, port_bps: float) -> dict[tuple, list]:
     """(engine, step, kind) -> the messages of that exchange, from the serving loop run against an ideal
     network for the experiment's duration (KV transfers left out)."""
-    from traffic import serving
-    from traffic.coordinator import spec_from_config
-    from traffic.traces import Request
+    from traffic.model import serving
+    from traffic.model.traces import Request
+    from traffic.runtime.coordinator import spec_from_config
 
     spec = spec_from_config(setup.config)
     cluster = serving.Cluster(spec, [Request(*r) for r in setup.config["requests"]])
@@ -73,7 +73,7 @@ def plan(phases: dict[tuple, list], keys: list[tuple], choices: dict, rate_bps: 
     exchange each row id belongs to. A pair's messages alternate over its port choices, as the
     coordinator's static policies do."""
     rows, of = [], {}
-    from testbed.live import exchange_ideal_s
+    from testbed.repetition.live import exchange_ideal_s
 
     t = LEAD_S
     next_id = 0
@@ -96,7 +96,7 @@ def plan(phases: dict[tuple, list], keys: list[tuple], choices: dict, rate_bps: 
 
 def ratios(rows: list[dict], of: dict[int, tuple], rate_bps: float, mtu: int, links: int) -> list[dict]:
     """Per exchange: its ideal, its span from the order and from the first byte sent, over the ideal."""
-    from testbed.live import exchange_ideal_s
+    from testbed.repetition.live import exchange_ideal_s
 
     by: dict[tuple, list[dict]] = {}
     for r in rows:
@@ -146,9 +146,9 @@ def summarize(fabric: str, per_exchange: list[dict], extra: dict) -> dict:
 def bench(fabric_args: dict, dp, pfc, cfg, out: Path, log) -> dict:
     """Bring the fabric up, replay the sampled exchanges, bring it down; the summary document."""
     from testbed.emulation import fabricctl
-    from testbed.live import LINKS_ON_PATH, prepare_live
-    from testbed.replay import Prepared, run_agents
-    from traffic import replay_io
+    from testbed.repetition.live import LINKS_ON_PATH, prepare_live
+    from testbed.repetition.replay import Prepared, run_agents
+    from traffic.runtime import records
 
     rate = dp.rate_bps
     links = LINKS_ON_PATH.get(fabric_args["kind"], 4)
@@ -164,8 +164,8 @@ def bench(fabric_args: dict, dp, pfc, cfg, out: Path, log) -> dict:
     log(f"{len(keys)} exchanges, {len(rows)} messages, {rows[-1]['start']:.1f} s of plan")
     out.mkdir(parents=True, exist_ok=True)
     fabricctl.require_root()
-    if isinstance(pfc, dict):  # the experiment's pfc settings, as testbed.replay takes them
-        from controller.pfc.policy import PfcConfig
+    if isinstance(pfc, dict):  # the experiment's pfc settings, as testbed.repetition.replay takes them
+        from pfc.policy import PfcConfig
 
         pfc = PfcConfig.from_dict(pfc)
     st = fabricctl.up(fabric_args, dp, log=log, pfc=pfc)
@@ -175,7 +175,7 @@ def bench(fabric_args: dict, dp, pfc, cfg, out: Path, log) -> dict:
         wall = time.monotonic() - t0
     finally:
         fabricctl.down()
-    merged = replay_io.merge_results(res["agents_dir"], t0=res["t0"])
+    merged = records.merge_results(res["agents_dir"], t0=res["t0"])
     per = ratios(merged, of, rate, dp.mtu, links)
     doc = summarize(fabric_args["kind"], per, {
         "rate_bps": rate, "mtu": dp.mtu, "represents_bps": cfg.represents_bps, "time_dilation": cfg.time_dilation,

@@ -25,12 +25,12 @@ import time
 from pathlib import Path
 
 from testbed.bench.fidelity import BULK, _cpu_between, _cpu_sample, _saturated, permutation
-from testbed.datapath import DatapathConfig, netns_of
 from testbed.emulation import fabricctl, faults
+from testbed.emulation.datapath import DatapathConfig, netns_of
 from testbed.errors import TestbedError
 from testbed.fabric import Fabric, addressing
 from testbed.fabric.routing import forwarding_tables, walk
-from traffic.metrics import rounded_percentiles
+from traffic.model.metrics import rounded_percentiles
 
 MODES = ("fast", "controller")
 BIN_MS = 1.0

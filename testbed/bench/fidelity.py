@@ -30,8 +30,8 @@ from pathlib import Path
 from statistics import median
 
 from testbed.bench import ecmp_probe, iperf3_result
-from testbed.datapath import DatapathConfig, netns_of
 from testbed.emulation import fabricctl
+from testbed.emulation.datapath import DatapathConfig, netns_of
 from testbed.errors import TestbedError
 from testbed.fabric import Fabric, addressing, build_fabric
 from testbed.fabric.maxmin import all_link_capacities, flow_links, max_min

@@ -5,7 +5,7 @@ N GPUs (spread over the odd switches) send TCP (iperf3) into one GPU's port
 for a fixed time, so the last-hop queue towards it is the congestion point.
 
 With PFC on, every pause and resume the helper makes is measured from kernel
-timestamps (``controller/pfc/pfcd.py``, one line each in pfc_latency.txt):
+timestamps (``pfc/pfcd.py``, one line each in pfc_latency.txt):
 
 * pause latency: XOFF crossing of the congested queue -> last frame that
   left the paused upstream transmitter (0 if it sent nothing after it);
@@ -28,11 +28,11 @@ from pathlib import Path
 
 import numpy as np
 
-from controller.pfc import analysis
-from controller.pfc.analysis import percentiles
+from pfc import analysis
+from pfc.analysis import percentiles
 from testbed.bench import iperf3_result
-from testbed.datapath import DatapathConfig, netns_of
 from testbed.emulation import fabricctl
+from testbed.emulation.datapath import DatapathConfig, netns_of
 from testbed.errors import TestbedError
 from testbed.fabric import addressing
 

@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except OSError as exc:  # a path the user gave (or the disk) refused: one line, never a traceback
-        from testbed.outputs import os_error_line
+        from testbed.cli.outputs import os_error_line
 
         print(f"testbed: error: {os_error_line(exc, _output_of(args))}", file=sys.stderr)
         return 2

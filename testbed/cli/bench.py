@@ -81,15 +81,15 @@ def cmd_bench_pfc(args) -> int:
 def sized(args) -> list:
     """The default experiment at the fabric flags' size: --gpus, --gpus-per-switch, --gpus-per-server
     (servers are the serving layout's too: half of them prefill, half decode)."""
-    from testbed.experiment import Override
+    from testbed.experiment.schema import Override
 
     return [Override(key, getattr(args, key), f"--{key.replace('_', '-')}")
             for key in ("gpus", "gpus_per_switch", "gpus_per_server")]
 
 
 def cmd_bench_replay(args) -> int:
-    from testbed import replay_bench
-    from testbed.outputs import out_root, require_dir
+    from testbed.bench import replay as replay_bench
+    from testbed.cli.outputs import out_root, require_dir
     from testbed.paths import REPORTS
 
     levels = replay_bench.parse_levels(args.levels)
@@ -106,8 +106,8 @@ def cmd_bench_exchange(args) -> int:
     from pathlib import Path
 
     from testbed.bench import exchange
-    from testbed.experiment import datapath_config as exp_datapath
-    from testbed.experiment import fabric_args, pfc_settings, replay_config, resolve
+    from testbed.experiment.schema import datapath_config as exp_datapath
+    from testbed.experiment.schema import fabric_args, pfc_settings, replay_config, resolve
     from testbed.paths import REPORTS
 
     exp = resolve(None, sized(args)).experiment  # the default experiment's workload and links
@@ -149,12 +149,12 @@ def cmd_bench_failover(args) -> int:
 def check_bench_outputs(args) -> None:
     """bench pfc --logs DIR: made if missing, so DIR or else its folder must exist and take new files."""
     if args.bench in ("pfc", "exchange", "failover") and args.logs:
-        from testbed.outputs import require_new_dir
+        from testbed.cli.outputs import require_new_dir
 
         require_new_dir(args.logs, "--logs")
     if args.bench == "replay":
-        from testbed.outputs import require_dir
-        from testbed.replay_bench import parse_levels
+        from testbed.bench.replay import parse_levels
+        from testbed.cli.outputs import require_dir
 
         parse_levels(args.levels)
         if args.logs:

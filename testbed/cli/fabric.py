@@ -88,8 +88,8 @@ def cmd_status(args) -> int:
 
 def cmd_clean(args) -> int:
     from testbed.emulation import fabricctl
+    from testbed.experiment.run import mark_killed_runs
     from testbed.paths import REPORTS
-    from testbed.run import mark_killed_runs
 
     removed = fabricctl.clean()
     print(f"removed {len(removed)} items" + (": " + ", ".join(removed[:12]) + (" ..." if len(removed) > 12 else "")

@@ -1,7 +1,7 @@
 """Flags several verbs share: the fabric's size, its links, PFC; and what they map onto; and how
 a verb that writes a directory prints its result.
 
-Their defaults are the experiment schema's (``testbed.experiment``), read from its
+Their defaults are the experiment schema's (``testbed.experiment.schema``), read from its
 fields, so a verb and an experiment file mean the same thing when a flag is left out.
 Each ``add_*`` function returns the dests it added.
 """
@@ -20,7 +20,7 @@ FABRIC_DESTS = ("gpus", "gpus_per_switch", "cables", "gpus_per_server", "radix")
 
 def add_fabric_options(p: argparse.ArgumentParser) -> list[str]:
     """--gpus, --gpus-per-switch, --cables, --gpus-per-server, --radix (the schema's top-level keys)."""
-    from testbed.experiment import Experiment
+    from testbed.experiment.schema import Experiment
 
     d = {dest: Experiment.model_fields[dest].default for dest in FABRIC_DESTS}
     p.add_argument("--gpus", type=int, default=d["gpus"], help=f"number of GPUs n (default {d['gpus']})")
@@ -37,7 +37,7 @@ def add_fabric_options(p: argparse.ArgumentParser) -> list[str]:
 
 def add_link_options(p: argparse.ArgumentParser) -> list[str]:
     """--rate, --buffer, --nic-buffer, --burst, --mtu (the schema's link section), as text the units parse."""
-    from testbed.experiment import Link
+    from testbed.experiment.schema import Link
 
     d = {key: field.default for key, field in Link.model_fields.items()}
     rate = f"{d['rate'] / 1e6:g}mbit"  # a bare number would mean Mbit/s
@@ -95,7 +95,7 @@ def fabric_kwargs(args) -> dict:
 
 def datapath_config(args):
     """The DatapathConfig the link flags ask for (checked)."""
-    from testbed.datapath import DatapathConfig
+    from testbed.emulation.datapath import DatapathConfig
 
     return DatapathConfig(rate_bps=parse_rate(args.rate), mtu=args.mtu, buffer_bytes=parse_size(args.buffer),
                           nic_buffer_bytes=parse_size(args.nic_buffer),
@@ -106,7 +106,7 @@ def pfc_config(args):
     """The PfcConfig the flags ask for (None when the parser has no PFC flags)."""
     if not hasattr(args, "pfc"):
         return None
-    from controller.pfc.policy import PfcConfig
+    from pfc.policy import PfcConfig
 
     kw = {"enabled": args.pfc == "on"}
     for flag, key in (("pfc_xoff", "xoff_bytes"), ("pfc_xon", "xon_bytes"), ("pfc_headroom", "headroom_bytes")):

@@ -6,12 +6,12 @@ import json
 from pathlib import Path
 
 from testbed.cli.options import add_fabric_options, fabric_from
+from testbed.fabric import describe
 
 
 def cmd_plan(args) -> int:
-    from testbed import plan
+    from testbed.cli.outputs import require_file, writing
     from testbed.fabric.draw import draw
-    from testbed.outputs import require_file, writing
 
     fabrics = [fabric_from(args, kind) for kind in dict.fromkeys(args.fabric)]
     if args.graph:
@@ -26,31 +26,30 @@ def cmd_plan(args) -> int:
                 print(f"wrote {target}")
     if args.json:
         if len(fabrics) == 1:
-            print(json.dumps(plan.plan_json(fabrics[0]), indent=1))
+            print(json.dumps(describe.plan_json(fabrics[0]), indent=1))
         else:
             from testbed.fabric.cost import cost_of, ratios
 
-            doc = {"plans": {f.kind: plan.plan_json(f) for f in fabrics}}
+            doc = {"plans": {f.kind: describe.plan_json(f) for f in fabrics}}
             if len(fabrics) == 2:
                 doc["ratios"] = ratios(cost_of(fabrics[0]), cost_of(fabrics[1]))
             print(json.dumps(doc, indent=1))
         return 0
     for f in fabrics:
-        print(plan.plan_text(f))
+        print(describe.plan_text(f))
         print()
     if len(fabrics) == 2:
-        print(plan.comparison_text(fabrics[0], fabrics[1]))
+        print(describe.comparison_text(fabrics[0], fabrics[1]))
     return 0
 
 
 def cmd_path(args) -> int:
-    from testbed import plan
 
     f = fabric_from(args, args.fabric)
     if args.json:
-        print(json.dumps(plan.path_json(f, args.src, args.dst, args.policy)))
+        print(json.dumps(describe.path_json(f, args.src, args.dst, args.policy)))
     else:
-        print(plan.path_text(f, args.src, args.dst, args.policy))
+        print(describe.path_text(f, args.src, args.dst, args.policy))
     return 0
 
 

@@ -1,7 +1,7 @@
 """The ``replay`` verb: flags -> ReplayConfig, run, summary table, run directory last.
 
 Every replay flag defaults to None: a flag left out takes the experiment schema's
-default (``testbed.experiment``), so ``replay``, ``run`` and an experiment file agree.
+default (``testbed.experiment.schema``), so ``replay``, ``run`` and an experiment file agree.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ FLAGS: dict[str, tuple[str, object]] = {
 
 def replay_settings(args):
     """The schema's default ReplayConfig with the flags the user gave applied (checked)."""
-    from testbed.experiment import Experiment, replay_config
+    from testbed.experiment.schema import Experiment, replay_config
 
     given = {}
     for dest, (name, parse) in FLAGS.items():
@@ -57,8 +57,8 @@ def replay_settings(args):
 
 
 def cmd_replay(args) -> int:
-    from testbed import replay
-    from testbed.outputs import out_root as out_dir
+    from testbed.cli.outputs import out_root as out_dir
+    from testbed.repetition import replay
 
     out_root = out_dir(args.out)  # before anything is built
     cfg = replay_settings(args)  # a bad trace fails before anything is built too
@@ -89,7 +89,7 @@ def cmd_replay(args) -> int:
 
 
 def register(sub) -> None:
-    from testbed.experiment import Trace
+    from testbed.experiment.schema import Trace
     from testbed.fabric import FABRICS
     from testbed.fabric.routing import POLICIES
 

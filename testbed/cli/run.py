@@ -1,4 +1,5 @@
-"""The experiment verbs ``run``, ``sweep``, ``calibrate``: experiment file + flags -> testbed.run / sweep / calibrate.
+"""The experiment verbs ``run``, ``sweep``, ``calibrate``: experiment file + flags -> ``testbed.experiment``'s
+``run`` / ``sweep`` / ``calibrate``.
 
 Flags override file values, and only the flags the user actually gave: every
 flag defaults to None (also the fabric and link options these verbs share with
@@ -13,7 +14,7 @@ import sys
 
 from testbed.cli.options import add_fabric_and_link_options, print_result
 from testbed.errors import TestbedError
-from testbed.experiment import Override, cli_value
+from testbed.experiment.schema import Override, cli_value
 
 # argparse dest -> (experiment key path, conversion of the flag's value)
 FLAGS: dict[str, tuple[str, object]] = {
@@ -79,9 +80,9 @@ def _stderr(message: str) -> None:
 
 
 def cmd_run(args) -> int:
-    from testbed import run
-    from testbed.experiment import resolve
-    from testbed.outputs import out_root as out_dir
+    from testbed.cli.outputs import out_root as out_dir
+    from testbed.experiment import run
+    from testbed.experiment.schema import resolve
 
     out_root = out_dir(args.out)  # checked before anything is built, also by --dry-run
     resolved = resolve(args.experiment, overrides_from_args(args))
@@ -95,14 +96,14 @@ def cmd_run(args) -> int:
 
 
 def cmd_sweep(args) -> int:
-    from testbed import sweep
-    from testbed.outputs import out_root as out_dir
+    from testbed.cli.outputs import out_root as out_dir
+    from testbed.experiment import sweep
 
     out_root = out_dir(args.out)  # checked before anything is built, also by --dry-run
     if args.param:
         params = [sweep.parse_param(p) for p in args.param]
     else:  # the file's own grid
-        from testbed.experiment import resolve
+        from testbed.experiment.schema import resolve
 
         grid = resolve(args.experiment, []).experiment.sweep if args.experiment else None
         if not grid:
@@ -124,8 +125,8 @@ def cmd_sweep(args) -> int:
 
 
 def cmd_calibrate(args) -> int:
-    from testbed import calibrate
-    from testbed.outputs import out_root as out_dir
+    from testbed.cli.outputs import out_root as out_dir
+    from testbed.experiment import calibrate
 
     out_root = out_dir(args.out)
     levels = calibrate.parse_levels(args.levels)
@@ -138,8 +139,8 @@ def cmd_calibrate(args) -> int:
 def _experiment_options(p) -> None:
     from testbed.fabric.routing import POLICIES
     from testbed.paths import REPORTS
-    from traffic import placement, schedule
-    from traffic.agent import CONNECTION_MODES
+    from traffic.model import placement, schedule
+    from traffic.runtime.agent import CONNECTION_MODES
 
     shared = add_fabric_and_link_options(p)
     p.add_argument("experiment", nargs="?", metavar="EXPERIMENT.yaml",

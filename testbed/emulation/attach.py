@@ -46,9 +46,8 @@ from mininet.log import lg
 from mininet.net import Mininet
 from mininet.node import Host, OVSSwitch
 
-from testbed import netns
-from testbed.datapath import plan_datapath
-from testbed.emulation import fabricctl
+from testbed.emulation import fabricctl, netns
+from testbed.emulation.datapath import plan_datapath
 from testbed.errors import TestbedError
 from testbed.fabric import Fabric, addressing
 

@@ -19,8 +19,8 @@ import time
 
 from pyroute2 import IPRoute
 
-from testbed import netns
-from testbed.datapath import ALIAS, LINK_GROUP, DatapathPlan, shaper_lines
+from testbed.emulation import netns
+from testbed.emulation.datapath import ALIAS, LINK_GROUP, DatapathPlan, shaper_lines
 from testbed.emulation.state import Created
 from testbed.errors import EnvironmentProblem
 
@@ -179,7 +179,7 @@ def _root_tc_lines(plan: DatapathPlan, limits: dict[str, int], bpf_obj) -> list[
                   f"filter add dev {far} ingress protocol all prio 2 u32 match u32 0 0 "
                   f"action mirred egress redirect dev {target}"]
     if bpf_obj is not None:
-        from controller.pfc import queue_watch
+        from pfc import queue_watch
 
         lines += queue_watch.tc_lines(plan.queues, bpf_obj, {far for far, _ in plan.mirreds})
     return lines

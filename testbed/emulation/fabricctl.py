@@ -21,12 +21,12 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from testbed import netns
-from testbed.datapath import ALIAS, NETNS_PREFIX, DatapathConfig, DatapathPlan, plan_datapath
-from testbed.emulation import build, inventory
+from testbed.emulation import build, inventory, netns
+from testbed.emulation.datapath import ALIAS, NETNS_PREFIX, DatapathConfig, DatapathPlan, plan_datapath
 from testbed.emulation.state import Created, FabricState
 from testbed.errors import EnvironmentProblem, TestbedError
 from testbed.fabric import Fabric, build_fabric
+from testbed.paths import REPO, module_env
 
 READY_TIMEOUT_S = 60
 FAULT_LOG, FAULTS_IN_FORCE = "faults.jsonl", "faults.json"  # testbed.emulation.faults writes them
@@ -139,10 +139,10 @@ def _pfc_queue_limits(fabric: Fabric, config: DatapathConfig, pfc) -> tuple:
     they give ({} without PFC): checked before anything is touched."""
     if pfc is None or not pfc.enabled:
         return pfc, {}
-    from controller.pfc import launch
-    from controller.pfc import policy as pfc_policy
+    from controller import pfc_launch
+    from pfc import policy as pfc_policy
 
-    pfc = launch.with_burst_headroom(pfc, config.rate_bps, config.mtu, config.burst_bytes)
+    pfc = pfc_launch.with_burst_headroom(pfc, config.rate_bps, config.mtu, config.burst_bytes)
     resolved = pfc_policy.resolve(pfc, config.rate_bps, config.mtu, config.buffer_bytes)
     return pfc, {q: th["limit"] for q, th in pfc_policy.thresholds(fabric, resolved).items()}
 
@@ -191,7 +191,7 @@ def _bring_up(st: FabricState, fabric: Fabric, plan: DatapathPlan, t0: float, lo
 
 def _prepare_queue_watch(sdir: Path) -> Path:
     """PFC: the BPF filesystem mounted, no maps pinned by an earlier fabric, the programs compiled."""
-    from controller.pfc import queue_watch
+    from pfc import queue_watch
 
     queue_watch.ensure_bpffs()
     queue_watch.remove_pins()
@@ -260,12 +260,11 @@ def _start_controller(st: FabricState) -> int:
            "datapath": st.config, "pfc": st.pfc, "failover": st.failover or "fast"}
     (sdir / "controller.json").write_text(json.dumps(cfg))
     log = open(sdir / "controller.log", "ab")
-    repo = Path(__file__).resolve().parents[2]
     proc = subprocess.Popen(
         [sys.executable, "-m", "controller", "--port", str(st.controller_port), "--config",
          str(sdir / "controller.json")],
-        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=repo, start_new_session=True,
-        env={**os.environ, "PYTHONPATH": str(repo)},
+        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=REPO, start_new_session=True,
+        env=module_env(),
     )
     return proc.pid
 
@@ -302,7 +301,7 @@ def _stop_pfc(st: FabricState) -> None:
     pid = ((controller_status(st) or {}).get("pfc") or {}).get("pid")
     if pid:
         _stop_process(pid)
-    from controller.pfc import queue_watch
+    from pfc import queue_watch
 
     queue_watch.remove_pins()
 
@@ -589,7 +588,7 @@ def clean() -> list[str]:
         removed += _remove_ovs_rows()
     removed += _remove_namespaces()
     removed += _remove_links()
-    from controller.pfc import queue_watch
+    from pfc import queue_watch
 
     removed += [f"pinned BPF map {p}" for p in queue_watch.remove_pins()]
     state_file().unlink(missing_ok=True)

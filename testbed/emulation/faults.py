@@ -14,8 +14,8 @@ import time
 
 from pyroute2 import IPRoute
 
-from testbed.datapath import cut_devices
 from testbed.emulation import fabricctl
+from testbed.emulation.datapath import cut_devices
 from testbed.emulation.state import FabricState
 from testbed.errors import EnvironmentProblem, TestbedError
 from testbed.fabric import Fabric

@@ -15,8 +15,8 @@ import os
 import subprocess
 from pathlib import Path
 
-from testbed import netns
-from testbed.datapath import ALIAS, NETNS_PREFIX
+from testbed.emulation import netns
+from testbed.emulation.datapath import ALIAS, NETNS_PREFIX
 
 
 def host_settings() -> dict:
@@ -28,10 +28,10 @@ def host_settings() -> dict:
 
 
 OUR_PROCESSES = {  # argv[1:3] of a process of ours -> what it is
-    (b"-m", b"controller"): "controller", (b"-m", b"controller.pfc.pfcd"): "PFC helper",
-    (b"-m", b"traffic.launcher"): "agent launcher",  # forked agents keep its command line
-    (b"-m", b"traffic.coordinator"): "serving coordinator",
-    (b"-m", b"traffic.cross"): "cross-traffic flow", (b"-m", b"testbed.bench.bulk"): "bulk sender",
+    (b"-m", b"controller"): "controller", (b"-m", b"pfc.pfcd"): "PFC helper",
+    (b"-m", b"traffic.runtime.launcher"): "agent launcher",  # forked agents keep its command line
+    (b"-m", b"traffic.runtime.coordinator"): "serving coordinator",
+    (b"-m", b"traffic.runtime.cross"): "cross-traffic flow", (b"-m", b"traffic.runtime.bulk"): "bulk sender",
 }
 
 
@@ -66,8 +66,8 @@ def leftovers(baseline: dict | None = None) -> list[str]:
                 what = "iperf3"
             if what:
                 found.append(f"{what} pid {entry}")
-    from controller.pfc.bpfmaps import PIN_DIR
-    from controller.pfc.queue_watch import MAPS
+    from pfc.bpfmaps import PIN_DIR
+    from pfc.queue_watch import MAPS
 
     found += [f"pinned map {n}" for n in MAPS if os.path.exists(os.path.join(PIN_DIR, n))]
     if baseline:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from testbed.report import faults, hot_links, plots, plots_net, serving, stats, topology_and_cost, verdict
 from testbed.report import html as H
-from testbed.report import load_curve as curve
+from testbed.report import load_curve_section as curve
 from testbed.report.fmt import HEADLINE, num
 from testbed.report.load import ExperimentRun, load_experiment
 from testbed.report.plots import name
@@ -115,7 +115,7 @@ def traffic_sentence(config: dict) -> str:
     t, s = e.get("trace") or {}, e.get("serving") or {}
     if not t or not s:
         return ""
-    from traffic import models
+    from traffic.model import models
 
     spec = models.MODELS.get(s.get("model"))
     p, d = s.get("prefill_tp"), s.get("decode_tp")
@@ -184,7 +184,7 @@ def overload_alert(doc: dict, exp: ExperimentRun) -> str:
     """The red banner when a replay flagged the cluster overloaded ('' otherwise)."""
     if not doc.get("overloaded"):
         return ""
-    from traffic.schedule import MAX_UTILIZATION
+    from traffic.model.schedule import MAX_UTILIZATION
 
     items = [f"{_labels(where, exp)}: {detail}" for where, detail in _overload_details(exp)]
     numbers = verdict.overload_numbers(doc)
@@ -198,7 +198,7 @@ def overload_alert(doc: dict, exp: ExperimentRun) -> str:
 
 def _instance_rows(rep, with_rep: bool) -> list[list[str]]:
     """Table rows of one repetition: instances.csv, else the summary's utilizations."""
-    from traffic.schedule import MAX_UTILIZATION
+    from traffic.model.schedule import MAX_UTILIZATION
 
     pre = [f"rep{rep.index}"] if with_rep else []
     df = rep.instances
@@ -261,7 +261,7 @@ def _instance_table(exp: ExperimentRun, fabric: str) -> str:
 
 def _operating_section(doc: dict, exp: ExperimentRun, figs: dict) -> str:
     """Whether the serving cluster kept up, so whether TTFT measures the network or a queue."""
-    from traffic.schedule import MAX_UTILIZATION, MIN_QUEUE_GROWTH
+    from traffic.model.schedule import MAX_UTILIZATION, MIN_QUEUE_GROWTH
 
     parts = []
     ops = {f: doc[f]["operating_point"] for f in exp.fabrics}
@@ -300,9 +300,10 @@ def _operating_section(doc: dict, exp: ExperimentRun, figs: dict) -> str:
     if tables:
         parts.append(f'<div class="side">{"".join(tables)}</div>')
         parts.append('<p class="note">From instances.csv (the traffic schedule\'s operating point, '
-                     "traffic/schedule.py, over the replayed window). Utilization: share of the window the instance "
-                     "was busy. Offered load: for prefill, the prefill time asked for by the requests arriving in the "
-                     "window over the window (rho: over 1 the instance cannot keep up whatever the scheduling); for "
+                     "traffic/model/schedule.py, over the replayed window). Utilization: share of the window the "
+                     "instance was busy. Offered load: for prefill, the prefill time asked for by the requests "
+                     "arriving in the window over the window (rho: over 1 the instance cannot keep up whatever the "
+                     "scheduling); for "
                      "decode, the mean number of requests decoding at once. Queue: requests waiting or in prefill "
                      "(decode: decoding), sampled once a second. Red: a prefill instance busy "
                      f"{MAX_UTILIZATION:.0%} of the time or more, or offered more than it can do.</p>")
@@ -526,7 +527,7 @@ def _invariants_list(doc: dict, exp: ExperimentRun) -> str:
              for v in i["violations"]]
     checked = sorted({c for f in exp.fabrics for i in doc[f].get("invariants") or [] for c in i["checked"]})
     head = ("<h3>Measurement invariants</h3><p class=\"note\">Checked at the end of every replay "
-            "(testbed/invariants.py): " + H.escape(", ".join(checked) or "none") + ".</p>")
+            "(testbed/repetition/invariants.py): " + H.escape(", ".join(checked) or "none") + ".</p>")
     if not lines:
         return head
     return head + "<ul>" + "".join(f"<li>{H.fab(f)} rep{k}: <span class=\"fail\">FAIL</span> {H.escape(v)}</li>"

@@ -1,6 +1,6 @@
 """The faults of a replay: when each came, what it affected, and how that traffic fared against its neighbours.
 
-A replay with faults (an experiment's ``faults:``, ``testbed.fault_schedule``) leaves ``faults.jsonl`` in its
+A replay with faults (an experiment's ``faults:``, ``testbed.repetition.fault_schedule``) leaves ``faults.jsonl`` in its
 run directory (and the same events in summary.json ``faults``); a replay without has neither, and ``analyze_rep``
 returns None for it. Everything here reads the saved files of one repetition and returns plain dicts:
 
@@ -25,7 +25,7 @@ returns None for it. Everything here reads the saved files of one repetition and
 
   FCT is end - start; "after the cut" is an affected transfer's end - the fault's wall time (how long after the
   cut it completed), over those in flight at that instant (for the controller: at its stop). Both in ms of
-  emulated wall time, like the headline FCT; nearest-rank percentiles (``traffic.metrics``) over completed rows.
+  emulated wall time, like the headline FCT; nearest-rank percentiles (``traffic.model.metrics``) over completed rows.
 * ``goodput``: bytes delivered per 100 ms of run time (by each completed row's end), KV and EP apart, as
   emulated bit/s; goodput.csv's per-second figures when the run left no rows.
 
@@ -45,8 +45,8 @@ from testbed.fabric import addressing, build_fabric
 from testbed.fabric.failover import PORT_PAIRS, UNDO, Dead, live_tables, parse_target, usable_ports
 from testbed.fabric.routing import forwarding_tables, walk
 from testbed.fabric.topology import Fabric
-from traffic import metrics
-from traffic.replay_io import read_jsonl
+from traffic.model import metrics
+from traffic.runtime.records import read_jsonl
 
 FILE = "faults.jsonl"
 KINDS = (("kv", "transfers.csv", "KV transfers"), ("ep", "messages.csv", "EP messages"))

@@ -1,5 +1,5 @@
 """The hottest links per fabric and what crosses them: links.csv's measured bytes beside
-link_traffic.csv's KV and EP bytes and contributors (``testbed.link_traffic``).
+link_traffic.csv's KV and EP bytes and contributors (``testbed.repetition.link_traffic``).
 
 Runs from before link_traffic.csv still get the table, with "no link_traffic.csv" where the
 breakdown would be.

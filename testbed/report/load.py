@@ -2,7 +2,7 @@
 
 The layout is a contract with the ``run`` command: ``experiment.json``,
 ``versions.json``, ``plan/``, and ``runs/<fabric>/rep<k>/`` replay run
-directories (see ``testbed.replay``). Everything the report shows comes from
+directories (see ``testbed.repetition.replay``). Everything the report shows comes from
 these files, so loading is the one place that checks them: a missing or
 unreadable essential file is a ``TestbedError`` naming the path and what was
 expected; a missing optional file (PFC, queues, the serving operating point's
@@ -26,7 +26,7 @@ FABRIC_ORDER = ("zcube", "roft")  # ratios are the first over the second
 PFC_COLUMNS = ("time_ns", "node", "node_type", "port", "event", "cause")
 INSTANCE_COLUMNS = ("instance", "kind", "utilization", "offered_load", "mean_queue", "max_queue")
 SERVING_QUEUE_COLUMNS = ("t_s", "kind", "instance", "queue")
-LINK_TRAFFIC_COLUMNS = ("queue", "towards", "kv_bytes", "ep_bytes", "share", "top")  # testbed.link_traffic
+LINK_TRAFFIC_COLUMNS = ("queue", "towards", "kv_bytes", "ep_bytes", "share", "top")  # testbed.repetition.link_traffic
 
 
 @dataclass
@@ -46,10 +46,10 @@ class Rep:
     slowdown_bins: list | None = None
     pfc_events: pd.DataFrame | None = None  # PFC_COLUMNS + time_s, port_id ("sw3:4", "gpu5:p1")
     pfc_ports: pd.DataFrame | None = None
-    # the serving operating point (traffic.schedule.operating_point, written by the replay):
+    # the serving operating point (traffic.model.schedule.operating_point, written by the replay):
     instances: pd.DataFrame | None = None  # INSTANCE_COLUMNS, one row per prefill/decode instance
     serving_queue: pd.DataFrame | None = None  # SERVING_QUEUE_COLUMNS: queue.csv, not the switch queues.csv
-    # what crosses each link (testbed.link_traffic; None for runs from before it): LINK_TRAFFIC_COLUMNS
+    # what crosses each link (testbed.repetition.link_traffic; None for runs from before it): LINK_TRAFFIC_COLUMNS
     # + measured_bytes, model_vs_measured
     link_traffic: pd.DataFrame | None = None
 
@@ -60,7 +60,7 @@ class Rep:
 
 @dataclass
 class ExperimentRun:
-    """An experiment's run directory as saved (testbed.experiment.Experiment is what was asked for)."""
+    """An experiment's run directory as saved (testbed.experiment.schema.Experiment is what was asked for)."""
 
     path: Path
     config: dict

@@ -23,7 +23,7 @@ from matplotlib.ticker import LogLocator, NullFormatter  # noqa: E402
 
 from testbed.report import stats  # noqa: E402
 from testbed.report.load import ExperimentRun  # noqa: E402
-from traffic import metrics  # noqa: E402
+from traffic.model import metrics  # noqa: E402
 
 COLOURS = {"zcube": "#0072B2", "roft": "#D55E00"}
 EXTRA = ("#009E73", "#CC79A7", "#E69F00", "#56B4E9")
@@ -266,7 +266,7 @@ def prefill_queue(exp: ExperimentRun, out: Path) -> Path | None:
     one line per instance, from the first fabric's repetition 1 (the schedule's queue, the same on
     every fabric); a fabric whose queue.csv differs is drawn dashed. With at most 4 instances, dotted
     segments mark the mean of the first and last third of the samples: the replay's overload check
-    compares them (``traffic.schedule.overloaded``)."""
+    compares them (``traffic.model.schedule.overloaded``)."""
     src = serving_queue_source(exp)
     if src is None:
         return None

@@ -3,7 +3,7 @@
 Why recompute instead of copying the replay summary: the report must be
 checkable against the data it plots (a test recomputes FCT percentiles from
 transfers.csv), and a disagreement between summary.json and transfers.csv is
-itself worth reporting. The formulas are the replay's own (``testbed.replay.
+itself worth reporting. The formulas are the replay's own (``testbed.repetition.replay.
 summarize``): nearest-rank percentiles over verified rows, goodput = verified
 bytes over first start .. last end. What needs the trace schedule (the TTFT
 proxy) or the switch counters (PFC counters when pfc.txt is absent, CPU) comes
@@ -16,7 +16,7 @@ import math
 import statistics
 
 from testbed.report.load import ExperimentRun, Rep
-from traffic import metrics
+from traffic.model import metrics
 
 # flattened keys of the headline, in display order
 KEYS = ("goodput_bps", "goodput_real_equivalent_bps", "fct_ms.p50", "fct_ms.p99", "fct_ms.p999",
@@ -244,7 +244,7 @@ def fidelity_problems(rep: Rep, m: dict) -> list[str]:
 
 def invariants_of(rep: Rep) -> dict:
     """{"rep", "ok", "violations", "checked"}: the replay's measurement invariants (summary.json
-    "invariants", testbed.invariants). A run from before them gets the one check its files allow,
+    "invariants", testbed.repetition.invariants). A run from before them gets the one check its files allow,
     negative bytes in links.csv (ok None when that finds nothing)."""
     inv = rep.summary.get("invariants")
     if isinstance(inv, dict):
@@ -277,7 +277,7 @@ def _percent(v) -> str:
 
 def overload_warning(rep: Rep) -> str | None:
     """The replay's "the cluster is overloaded; TTFT measures the queue (...)" warning, or None."""
-    from traffic.schedule import OVERLOAD_MESSAGE
+    from traffic.model.schedule import OVERLOAD_MESSAGE
 
     for w in rep.summary.get("warnings") or []:
         if str(w).strip().lower().startswith(OVERLOAD_MESSAGE.lower()):
@@ -317,7 +317,7 @@ def _utilization(rep: Rep, kind: str) -> dict[str, float]:
 def rep_operating_point(rep: Rep) -> dict:
     """One replay's serving operating point: per-instance utilization (and prefill offered load,
     rho: over 1 the instance cannot keep up), whether the replay flagged the cluster overloaded
-    (its summary's warning, ``traffic.schedule.overloaded``) and where the figures came from.
+    (its summary's warning, ``traffic.model.schedule.overloaded``) and where the figures came from.
     ``overloaded`` is None when the replay recorded no operating point at all (an older run)."""
     warning = overload_warning(rep)
     prefill = _utilization(rep, "prefill")

@@ -14,7 +14,7 @@ import subprocess
 
 import pytest
 
-from integration_helpers import leftovers, run_testbed
+from tests.support.integration import leftovers, run_testbed
 
 
 def _skip_reason() -> str | None:

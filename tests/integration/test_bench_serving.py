@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from integration_helpers import leftovers, run_testbed
+from tests.support.integration import leftovers, run_testbed
 
 SIZE = ("--gpus", "16", "--gpus-per-switch", "4", "--gpus-per-server", "4")
 

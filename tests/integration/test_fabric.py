@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from integration_helpers import run_testbed, unreachable_pairs
 from testbed.bench.ecmp_probe import port_tx
-from testbed.datapath import netns_of
+from testbed.emulation.datapath import netns_of
 from testbed.fabric import addressing, build_fabric
 from testbed.fabric.routing import forwarding_tables, walk
+from tests.support.integration import run_testbed, unreachable_pairs
 
 ALL = ["zcube16", "roft16", "zcube32", "roft32"]
 HERE = Path(__file__).resolve().parent

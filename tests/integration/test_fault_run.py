@@ -7,8 +7,9 @@ from __future__ import annotations
 import csv
 import json
 
-from integration_helpers import leftovers, run_testbed
 from test_live import EXPERIMENT as LIVE16  # the short closed-loop MoE run at n=16
+
+from tests.support.integration import leftovers, run_testbed
 
 EXPERIMENT = LIVE16.replace("name: live16", "name: faults16") + """faults:
   - {at: 1.0, duration: 1.0, target: {zcube: link sw1:5, roft: link leaf1:5}}

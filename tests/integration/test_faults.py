@@ -8,10 +8,10 @@ import json
 
 import pytest
 
-from integration_helpers import run_testbed, unreachable_pairs
 from testbed.bench.failover import switch_counters
 from testbed.emulation import fabricctl
 from testbed.fabric import build_fabric
+from tests.support.integration import run_testbed, unreachable_pairs
 
 
 def first_fabric_cable(f) -> str:

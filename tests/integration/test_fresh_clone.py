@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from integration_helpers import REPO, leftovers
+from tests.support.integration import REPO, leftovers
 
 
 @pytest.fixture(scope="module")

@@ -13,9 +13,9 @@ import time
 
 import pytest
 
-from integration_helpers import REPO, leftovers, run_testbed
 from testbed.emulation import fabricctl
 from testbed.fabric import build_fabric
+from tests.support.integration import REPO, leftovers, run_testbed
 
 
 def one_line_error(proc: subprocess.CompletedProcess, status: int, *words: str) -> None:

@@ -7,8 +7,8 @@ from __future__ import annotations
 import csv
 import json
 
-from integration_helpers import leftovers, run_testbed
 from testbed.paths import AZURE_TRACE
+from tests.support.integration import leftovers, run_testbed
 
 EXPERIMENT = f"""
 name: live16

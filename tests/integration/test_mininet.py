@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from integration_helpers import run_testbed
+from tests.support.integration import run_testbed
 
 
 @pytest.mark.parametrize("fabric", ["zcube16"], indirect=True)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import subprocess
 
-from integration_helpers import REPO, leftovers
 from testbed.fabric import build_fabric
+from tests.support.integration import REPO, leftovers
 
 
 def test_mn_custom_builds_the_model_wiring():

@@ -14,7 +14,7 @@ import json
 
 import pytest
 
-from integration_helpers import leftovers, run_testbed
+from tests.support.integration import leftovers, run_testbed
 
 pytestmark = pytest.mark.integration
 RATE = 3e6

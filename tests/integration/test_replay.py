@@ -9,10 +9,10 @@ import json
 
 import pytest
 
-from integration_helpers import leftovers, run_testbed
 from testbed import scale
-from testbed.experiment import replay_config, validate
-from testbed.replay import prepare
+from testbed.experiment.schema import replay_config, validate
+from testbed.repetition.replay import prepare
+from tests.support.integration import leftovers, run_testbed
 
 
 @pytest.mark.parametrize("kind", ["zcube", "roft"])

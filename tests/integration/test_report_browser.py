@@ -10,17 +10,16 @@ is up; to run this one alone: pytest --noconftest tests/integration/test_report_
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.support.report_fixture import write_experiment
 
 CHROMIUM = Path("/usr/bin/chromium")
 pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="/usr/bin/chromium is not installed "
                                                                "(apt-get install chromium, or scripts/setup.sh)")
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
-from report_fixture import write_experiment  # noqa: E402
 
 
 def chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from integration_helpers import leftovers, run_testbed
+from tests.support.integration import leftovers, run_testbed
 
 pytestmark = pytest.mark.integration
 

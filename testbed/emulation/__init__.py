@@ -1,0 +1,1 @@
+"""The emulated fabric: datapath plan, build and teardown, state, faults, namespaces."""

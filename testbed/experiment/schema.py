@@ -1,0 +1,669 @@
+"""The experiment file: one YAML document saying what ``testbed run`` compares.
+
+An experiment costs minutes of emulator time per fabric, so everything is
+checked before anything is built: pydantic for keys, types and ranges (unknown
+keys are errors, not silently ignored), then the rules of the modules that
+will consume the values (``DatapathConfig.validate``, ``ReplayConfig.validate``,
+the fabric builders, ``traffic.model.placement``). Every problem becomes one line
+``FILE: key.path: rule (got value)`` as a ``TestbedError``.
+
+The schema holds every key's default (one place; ``experiments/kv-replay.yaml``
+spells them out and a unit test keeps the two equal). ``testbed run`` with no
+arguments runs ``experiments/default.yaml``, the calibrated live experiment.
+``experiments/schema.json`` is generated from this module (``python -m
+testbed.experiment.schema``), also checked by a unit test.
+"""
+
+import copy
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, Literal, Optional, Union
+
+import yaml
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    WithJsonSchema,
+    field_validator,
+)
+
+from testbed import scale
+from testbed.errors import TestbedError
+from testbed.fabric.routing import DEFAULT_POLICY, POLICIES
+from testbed.paths import DEFAULT_TRACE, REPO
+from testbed.units import parse_rate, parse_seconds, parse_size
+from traffic.model import models, placement, schedule, traces
+from traffic.runtime.agent import CONNECTION_MODES
+
+EXAMPLES_DIR = REPO / "experiments"
+SCHEMA_PATH = EXAMPLES_DIR / "schema.json"
+DEFAULT_EXPERIMENT = EXAMPLES_DIR / "default.yaml"  # what `testbed run` runs with no arguments
+FABRIC_NAMES = ("zcube", "roft")
+
+
+# ------------------------------------------------------------ value types
+def _not_bool(v: Any, what: str) -> None:
+    if isinstance(v, bool):
+        raise ValueError(f"expected {what}, not a boolean")
+
+
+def _parse_text(v: Any, what: str, parse) -> Any:
+    """Strings go through the CLI's parser (``testbed.units``; its error becomes a schema error); numbers pass."""
+    _not_bool(v, what)
+    if isinstance(v, str):
+        try:
+            return parse(v)
+        except TestbedError as exc:
+            raise ValueError(str(exc)) from None
+    return v
+
+
+def _rate(v: Any) -> Any:
+    """'3mbit' / '500k' / '2' (Mbit/s, as on the CLI) or a number of bit/s."""
+    return _parse_text(v, "a rate such as 3mbit or a number of bit/s", parse_rate)
+
+
+def _size(v: Any) -> Any:
+    """60000 / '60kb' / '64KiB' -> bytes."""
+    return _parse_text(v, "a size in bytes such as 60000 or 64KiB", parse_size)
+
+
+def _seconds(v: Any) -> Any:
+    """120 / '120s' / '2m' -> seconds."""
+    return _parse_text(v, "a duration such as 120 or 2m", parse_seconds)
+
+
+_UNIT_STRING = {"type": "string", "pattern": r"^\s*[0-9.]+\s*[a-zA-Z]*\s*$"}
+Rate = Annotated[float, BeforeValidator(_rate), WithJsonSchema(
+    {"anyOf": [{"type": "number"}, _UNIT_STRING],
+     "description": "bit/s as a number, or a string with a unit: 3mbit, 500kbit, 1gbit ('3' alone: Mbit/s)"})]
+Size = Annotated[int, BeforeValidator(_size), WithJsonSchema(
+    {"anyOf": [{"type": "integer", "minimum": 0}, _UNIT_STRING],
+     "description": "bytes as an integer, or a string with a unit: 60kb, 64KiB"})]
+Seconds = Annotated[float, BeforeValidator(_seconds), WithJsonSchema(
+    {"anyOf": [{"type": "number", "minimum": 0}, {"type": "string", "pattern": r"^\s*[0-9.]+\s*(s|m|min)?\s*$"}],
+     "description": "seconds as a number, or a string: 120s, 2m"})]
+
+FabricName = Literal[FABRIC_NAMES]
+TraceFormat = Literal[tuple(traces.FORMATS)]
+DType = Literal[tuple(models.DTYPE_BYTES)]
+SchedulerName = Literal[tuple(placement.POLICIES)]
+Mode = Literal[tuple(schedule.MODES)]
+PolicyName = Literal[tuple(POLICIES)]
+Connections = Literal[CONNECTION_MODES]
+Driver = Literal["plan", "live"]
+Arrivals = Literal["trace", "closed"]
+Popularity = Literal["uniform", "zipf"]
+
+
+class _Section(BaseModel):
+    # strict: YAML already types its scalars, so "8" for a TP or yes for a seed is a mistake, not a value
+    model_config = ConfigDict(extra="forbid", validate_default=True, strict=True)
+
+
+def _existing_beside_experiment(v: str, info: ValidationInfo, expected: str) -> Path:
+    """A file named in the experiment file (relative to its folder) that must exist."""
+    p = Path(v).expanduser()
+    p = p if p.is_absolute() else Path((info.context or {}).get("base") or Path.cwd()) / p
+    if not p.is_file():
+        raise ValueError(f"{p} does not exist: {expected}")
+    return p
+
+
+# --------------------------------------------------------------- sections
+class Link(_Section):
+    """Every link of the emulated fabric (switch ports and NIC ports)."""
+
+    rate: Rate = Field(scale.DEFAULT_RATE_BPS, description="emulated link rate")
+    represents: Rate = Field(scale.REAL_LINK_BPS, description="the real link one emulated link stands for "
+                             "(bytes are scaled by represents / rate, times stay real); the seed's ablation "
+                             "is the same experiment at 100gbit and 200gbit")
+    buffer_bytes: Size = Field(scale.DEFAULT_BUFFER_BYTES, description="switch egress buffer per port")
+    mtu: int = Field(scale.DEFAULT_MTU, description="576 .. 3500 (AF_XDP frames in OVS are 4 KB)")
+    nic_buffer_bytes: Optional[Size] = Field(None, description="host NIC queue; null: 1000 frames (txqueuelen)")
+    burst_bytes: Size = Field(scale.DEFAULT_BURST_BYTES, description="shaper burst (link rate token bucket)")
+    time_dilation: float = Field(1.0, ge=1, le=100, description="the emulated world runs this many times slower "
+                                 "(live driver): bytes scaled by represents / (rate x dilation), every modelled "
+                                 "time stretched by it, reported serving times converted back")
+
+
+class Pfc(_Section):
+    """Priority flow control; null thresholds let the datapath compute its defaults."""
+
+    enabled: bool = True
+    xoff_bytes: Optional[Size] = Field(None, description="queue depth that sends PAUSE")
+    xon_bytes: Optional[Size] = Field(None, description="queue depth that sends RESUME (below xoff_bytes)")
+    headroom_bytes: Optional[Size] = Field(None, description="buffer kept for bytes in flight after PAUSE")
+    dynamic_alpha: Optional[float] = Field(None, ge=1 / 128, le=8, description="dynamic threshold: XOFF = alpha x "
+                                           "the switch's free shared buffer; null: static xoff/xon")
+    poll_us: Optional[int] = Field(None, gt=0, description="how often queue depth is polled, microseconds")
+
+
+class Trace(_Section):
+    """Which requests of which trace are replayed."""
+
+    path: Optional[str] = Field(None, description="Mooncake JSONL or Azure CSV, plain or .gz; relative to the "
+                                                  "experiment file's folder; null: the shipped "
+                                                  "data/traces/mooncake_conversation.jsonl.gz")
+    format: TraceFormat = "auto"
+    start_s: Seconds = Field(0.0, ge=0, description="trace time where the slice starts")
+    duration_s: Seconds = Field(120.0, gt=0, description="trace time replayed (wall time = duration / speed)")
+    first_n: Optional[int] = Field(None, ge=1, description="at most this many requests of the slice")
+    speed: float = Field(1.5, gt=0, description="replay the slice this many times faster")
+    skip_bad: bool = False
+
+    @field_validator("path")
+    @classmethod
+    def _resolve(cls, v: Optional[str], info: ValidationInfo) -> str:
+        if v is None:
+            return str(DEFAULT_TRACE)
+        p = Path(v).expanduser()
+        if not p.is_absolute():
+            p = Path((info.context or {}).get("base") or Path.cwd()) / p
+        return os.path.normpath(os.path.abspath(p))
+
+
+class Serving(_Section):
+    """The serving deployment the KV cache moves in: model, placement, transfer timing."""
+
+    model: str = Field("llama-3.1-70b", json_schema_extra={"enum": list(models.MODELS)},
+                       description="GQA models split heads over TP ranks; MLA (deepseek-v3): one prefill rank "
+                                   "sends a full copy to every decode rank")
+    dtype: DType = "bf16"
+    prefill_tp: int = Field(8, ge=1, description="GPUs per prefill instance (a divisor of 8)")
+    decode_tp: int = Field(2, ge=1, description="GPUs per decode instance (a divisor of 8)")
+    prefill_fraction: float = Field(0.5, gt=0, lt=1, description="share of the servers running prefill")
+    scheduler: SchedulerName = "round_robin"
+    mode: Mode = Field("whole", description="whole: after prefill; layerwise: one chunk per layer during it")
+    chunk_bytes: Optional[Size] = Field(65536, description="slice size in emulated bytes; 0 or null: no slicing")
+    policy: PolicyName = Field(DEFAULT_POLICY, description="NIC port selection")
+    connections: Connections = Field(
+        "persistent", description="persistent: one TCP connection per NIC port pair, reused by every transfer "
+                                  "(a transfer engine's queue pair); per-transfer: a new connection each")
+    driver: Driver = Field("plan", description="plan: every KV transfer timed from the trace before the run; "
+                                               "live: a coordinator runs prefill and decode steps with the "
+                                               "network in the loop (MoE models add expert-parallel traffic)")
+    arrivals: Arrivals = Field("trace", description="live: trace-timed arrivals, or closed: `concurrency` "
+                                                    "requests in flight, a new one when one ends")
+    concurrency: int = Field(64, ge=1, description="closed loop: requests in flight in the whole cluster")
+    prefill_ep: Optional[int] = Field(None, ge=1, description="live, MoE: GPUs per prefill EP group; null: all "
+                                                              "prefill GPUs")
+    decode_ep: Optional[int] = Field(None, ge=1, description="live, MoE: GPUs per decode EP group; null: all "
+                                                             "decode GPUs")
+    decode_batch: int = Field(256, ge=1, description="live: requests per decode unit and step at most")
+    decode_step_s: Seconds = Field(0.030, ge=0, description="live: modelled compute of one decode step")
+    prefill_chunk_tokens: int = Field(512, ge=1, description="live: prefill tokens per unit and step at most")
+    popularity: Popularity = Field("uniform", description="live, MoE: expert popularity (zipf: skewed)")
+    zipf_s: float = Field(1.0, ge=0, description="live, MoE: Zipf exponent with popularity zipf")
+    warmup_s: Seconds = Field(0.0, ge=0, description="live: requests arriving earlier are not measured")
+
+    @field_validator("model")
+    @classmethod
+    def _known_model(cls, v: str) -> str:
+        try:
+            return models.get_model(v).name
+        except TestbedError as exc:
+            raise ValueError(str(exc)) from None
+
+
+class Fault(_Section):
+    """One failure during every replay of the run, at the same run time on every fabric."""
+
+    at: Seconds = Field(..., ge=0, description="run time it begins: cluster seconds after the run's start "
+                        "(the planned replay: trace seconds after the slice's start)")
+    duration: Optional[Seconds] = Field(None, gt=0, description="how long it lasts; null: until the run ends "
+                                        "(whatever is still down then is put back)")
+    target: Union[str, dict[FabricName, str]] = Field(
+        ..., description="'link sw1:9' or 'link gpu3:p1' (a cable by either end), 'switch sw3' or 'controller'; "
+                         "or one per fabric, e.g. {zcube: link sw1:9, roft: link leaf1:9}, since switch names "
+                         "differ")
+    action: Literal["down", "stop", "restart"] = Field("down", description="down: a cable or switch; stop or "
+                                                       "restart: the controller")
+
+    def target_on(self, kind: str) -> str | None:
+        """The target on fabric ``kind`` (None: this fault names none there)."""
+        return self.target if isinstance(self.target, str) else self.target.get(kind)
+
+
+class Experiment(_Section):
+    """One `testbed run`: the same traffic on every fabric, repeated with seeds seed, seed+1, ..."""
+
+    name: Optional[str] = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$",
+                                description="run-id suffix; null: the experiment file's stem, or 'default'")
+    fabrics: list[FabricName] = Field(["zcube", "roft"], min_length=1, description="run one after the other")
+    gpus: int = Field(32, ge=2)
+    gpus_per_switch: int = Field(8, ge=1, description="ZCube k")
+    cables: Optional[int] = Field(None, ge=1, description="ZCube parallel cables per odd-even pair; null: k^2/n")
+    gpus_per_server: int = Field(8, ge=1, description="ROFT server size")
+    radix: Optional[int] = Field(None, ge=2, description="ROFT switch radix; null: the ZCube's")
+    link: Link = Field(default_factory=Link)
+    pfc: Pfc = Field(default_factory=Pfc)
+    trace: Trace = Field(default_factory=Trace)
+    serving: Serving = Field(default_factory=Serving)
+    seed: int = Field(0, ge=0, description="repetition r uses seed + r - 1 (scheduler, cross traffic)")
+    repetitions: int = Field(1, ge=1, le=100)
+    cross_flows: int = Field(0, ge=0, description="background iperf3 flows between random GPU pairs")
+    sweep: Optional[dict[str, list[Union[str, int, float]]]] = Field(
+        None, description="the grid `testbed sweep FILE` runs when given no --param: {key: [values]}, one or two "
+                          "keys; `run` ignores it")
+    calibration: Optional[str] = Field(None, description="calibration.json written by `testbed calibrate` that "
+                                                         "this experiment's load was chosen from (relative to the "
+                                                         "experiment file's folder); the report shows it first")
+    faults: list[Fault] = Field([], description="failures injected while each replay runs: cables, switches, "
+                                                "the controller (testbed.repetition.fault_schedule)")
+    load_curve: Optional[str] = Field(None, description="load_curve.json written by `testbed sweep` over one key "
+                                                        "(relative to the experiment file's folder); the report "
+                                                        "shows it after the headline, marking this run's level")
+
+    @field_validator("calibration")
+    @classmethod
+    def _calibration_file(cls, v: Optional[str], info: ValidationInfo) -> Optional[str]:
+        if v is None:
+            return None
+        p = _existing_beside_experiment(v, info, "expected a calibration.json written by `testbed calibrate`")
+        return os.path.normpath(os.path.abspath(p))
+
+    @field_validator("load_curve")
+    @classmethod
+    def _load_curve_file(cls, v: Optional[str], info: ValidationInfo) -> Optional[str]:
+        if v is None:
+            return None
+        expected = "expected a load_curve.json written by `testbed sweep` over one key"
+        p = _existing_beside_experiment(v, info, expected)
+        try:
+            doc = json.loads(p.read_text())
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"{p} cannot be read as JSON ({type(exc).__name__}): {expected}") from None
+        if not isinstance(doc, dict) or not isinstance(doc.get("knob"), str) or not isinstance(doc.get("fabrics"),
+                                                                                             dict):
+            raise ValueError(f"{p} has no knob and fabrics: {expected}")
+        return os.path.normpath(os.path.abspath(p))
+
+    @field_validator("fabrics")
+    @classmethod
+    def _distinct(cls, v: list[str]) -> list[str]:
+        for kind in v:
+            if v.count(kind) > 1:
+                raise ValueError(f"{kind!r} is listed twice")
+        return v
+
+
+# --------------------------------------------------- mapping onto the runners
+def fabric_args(exp: Experiment, kind: str) -> dict:
+    """What ``build_fabric`` / ``fabricctl.up`` take for ``kind`` in this experiment."""
+    from testbed.fabric import fabric_args as args_of
+
+    return args_of(kind, exp.gpus, exp.gpus_per_switch, exp.cables, exp.gpus_per_server, exp.radix)
+
+
+def datapath_config(exp: Experiment):
+    from testbed.emulation.datapath import DatapathConfig
+
+    link = exp.link
+    return DatapathConfig(rate_bps=link.rate, mtu=link.mtu, buffer_bytes=link.buffer_bytes,
+                          nic_buffer_bytes=link.nic_buffer_bytes or 0, burst_bytes=link.burst_bytes).validate()
+
+
+def replay_config(exp: Experiment, rep: int = 1, kind: str | None = None):
+    """The replay settings of repetition ``rep`` (1-based): seed + rep - 1; ``kind``: the fabric, whose names
+    the faults take (none without it)."""
+    from testbed.repetition.replay import ReplayConfig
+
+    t, s = exp.trace, exp.serving
+    return ReplayConfig(trace=t.path, trace_format=t.format, skip_bad=t.skip_bad, start_s=t.start_s,
+                        duration_s=t.duration_s, first_n=t.first_n, speed=t.speed, model=s.model, dtype=s.dtype,
+                        prefill_tp=s.prefill_tp, decode_tp=s.decode_tp, prefill_fraction=s.prefill_fraction,
+                        scheduler=s.scheduler, seed=exp.seed + rep - 1, mode=s.mode,
+                        chunk_bytes=s.chunk_bytes or None, policy=s.policy, connections=s.connections,
+                        cross_flows=exp.cross_flows,
+                        represents_bps=exp.link.represents, driver=s.driver, arrivals=s.arrivals,
+                        concurrency=s.concurrency, prefill_ep=s.prefill_ep, decode_ep=s.decode_ep,
+                        decode_batch=s.decode_batch, decode_step_s=s.decode_step_s,
+                        prefill_chunk_tokens=s.prefill_chunk_tokens, popularity=s.popularity, zipf_s=s.zipf_s,
+                        time_dilation=exp.link.time_dilation, warmup_s=s.warmup_s,
+                        gpus_per_server=exp.gpus_per_server, faults=fault_specs(exp, kind) if kind else ())
+
+
+def fault_specs(exp: Experiment, kind: str) -> tuple:
+    """The experiment's faults on fabric ``kind``, as the fault schedule takes them."""
+    return tuple({"at": f.at, "duration": f.duration, "target": f.target_on(kind), "action": f.action}
+                 for f in exp.faults if f.target_on(kind))
+
+
+def pfc_settings(exp: Experiment) -> dict:
+    """The ``pfc`` dict handed to the replay (nulls: the datapath's defaults)."""
+    return exp.pfc.model_dump()
+
+
+# -------------------------------------------------------------- overrides
+@dataclass(frozen=True)
+class Override:
+    """One value set from outside the file: ``origin`` is the flag that set it (--speed, --param, --set)."""
+
+    key: str
+    value: Any
+    origin: str
+
+    def as_dict(self) -> dict:
+        return {"key": self.key, "value": self.value, "origin": self.origin}
+
+
+def section_at(parts: list[str]) -> type[BaseModel] | None:
+    """The schema section a dotted key path leads to (None: a leaf value)."""
+    model: type[BaseModel] | None = Experiment
+    for part in parts:
+        if model is None or part not in model.model_fields:
+            return None
+        ann = model.model_fields[part].annotation
+        model = ann if isinstance(ann, type) and issubclass(ann, BaseModel) else None
+    return model
+
+
+def check_key_path(key: str, origin: str) -> list[str]:
+    """Split ``key`` (e.g. link.rate) and check it names a value of the schema."""
+    parts = key.split(".")
+    model: type[BaseModel] = Experiment
+    for i, part in enumerate(parts):
+        where = ".".join(parts[:i + 1])
+        if part not in model.model_fields:
+            raise TestbedError(f"{where} (from {origin}): unknown key (known: {', '.join(model.model_fields)})")
+        sub = section_at(parts[:i + 1])
+        if sub is None:
+            if i != len(parts) - 1:
+                raise TestbedError(f"{key} (from {origin}): {where} is a value, not a section")
+            return parts
+        model = sub
+    raise TestbedError(f"{key} (from {origin}): is a section: expected one of its keys "
+                       f"({', '.join(model.model_fields)})")
+
+
+# Command-line values of these keys stay text: a bare rate means Mbit/s there (as with --rate), and a
+# name or path is never a number.
+CLI_TEXT_KEYS = ("link.rate", "trace.path", "name", "serving.model")
+
+
+def cli_value(key: str, text: str) -> Any:
+    """A --set / --param value: read as YAML would (2 -> int, 1.5 -> float, true -> bool, null -> None),
+    except for CLI_TEXT_KEYS; anything that is not a scalar stays text."""
+    if key in CLI_TEXT_KEYS:
+        return text
+    try:
+        v = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+    return text if isinstance(v, (dict, list)) else v
+
+
+def apply_overrides(raw: dict, overrides: list[Override]) -> dict:
+    """A copy of ``raw`` with every override set at its key path (checked against the schema)."""
+    out = copy.deepcopy(raw)
+    for o in overrides:
+        parts = check_key_path(o.key, o.origin)
+        node = out
+        for part in parts[:-1]:
+            if not isinstance(node.get(part), dict):
+                node[part] = {}
+            node = node[part]
+        value = o.value
+        if o.key == "trace.path" and isinstance(value, str) and not Path(value).expanduser().is_absolute():
+            value = os.path.abspath(Path(value).expanduser())  # given on the command line: relative to cwd
+        node[parts[-1]] = value
+    return out
+
+
+# ----------------------------------------------------------------- errors
+def _loc(loc: tuple) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _show(v: Any) -> str:
+    if isinstance(v, bool) or v is None:
+        return json.dumps(v)
+    if isinstance(v, float):
+        return f"{v:g}"
+    if isinstance(v, (int, str)):
+        return str(v) if isinstance(v, int) else repr(v)
+    return type(v).__name__
+
+
+def _rule(err: dict) -> str:
+    kind, msg, ctx = err["type"], err["msg"], err.get("ctx") or {}
+    loc = tuple(err["loc"])
+    if kind == "extra_forbidden":
+        parent = section_at([p for p in loc[:-1] if isinstance(p, str)])
+        known = ", ".join(parent.model_fields) if parent else ""
+        return f"unknown key (known: {known})"
+    if kind == "missing":
+        return "required"
+    if kind == "model_type":
+        sub = section_at([p for p in loc if isinstance(p, str)])
+        keys = f" with keys {', '.join(sub.model_fields)}" if sub else ""
+        return f"must be a mapping{keys} (got {_show(err.get('input'))})"
+    ops = {"greater_than": ">", "greater_than_equal": ">=", "less_than": "<", "less_than_equal": "<="}
+    if kind in ops:
+        bound = next(iter(ctx.values()))
+        rule = f"must be {ops[kind]} {_show(bound)}"
+    elif kind == "value_error":
+        return msg.removeprefix("Value error, ")
+    elif kind == "too_short":
+        rule = f"must have at least {ctx.get('min_length')} item(s)"
+    elif kind == "string_pattern_mismatch":
+        rule = f"must match {ctx.get('pattern')}"
+    else:
+        rule = msg.replace("Input should be", "must be").replace("List should have", "must have")
+    got = err.get("input")
+    if isinstance(got, (bool, int, float, str)) or got is None:
+        rule += f" (got {_show(got)})"
+    return rule
+
+
+def _one_line(label: str, exc: ValidationError, overrides: list[Override]) -> str:
+    errors = exc.errors()
+    first = errors[0]
+    where = _loc(tuple(first["loc"]))
+    origin = next((o.origin for o in reversed(overrides) if o.key == where), None)
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return f"{label}: {where or '(top level)'}{f' (from {origin})' if origin else ''}: {_rule(first)}{more}"
+
+
+# ------------------------------------------------- checks beyond the schema
+_FABRIC_KEYS = {"gpus-per-switch": "gpus_per_switch", "gpus-per-server": "gpus_per_server", "cables": "cables",
+                "radix": "radix", "gpus": "gpus", "interface": "gpus"}
+_LINK_KEYS = {"rate": "link.rate", "mtu": "link.mtu", "burst": "link.burst_bytes", "buffer": "link.buffer_bytes",
+              "NIC": "link.nic_buffer_bytes"}
+_PLACEMENT_KEYS = {"prefill_tp": "serving.prefill_tp", "decode_tp": "serving.decode_tp",
+                   "prefill_fraction": "serving.prefill_fraction", "n_gpus": "gpus"}
+_REPLAY_KEYS = {"policy": "serving.policy", "duration": "trace.duration_s", "speed": "trace.speed",
+                "trace": "trace.path"}
+
+
+class _Problem(Exception):
+    """A rule broken at a key path, found after the schema accepted the file."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(key, message)
+        self.key, self.message = key, message
+
+
+def _key_of(message: str, table: dict, default: str) -> str:
+    head = message.split()[0].split("=")[0] if message.split() else ""
+    return table.get(head, default)
+
+
+def semantic_check(exp: Experiment) -> None:
+    """Apply the rules of the code that will consume the values (raises ``_Problem``: key path, message)."""
+    from testbed.emulation.datapath import plan_datapath
+    from testbed.fabric import build_fabric
+    from traffic.model import rankmap
+
+    def attempt(fn, table: dict, default: str):
+        try:
+            return fn()
+        except TestbedError as exc:
+            raise _Problem(_key_of(str(exc), table, default), str(exc)) from None
+
+    dp = attempt(lambda: datapath_config(exp), _LINK_KEYS, "link")
+    for kind in exp.fabrics:
+        args = fabric_args(exp, kind)
+        fabric = attempt(lambda: build_fabric(**args), _FABRIC_KEYS, "gpus")
+        attempt(lambda: plan_datapath(fabric, dp), _FABRIC_KEYS, "gpus")
+    s = exp.serving
+    model = models.get_model(s.model)
+    attempt(lambda: models.check_tp(model, s.prefill_tp), {}, "serving.prefill_tp")
+    attempt(lambda: models.check_tp(model, s.decode_tp), {}, "serving.decode_tp")
+    attempt(lambda: placement.place(exp.gpus, s.prefill_tp, s.decode_tp, s.prefill_fraction),
+            _PLACEMENT_KEYS, "serving")
+    attempt(lambda: rankmap.source_ranks(s.prefill_tp, s.decode_tp, 0), {}, "serving.decode_tp")
+    attempt(lambda: replay_config(exp).validate(), _REPLAY_KEYS, "trace")
+    _check_faults(exp)
+    p = exp.pfc
+    if p.xon_bytes is not None and p.xoff_bytes is not None and p.xon_bytes >= p.xoff_bytes:
+        raise _Problem("pfc.xon_bytes", f"must be < xoff_bytes {p.xoff_bytes} (got {p.xon_bytes})")
+
+
+def _check_faults(exp: Experiment) -> None:
+    """Every fault's target exists on every fabric it names, and its action fits it."""
+    from testbed.fabric import build_fabric
+    from testbed.fabric.failover import parse_target
+
+    for i, f in enumerate(exp.faults):
+        for kind in exp.fabrics:
+            text = f.target_on(kind)
+            if text is None:
+                continue
+            try:
+                target = parse_target(build_fabric(**fabric_args(exp, kind)), text)
+            except TestbedError as exc:
+                raise _Problem(f"faults[{i}].target", f"on {kind}: {exc}") from None
+            fits = ("stop", "restart") if target.kind == "controller" else ("down",)
+            if f.action not in fits:
+                raise _Problem(f"faults[{i}].action", f"{f.action!r} does not fit {target.kind}: expected "
+                                                     f"{' or '.join(fits)}")
+            if f.action == "restart" and f.duration is not None:
+                raise _Problem(f"faults[{i}].duration", "a restart has no duration: use action stop with a "
+                                                        "duration to keep the controller down for a while")
+
+
+# ------------------------------------------------------------------ loading
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """safe_load that rejects a key given twice (PyYAML silently keeps the last)."""
+
+
+def _mapping(loader: _UniqueKeyLoader, node, deep: bool = False):
+    seen = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
+        seen.add(key)
+    return loader.construct_mapping(node, deep=deep)
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)
+
+
+def read_file(path: Path) -> dict:
+    """The raw mapping of an experiment file (YAML or JSON). A run's own
+    ``experiment.json`` is accepted too: its ``experiment`` part is rerun."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise TestbedError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    try:
+        doc = yaml.load(text, Loader=_UniqueKeyLoader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+        where = f"line {mark.line + 1}: " if mark else ""
+        what = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise TestbedError(f"{path}: {where}not valid YAML: {what}") from None
+    if doc is None:
+        return {}
+    if not isinstance(doc, dict):
+        raise TestbedError(f"{path}: must hold a mapping of keys (name, fabrics, link, trace, serving, ...), "
+                           f"got a {type(doc).__name__}")
+    if path.suffix == ".json" and isinstance(doc.get("experiment"), dict) and "overrides" in doc:
+        return doc["experiment"]
+    return doc
+
+
+@dataclass
+class Resolved:
+    """A validated experiment, where it came from and what the command line changed."""
+
+    experiment: Experiment
+    source: str | None  # the file, or None for the built-in defaults
+    overrides: list[Override] = field(default_factory=list)
+    raw: dict = field(default_factory=dict)  # the file's mapping before overrides
+
+    def as_dict(self) -> dict:
+        return {"source": self.source, "overrides": [o.as_dict() for o in self.overrides],
+                "experiment": self.experiment.model_dump(mode="json")}
+
+
+def validate(raw: dict, label: str, base: Path | None = None, overrides: list[Override] = (),
+             default_name: str = "default") -> Experiment:
+    """Schema + consumer rules for ``raw`` with ``overrides`` applied; one-line TestbedError on failure."""
+    overrides = list(overrides)
+    try:
+        data = apply_overrides(raw, overrides)
+    except TestbedError as exc:
+        raise TestbedError(f"{label}: {exc}") from None
+    try:
+        exp = Experiment.model_validate(data, context={"base": base})
+    except ValidationError as exc:
+        raise TestbedError(_one_line(label, exc, overrides)) from None
+    if exp.name is None:
+        exp = exp.model_copy(update={"name": default_name})
+    try:
+        semantic_check(exp)
+    except _Problem as p:
+        origin = next((o.origin for o in reversed(overrides) if o.key == p.key), None)
+        raise TestbedError(f"{label}: {p.key}{f' (from {origin})' if origin else ''}: {p.message}") from None
+    return exp
+
+
+def resolve(path: str | Path | None, overrides: list[Override] = ()) -> Resolved:
+    """Load an experiment file (None: experiments/default.yaml), apply CLI overrides, validate everything."""
+    p = Path(DEFAULT_EXPERIMENT if path is None else path)  # the default's choices are argued in its comments
+    raw, base, source = read_file(p), p.resolve().parent, str(p.resolve())
+    label = "default experiment" if path is None else str(p)
+    stem = p.stem if p.name != "experiment.json" else p.parent.name
+    exp = validate(raw, label, base, overrides, default_name=_safe_name(stem))
+    return Resolved(exp, source, list(overrides), raw)
+
+
+def _safe_name(stem: str) -> str:
+    import re
+
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", stem).strip("-.") or "experiment"
+    return name[:64]
+
+
+# ------------------------------------------------------------------ schema
+def json_schema() -> dict:
+    """The JSON schema of experiment files (what experiments/schema.json holds)."""
+    doc = Experiment.model_json_schema()
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", "$id": "zcube-testbed/experiment", **doc}
+
+
+def schema_text() -> str:
+    return json.dumps(json_schema(), indent=1) + "\n"
+
+
+def main() -> None:
+    """``python -m testbed.experiment.schema``: regenerate experiments/schema.json."""
+    SCHEMA_PATH.write_text(schema_text())
+    print(SCHEMA_PATH)
+
+
+if __name__ == "__main__":
+    main()

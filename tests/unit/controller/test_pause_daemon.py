@@ -1,0 +1,75 @@
+"""The pause daemon's parts that need no kernel: its configuration, netlink sockets and loop gaps."""
+
+from dataclasses import asdict
+
+import pytest
+
+from controller import pfc_launch
+from pfc import bpfmaps, pfcd
+from testbed.emulation.datapath import DatapathConfig
+from testbed.fabric import build_fabric
+
+
+def _policy(kind: str, pfc: dict, **kwargs) -> dict:
+    return pfc_launch.daemon_policy(build_fabric(kind, **kwargs), asdict(DatapathConfig()), pfc, "/tmp/state")
+
+
+def test_config_rows_watched_queues_and_windows():
+    policy = _policy("zcube", {"enabled": True}, gpus=16, gpus_per_switch=8)
+    cfg = pfcd.DaemonConfig.from_policy(policy)
+    assert cfg.qids == sorted(policy["queues"]) and [cfg.slot[q] for q in cfg.qids] == list(range(len(cfg.qids)))
+    assert cfg.watched == [q for q in cfg.qids if policy["queues"][q]["kind"] == "switch"]
+    assert cfg.watched_slots.tolist() == [cfg.slot[q] for q in cfg.watched]
+    assert cfg.switch_slot == {}  # static thresholds: no switch pools
+    assert cfg.nic_index == {nic: i for i, nic in enumerate(sorted(policy["nics"]))}
+    q = cfg.watched[0]
+    assert cfg.window_ns[q] == int(1.5 * policy["queues"][q]["xoff"] * 8 / policy["rate_bps"] * 1e9)
+    for qid in cfg.watched:
+        assert [f for f, _ in cfg.sources[qid]] == policy["queues"][qid]["feeders"]
+        for f, nics in cfg.sources[qid]:
+            assert nics == {cfg.nic_index[n] for n in policy["queues"][qid]["sources"].get(f, [])}
+    assert cfg.poll_s == policy["poll_us"] / 1e6 and cfg.frame == policy["mtu"] + 14
+
+
+def test_dynamic_thresholds_get_one_pool_row_per_switch_after_the_queues():
+    policy = _policy("roft", {"enabled": True, "dynamic_alpha": 0.5}, gpus=16)
+    cfg = pfcd.DaemonConfig.from_policy(policy)
+    switches = sorted({policy["queues"][q]["dynamic"]["switch"] for q in cfg.watched})
+    assert cfg.switch_slot == {sw: len(cfg.qids) + i for i, sw in enumerate(switches)}
+    q = cfg.watched[0]
+    top = policy["queues"][q]["dynamic"]["xoff_max"]
+    assert cfg.window_ns[q] == int(1.5 * top * 8 / policy["rate_bps"] * 1e9)
+
+
+def test_too_many_rows_exit_with_one_line(monkeypatch):
+    cfg = pfcd.DaemonConfig.from_policy(_policy("roft", {"enabled": True, "dynamic_alpha": 0.5}, gpus=16))
+    cfg.check_fits()
+    monkeypatch.setattr(bpfmaps, "MAX_QUEUES", len(cfg.qids))
+    with pytest.raises(SystemExit, match=r"queues and \d+ switch pools do not fit the kernel's"):
+        cfg.check_fits()
+
+
+def test_netlink_sockets_one_of_each_per_namespace(monkeypatch):
+    opened = []
+
+    def route_socket(timeout=0.0):
+        opened.append(timeout)
+        return object()
+
+    monkeypatch.setattr(pfcd.tbfmsg, "route_socket", route_socket)
+    monkeypatch.setattr(pfcd, "_in_netns", lambda ns, fn: fn())
+    socks = pfcd.NetlinkSockets()
+    root, gpu = socks.for_namespace(None), socks.for_namespace("tb-gpu1")
+    assert socks.for_namespace(None) is root and socks.for_namespace("tb-gpu1") is gpu
+    assert opened == [0.0, 0.0, 0.05]  # the root namespace's queues are read through their own socket
+    assert list(socks.nonblocking) == [None, "tb-gpu1"] and list(socks.blocking) == ["tb-gpu1"]
+
+
+def test_loop_gaps_count_only_hold_ups_over_2_ms():
+    gaps = pfcd.LoopGaps()
+    gaps.note("step", 0.001)
+    gaps.note("step", 0.0031, at_ns=5)
+    gaps.note("step", 0.0025, at_ns=6)
+    gaps.note("sleep", 0.01, at_ns=7)
+    assert gaps.count == {"step": 2, "sleep": 1} and gaps.max_ms == {"step": 3.1, "sleep": 10.0}
+    assert gaps.lines == ["5 step 3.100\n", "6 step 2.500\n", "7 sleep 10.000\n"]

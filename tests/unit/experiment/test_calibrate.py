@@ -1,0 +1,50 @@
+"""testbed.experiment.calibrate: ratios, choice and resolution from sweep points (no fabric)."""
+
+import pytest
+
+from testbed.errors import TestbedError
+from testbed.experiment import calibrate
+
+
+def point(level: int, bw: str, reps: list[tuple[float, float, float]]) -> dict:
+    """A sweep point as sweep.json holds it: (throughput, TTFT P99, TTFT P50) per repetition."""
+    return {"values": {"serving.concurrency": str(level), "link.represents": bw},
+            "fabrics": {"roft": {"repetitions": [{"throughput_tokens_per_s": t, "ttft_p99_ms": p99, "ttft_p50_ms": p50}
+                                                 for t, p99, p50 in reps]}}}
+
+
+def test_parse_levels_sorts_and_rejects_bad_values():
+    assert calibrate.parse_levels("256,128") == [128, 256]
+    for bad in ("", "a,b", "0,5", "3,3"):
+        with pytest.raises(TestbedError, match="--levels"):
+            calibrate.parse_levels(bad)
+
+
+def test_ratios_pair_repetitions_and_the_closest_level_is_chosen():
+    points = [point(100, "100gbit", [(1000, 2000, 500), (1100, 2200, 550)]),
+              point(100, "200gbit", [(1050, 1900, 490), (1100, 2090, 540)]),   # x1.05 / x1.0; x0.95 / x0.95
+              point(200, "100gbit", [(2000, 4000, 900), (2000, 4000, 900)]),
+              point(200, "200gbit", [(2400, 3100, 800), (2360, 3140, 800)])]   # x1.2 / x1.18; x0.775 / x0.785
+    doc = calibrate.summarize(points, [100, 200])
+    low, high = doc["levels"]
+    assert low["throughput_ratio"] == pytest.approx(1.025) and low["throughput_ratio_spread"] == [1.0, 1.05]
+    assert low["ttft_p99_ratio"] == pytest.approx(0.95)
+    assert high["throughput_ratio"] == pytest.approx(1.19) and high["ttft_p99_ratio"] == pytest.approx(0.78)
+    assert doc["chosen"]["level"] == 200 and doc["distance"] == pytest.approx(0.0)
+    assert doc["within_resolution"] is True
+    assert doc["fabric"] == "roft" and doc["seed"] == {"throughput_ratio": 1.19, "ttft_ratio": 0.78}
+
+
+def test_a_level_far_from_the_seed_is_not_within_resolution():
+    points = [point(64, "100gbit", [(1000, 1000, 300)]), point(64, "200gbit", [(1010, 995, 300)])]
+    doc = calibrate.summarize(points, [64])
+    assert doc["chosen"]["level"] == 64
+    assert doc["within_resolution"] is False
+    assert doc["distance"] == pytest.approx(((1.01 - 1.19) ** 2 + (0.995 - 0.78) ** 2) ** 0.5, abs=1e-4)
+
+
+def test_a_level_without_measurements_is_never_chosen():
+    points = [point(64, "100gbit", [(None, None, None)]), point(64, "200gbit", [(1000, 900, 300)])]
+    doc = calibrate.summarize(points, [64])
+    assert doc["levels"][0]["throughput_ratio"] is None and doc["chosen"] is None
+    assert "nothing chosen" in "\n".join(calibrate.table(doc))

@@ -1,0 +1,287 @@
+"""The experiment file (no root): shipped examples valid, bad files rejected in
+one line naming the key path and the rule, CLI overrides win and are recorded,
+seeds per repetition, the committed JSON schema is the generated one."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+
+from testbed.cli import build_parser
+from testbed.cli.run import overrides_from_args
+from testbed.errors import TestbedError
+from testbed.experiment.schema import (
+    EXAMPLES_DIR,
+    SCHEMA_PATH,
+    Experiment,
+    Override,
+    cli_value,
+    datapath_config,
+    fabric_args,
+    pfc_settings,
+    replay_config,
+    resolve,
+    schema_text,
+    validate,
+)
+from testbed.paths import DEFAULT_TRACE
+
+EXAMPLES = sorted(EXAMPLES_DIR.glob("*.yaml"))
+
+
+def _first_trace_line() -> str:
+    """The shipped default trace's first request (a one-line trace of the same format)."""
+    import gzip
+
+    with gzip.open(DEFAULT_TRACE, "rt", encoding="utf-8") as fh:
+        return fh.readline().rstrip("\n")
+
+
+def write(tmp_path: Path, doc, name: str = "experiment.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(doc if isinstance(doc, str) else yaml.safe_dump(doc))
+    return path
+
+
+def error_of(tmp_path: Path, doc, overrides=()) -> str:
+    with pytest.raises(TestbedError) as info:
+        resolve(write(tmp_path, doc), list(overrides))
+    message = str(info.value)
+    assert "\n" not in message
+    return message
+
+
+# ------------------------------------------------------------ examples
+def test_the_shipped_examples_are_the_promised_ones():
+    assert {p.stem for p in EXAMPLES} >= {"default", "incast", "tp-mismatch", "layerwise", "smoke"}
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
+def test_every_shipped_example_is_valid(path):
+    exp = resolve(path).experiment
+    assert exp.name == path.stem
+    assert Path(exp.trace.path).is_file()
+    jsonschema.validate(yaml.safe_load(path.read_text()) or {}, json.loads(SCHEMA_PATH.read_text()))
+
+
+def test_kv_replay_yaml_is_exactly_the_schema_defaults():
+    spelled = resolve(EXAMPLES_DIR / "kv-replay.yaml").experiment.model_dump(exclude={"name"})
+    assert spelled == validate({}, "defaults").model_dump(exclude={"name"})
+
+
+def test_run_without_an_experiment_runs_default_yaml():
+    got = resolve(None)
+    assert got.source == str((EXAMPLES_DIR / "default.yaml").resolve())
+    assert got.experiment == resolve(EXAMPLES_DIR / "default.yaml").experiment
+
+
+def test_examples_say_what_they_claim():
+    by = {p.stem: resolve(p).experiment for p in EXAMPLES}
+    d = by["default"]
+    assert d.fabrics == ["zcube", "roft"] and d.gpus == 32 and d.repetitions >= 2  # ratios with a spread
+    assert d.serving.driver == "live" and d.serving.arrivals == "closed" and d.serving.model == "glm-5"
+    assert d.calibration is not None and Path(d.calibration).is_file()  # the calibration it stands on
+    kv = by["kv-replay"]
+    assert kv.serving.model == "llama-3.1-70b" and kv.trace.duration_s == 120 and kv.serving.driver == "plan"
+    assert kv.serving.prefill_tp == 8 and kv.serving.decode_tp == 2  # the asymmetry
+    assert kv.trace.speed == 1.5  # prefill keeps up (utilization ~0.75)
+    assert by["incast"].serving.prefill_fraction == 0.75 and by["incast"].trace.speed > 1
+    assert by["tp-mismatch"].serving.prefill_tp != by["tp-mismatch"].serving.decode_tp
+    assert by["layerwise"].serving.mode == "layerwise" and by["layerwise"].serving.chunk_bytes == 65536
+    assert by["smoke"].gpus == 16 and by["smoke"].repetitions == 1 and by["smoke"].trace.duration_s <= 15
+
+
+def test_committed_schema_is_the_generated_one():
+    assert SCHEMA_PATH.read_text() == schema_text(), "regenerate: python -m testbed.experiment.schema"
+
+
+# ------------------------------------------------------------ rejections
+@pytest.mark.parametrize("doc, expected", [
+    ({"link": {"rat": "3mbit"}}, "experiment.yaml: link.rat: unknown key (known: rate, represents, buffer_bytes,"),
+    ({"serving": {"modle": "x"}}, "serving.modle: unknown key (known: model, dtype,"),
+    ({"colour": "red"}, "experiment.yaml: colour: unknown key (known: name, fabrics,"),
+    ({"trace": {"speed": -1}}, "experiment.yaml: trace.speed: must be > 0 (got -1)"),
+    ({"trace": {"duration_s": "2h"}}, "trace.duration_s: duration '2h' is not understood"),
+    ({"serving": {"model": "gpt-5"}}, "serving.model: model 'gpt-5' is not known; expected one of"),
+    ({"serving": {"decode_tp": 3, "model": "deepseek-v3"}},
+     "serving.decode_tp: decode_tp 3 does not divide gpus_per_server 8"),
+    ({"serving": {"decode_tp": 3}}, "serving.decode_tp: TP 3 does not split 8 kv heads of llama-3.1-70b evenly"),
+    ({"serving": {"prefill_tp": 16}}, "serving.prefill_tp: prefill_tp 16 does not divide"),
+    ({"serving": {"mode": "streamed"}}, "serving.mode: must be 'whole' or 'layerwise' (got 'streamed')"),
+    ({"link": {"rate": "3mbps"}}, "link.rate: rate '3mbps' is not understood"),
+    ({"link": {"rate": 5}}, "link.rate: rate 5 bit/s is out of range"),
+    ({"link": {"mtu": 9000}}, "link.mtu: mtu 9000 is out of range"),
+    ({"link": {"buffer_bytes": 1000}}, "link.buffer_bytes: buffer 1000 B holds fewer than two frames"),
+    ({"link": "fast"}, "link: must be a mapping with keys rate,"),
+    ({"fabrics": ["zcube", "fattree"]}, "fabrics[1]: must be 'zcube' or 'roft' (got 'fattree')"),
+    ({"fabrics": ["roft", "roft"]}, "fabrics: 'roft' is listed twice"),
+    ({"gpus": 30}, "gpus: gpus=30 is not divisible by gpus-per-switch=8"),
+    ({"gpus": "32"}, "gpus: must be a valid integer (got '32')"),
+    ({"seed": True}, "seed: must be a valid integer (got true)"),
+    ({"repetitions": 0}, "repetitions: must be >= 1 (got 0)"),
+    ({"serving": {"prefill_fraction": 0.95}}, "serving.prefill_fraction: prefill_fraction 0.95 of 4 servers"),
+    ({"pfc": {"xon_bytes": 5000, "xoff_bytes": 4000}}, "pfc.xon_bytes: must be < xoff_bytes 4000 (got 5000)"),
+    ({"pfc": {"enabled": "yes"}}, "pfc.enabled: must be a valid boolean (got 'yes')"),
+    ({"trace": {"path": "missing.jsonl"}}, "trace.path: trace"),
+])
+def test_bad_values_are_one_line_with_the_key_path_and_the_rule(tmp_path, doc, expected):
+    assert expected in error_of(tmp_path, doc)
+
+
+def test_several_problems_report_the_first_and_count_the_rest(tmp_path):
+    msg = error_of(tmp_path, {"trace": {"speed": -1, "duration_s": 0}, "gpus": 0})
+    assert msg.endswith("(and 2 more)")
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("link:\n  rate: 3mbit\n  rate: 4mbit\n", "duplicate key 'rate'"),
+    ("link: [1\n", "not valid YAML"),
+    ("- zcube\n- roft\n", "must hold a mapping"),
+])
+def test_unreadable_files_are_one_line(tmp_path, text, expected):
+    msg = error_of(tmp_path, text)
+    assert msg.startswith(str(tmp_path / "experiment.yaml")) and expected in msg
+
+
+def test_relative_trace_paths_resolve_against_the_experiment_folder(tmp_path):
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "t.jsonl").write_text(_first_trace_line() + "\n")
+    exp = resolve(write(tmp_path / "sub", {"trace": {"path": "t.jsonl"}})).experiment
+    assert exp.trace.path == str(tmp_path / "sub" / "t.jsonl")
+
+
+def test_a_users_own_trace_works_plain_or_gzip(tmp_path):
+    import gzip
+
+    from testbed.experiment import run
+
+    with gzip.open(DEFAULT_TRACE, "rt", encoding="utf-8") as fh:
+        text = "".join(fh.readline() for _ in range(50))
+    (tmp_path / "mine.jsonl").write_text(text)
+    (tmp_path / "mine.jsonl.gz").write_bytes(gzip.compress(text.encode()))
+    counts = []
+    for name in ("mine.jsonl", "mine.jsonl.gz"):
+        exp = resolve(write(tmp_path, {"trace": {"path": name, "duration_s": 600}}, f"{name}.yaml")).experiment
+        assert exp.trace.path == str(tmp_path / name)
+        counts.append(run.slice_requests(exp))
+    assert counts[0] == counts[1] > 0
+
+
+def test_empty_file_is_the_defaults_named_after_the_file(tmp_path):
+    exp = resolve(write(tmp_path, "", "my-exp.yaml")).experiment
+    assert exp.name == "my-exp"
+    assert exp.model_dump(exclude={"name"}) == validate({}, "defaults").model_dump(exclude={"name"})
+
+
+# ------------------------------------------------------------ overrides
+def parse(*argv):
+    return build_parser().parse_args(["run", *argv])
+
+
+def test_cli_flags_override_file_values_and_are_recorded(tmp_path):
+    path = write(tmp_path, {"trace": {"speed": 2, "duration_s": 30}, "link": {"rate": "3mbit"}, "seed": 5})
+    args = parse(str(path), "--speed", "4", "--rate", "4mbit", "--fabrics", "roft", "--pfc", "off",
+                 "--set", "pfc.xoff_bytes=30000")
+    res = resolve(args.experiment, overrides_from_args(args))
+    exp = res.experiment
+    assert exp.trace.speed == 4 and exp.link.rate == 4e6 and exp.fabrics == ["roft"] and not exp.pfc.enabled
+    assert exp.pfc.xoff_bytes == 30000
+    assert exp.trace.duration_s == 30 and exp.seed == 5  # not given on the command line: the file's values
+    recorded = {(o["key"], o["origin"]) for o in res.as_dict()["overrides"]}
+    assert recorded == {("trace.speed", "--speed"), ("link.rate", "--rate"), ("fabrics", "--fabrics"),
+                        ("pfc.enabled", "--pfc"), ("pfc.xoff_bytes", "--set")}
+
+
+def test_flags_not_given_are_not_overrides():
+    assert overrides_from_args(parse()) == []
+    assert overrides_from_args(parse("x.yaml", "--gpus", "16")) == [Override("gpus", 16, "--gpus")]
+
+
+def test_a_bad_override_names_its_flag(tmp_path):
+    path = write(tmp_path, {"trace": {"speed": 2}})
+    args = parse(str(path), "--speed", "-1")
+    with pytest.raises(TestbedError, match=r"experiment.yaml: trace.speed \(from --speed\): must be > 0 \(got -1\)"):
+        resolve(args.experiment, overrides_from_args(args))
+    with pytest.raises(TestbedError, match=r"link.rat \(from --set\): unknown key"):
+        resolve(None, [Override("link.rat", 3, "--set")])
+
+
+def test_command_line_values_read_like_yaml_but_a_bare_rate_is_mbit_as_with_rate_flag():
+    assert cli_value("seed", "2") == 2 and cli_value("trace.speed", "1.5") == 1.5
+    assert cli_value("pfc.enabled", "false") is False
+    assert cli_value("pfc.xoff_bytes", "null") is None and cli_value("name", "2024") == "2024"
+    assert resolve(None, [Override("link.rate", cli_value("link.rate", "4"), "--set")]).experiment.link.rate == 4e6
+
+
+def test_set_needs_key_equals_value():
+    with pytest.raises(TestbedError, match="expected KEY=VALUE"):
+        overrides_from_args(parse("--set", "pfc.xoff_bytes"))
+
+
+def test_cli_trace_path_is_relative_to_the_current_folder(tmp_path, monkeypatch):
+    (tmp_path / "t.jsonl").write_text(_first_trace_line() + "\n")
+    (tmp_path / "exp").mkdir()
+    path = write(tmp_path / "exp", {})
+    monkeypatch.chdir(tmp_path)
+    args = parse(str(path), "--trace", "t.jsonl")
+    assert resolve(args.experiment, overrides_from_args(args)).experiment.trace.path == str(tmp_path / "t.jsonl")
+
+
+# ------------------------------------------------------------ mapping
+def test_repetitions_get_seeds_seed_seed_plus_one():
+    exp = validate({"seed": 7, "repetitions": 3}, "x")
+    assert [replay_config(exp, r).seed for r in (1, 2, 3)] == [7, 8, 9]
+
+
+def test_mapping_onto_the_replay_datapath_and_fabric():
+    exp = validate({"link": {"rate": "4mbit", "buffer_bytes": "90kb"}, "gpus": 16, "cables": 2,
+                    "serving": {"model": "llama-3.1-70b", "decode_tp": 2, "chunk_bytes": 0},
+                    "pfc": {"xoff_bytes": 30000}, "cross_flows": 2}, "x")
+    dp = datapath_config(exp)
+    assert (dp.rate_bps, dp.buffer_bytes, dp.mtu) == (4e6, 90000, 3000) and dp.nic_buffer_bytes > 0
+    cfg = replay_config(exp)
+    assert (cfg.model, cfg.decode_tp, cfg.chunk_bytes, cfg.cross_flows) == ("llama-3.1-70b", 2, None, 2)
+    assert cfg.trace == str(DEFAULT_TRACE) and cfg.duration_s == 120
+    assert fabric_args(exp, "zcube") == {"kind": "zcube", "gpus": 16, "gpus_per_switch": 8, "cables": 2}
+    assert fabric_args(exp, "roft")["kind"] == "roft" and "cables" not in fabric_args(exp, "roft")
+    assert pfc_settings(exp) == {"enabled": True, "xoff_bytes": 30000, "xon_bytes": None, "headroom_bytes": None,
+                                 "dynamic_alpha": None, "poll_us": None}
+
+
+def test_replay_verb_defaults_are_the_schema_defaults():
+    """`replay` with no flags replays what `run` and an empty experiment file would (one home for defaults)."""
+    from testbed.cli import options
+    from testbed.cli.replay import replay_settings
+
+    exp = validate({}, "defaults")
+    args = build_parser().parse_args(["replay", "zcube"])
+    assert replay_settings(args) == replay_config(exp)
+    assert options.datapath_config(args) == datapath_config(exp)
+    assert options.fabric_kwargs(args) == fabric_args(exp, "zcube")
+    given = replay_settings(build_parser().parse_args(["replay", "roft", "--speed", "3", "--chunk", "0",
+                                                       "--represents", "100gbit", "--start", "1m"]))
+    assert (given.speed, given.chunk_bytes, given.represents_bps, given.start_s) == (3, None, 100e9, 60)
+    assert given.decode_tp == exp.serving.decode_tp  # not given: still the schema's
+
+
+def test_schema_forbids_unknown_keys_in_every_section():
+    doc = json.loads(schema_text())
+    assert doc["additionalProperties"] is False
+    assert all(d["additionalProperties"] is False for d in doc["$defs"].values())
+    assert set(doc["properties"]) == set(Experiment.model_fields)
+
+
+def test_replay_config_defaults_are_the_schema_defaults():
+    """ReplayConfig's own defaults (used by code that builds it directly) never drift from the schema."""
+    from dataclasses import asdict, fields
+
+    from testbed.repetition.replay import ReplayConfig
+
+    schema = asdict(replay_config(validate({}, "defaults")))
+    own = asdict(ReplayConfig())
+    differ = {f.name: (own[f.name], schema[f.name]) for f in fields(ReplayConfig) if own[f.name] != schema[f.name]}
+    assert differ == {}

@@ -1,0 +1,50 @@
+"""testbed.repetition.live: the coordinator's config and the exchange-vs-ideal figure (no fabric)."""
+
+import pytest
+
+from testbed.paths import AZURE_TRACE
+from testbed.repetition import live
+from testbed.repetition.replay import ReplayConfig
+from traffic.runtime import coordinator
+
+
+def cfg(**kw) -> ReplayConfig:
+    base = dict(trace=str(AZURE_TRACE), driver="live", arrivals="closed", concurrency=16, model="glm-5",
+                duration_s=4, time_dilation=4, gpus_per_server=4)
+    return ReplayConfig(**(base | kw)).validate()
+
+
+def test_prepare_live_groups_each_kind_into_one_ep_group_and_scales_bytes_by_dilation():
+    setup = live.prepare_live(cfg(), 16, 3e6)
+    assert setup.engines == {"prefill": [list(range(1, 9))], "decode": [list(range(9, 17))]}
+    assert setup.bytes_scale == pytest.approx(400e9 / 3e6 / 4)
+    c = setup.config
+    assert len(c["choices"]) == 16 * 15 and c["choices"]["1,2"] == [[1, 2], [2, 1]]  # striped: both halves
+    assert c["ips"]["3"] == ["10.1.0.3", "10.2.0.3"] and c["dilation"] == 4
+    spec = coordinator.spec_from_config(c)  # the coordinator rebuilds the same cluster
+    assert [[u.gpus for u in e] for e in spec.decode] == [[(g,) for g in range(9, 17)]]
+    assert spec.gpus_per_server == 4 and spec.arrivals == "closed"
+
+
+def test_a_dense_model_keeps_its_tp_instances_as_engines():
+    setup = live.prepare_live(cfg(model="llama-3.1-8b", prefill_tp=4, decode_tp=2), 16, 3e6)
+    assert setup.engines["prefill"] == [[1, 2, 3, 4], [5, 6, 7, 8]]
+    assert setup.engines["decode"] == [[9, 10], [11, 12], [13, 14], [15, 16]]
+
+
+def test_exchange_vs_ideal_of_one_packet_is_serialization_plus_store_and_forward():
+    # one full packet (2948 B payload at MTU 3000) A -> B: 3038 B on the wire at 2 x 3 Mbit/s = 4.051 ms,
+    # plus two more links of store-and-forward at 3 Mbit/s = 16.203 ms: ideal 20.253 ms
+    msg = {"verified": True, "step": 1, "engine": "decode0", "kind": "dispatch", "src": "gpu1", "dst": "gpu9",
+           "bytes": 2948, "start": 1.0, "end": 1.0 + 2 * 0.0202533}
+    assert live.exchange_vs_ideal([msg], 3e6, 3000, links=3) == [pytest.approx(2.0, rel=1e-3)]
+
+
+def test_exchange_vs_ideal_takes_the_busiest_gpu_of_each_phase():
+    base = {"verified": True, "engine": "decode0", "bytes": 1000, "start": 0.0}
+    ms = [base | {"step": 1, "kind": "combine", "src": f"gpu{i}", "dst": "gpu9", "end": 0.1} for i in (1, 2, 3)]
+    ms.append(base | {"step": 2, "kind": "combine", "src": "gpu1", "dst": "gpu9", "end": 0.1})
+    one, three = sorted(live.exchange_vs_ideal(ms, 3e6, 3000, links=3), reverse=True)
+    wire = (1000 + 90) * 8
+    assert one == pytest.approx(0.1 / (wire / 6e6 + 2 * wire / 3e6))
+    assert three == pytest.approx(0.1 / (3 * wire / 6e6 + 2 * wire / 3e6))

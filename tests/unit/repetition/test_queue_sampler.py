@@ -1,0 +1,130 @@
+"""QueueSampler (testbed.repetition.replay) without a fabric: netlink reads replaced by a script of samples.
+It must keep only complete samples, stop quietly when the fabric goes away under it, and never
+let a late sample (the fabric's teardown) replace the last one (issue 14's negative bytes)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from testbed.emulation import fabricctl
+from testbed.repetition import replay
+
+ST = {"queues": [{"qid": "spine2:1", "kind": "switch", "towards": "leaf1"},
+                 {"qid": "gpu1:p1", "kind": "nic", "towards": "leaf1"}]}
+
+
+def rows(b1, b2, drops=0):
+    return [{"queue": "spine2:1", "towards": "leaf1", "kind": "switch", "backlog": 0, "qlen": 0, "drops": drops,
+             "packets": b1 // 100, "bytes": b1},
+            {"queue": "gpu1:p1", "towards": "leaf1", "kind": "nic", "backlog": 0, "qlen": 0, "drops": 0,
+             "packets": b2 // 100, "bytes": b2}]
+
+
+def wait_for(cond, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.001)
+
+
+@pytest.fixture
+def script(monkeypatch):
+    """read_queues returns (or raises) the next item of the list; afterwards it repeats the last."""
+    items: list = []
+    calls = {"n": 0}
+
+    def read_queues(st):
+        i = min(calls["n"], len(items) - 1)
+        calls["n"] += 1
+        item = items[i]
+        if isinstance(item, BaseException):
+            raise item
+        return [dict(r) for r in item]
+
+    monkeypatch.setattr(fabricctl, "read_queues", read_queues)
+    monkeypatch.setattr(replay.QueueSampler, "PERIOD_S", 0.01)
+    return items
+
+
+@pytest.fixture
+def no_thread_tracebacks(monkeypatch):
+    seen = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: seen.append(args))
+    yield seen
+    assert seen == [], "an exception escaped the sampler thread"
+
+
+def test_samples_and_deltas(script, tmp_path, no_thread_tracebacks):
+    script += [rows(1000, 500), rows(4000, 900), rows(9000, 1500, drops=2)]
+    s = replay.QueueSampler(ST, tmp_path / "queues.csv")
+    s.start()
+    assert s.samples >= 1 and s.first  # start() returns once the first sample is in
+    wait_for(lambda: s.samples >= 3)
+    s.stop()
+    assert s.error is None and s.regressions == []
+    assert s.link_bytes() == {"spine2:1": ("leaf1", 8000), "gpu1:p1": ("leaf1", 1000)}
+    assert s.drops() == 2 and s.drops("switch") == 2 and s.drops("nic") == 0
+    assert (tmp_path / "queues.csv").read_text().splitlines()[0] == "time,queue,towards,backlog_bytes,drops,sent_bytes"
+
+
+def test_the_fabric_going_away_ends_the_thread_quietly(script, tmp_path, no_thread_tracebacks, capsys):
+    script += [rows(1000, 500), rows(4000, 900), FileNotFoundError(2, "No such file or directory",
+                                                                    "/run/netns/tb-gpu1")]
+    s = replay.QueueSampler(ST, tmp_path / "queues.csv")
+    s.start()
+    s._thread.join(5)
+    assert not s._thread.is_alive()
+    assert s.error == ("sampling stopped after 2 samples: FileNotFoundError: [Errno 2] No such file or directory: "
+                       "'/run/netns/tb-gpu1'")
+    s.stop()
+    assert s.link_bytes()["spine2:1"] == ("leaf1", 3000)
+    assert capsys.readouterr().err == ""
+
+
+def test_a_sample_with_a_missing_counter_is_not_read_as_zero(script, tmp_path, no_thread_tracebacks):
+    """The teardown deleted spine2-eth1 while a sample was running: its row came back without bytes."""
+    gone = rows(9000, 1500)
+    del gone[0]["bytes"], gone[0]["backlog"], gone[0]["drops"], gone[0]["packets"]
+    script += [rows(1000, 500), rows(4000, 900), gone]
+    s = replay.QueueSampler(ST, tmp_path / "queues.csv")
+    s.start()
+    s._thread.join(5)
+    s.stop()
+    assert "1 of 2 queues have no counters (e.g. spine2:1)" in s.error
+    assert all(b >= 0 for _, b in s.link_bytes().values())
+    assert s.link_bytes()["spine2:1"] == ("leaf1", 3000)
+
+
+def test_a_sample_finishing_after_stop_gave_up_is_discarded(script, tmp_path, no_thread_tracebacks):
+    release = threading.Event()
+    script += [rows(1000, 500)]
+    s = replay.QueueSampler(ST, tmp_path / "queues.csv")
+    s.start()
+    real = fabricctl.read_queues
+
+    def slow(st):  # the last sample hangs until after stop() has given up
+        release.wait(5)
+        return rows(0, 0)  # what a sample of a half torn-down fabric might say
+
+    fabricctl.read_queues = slow
+    try:
+        s.WAIT_S = 0.05
+        s.stop()
+        assert s._thread.is_alive() and "did not finish within 0.05 s" in s.error
+        release.set()
+        s._thread.join(5)
+    finally:
+        fabricctl.read_queues = real
+    assert s.last["spine2:1"]["bytes"] == 1000  # not the late sample
+
+
+def test_counters_going_down_between_samples_are_recorded(script, tmp_path, no_thread_tracebacks):
+    script += [rows(1000, 500), rows(800, 600)]
+    s = replay.QueueSampler(ST, tmp_path / "queues.csv")
+    s.start()
+    wait_for(lambda: s.samples >= 2)
+    s.stop()
+    assert s.regressions and s.regressions[0].startswith("spine2:1: bytes went down by 200 between samples at")

@@ -1,0 +1,142 @@
+"""traffic.model.serving: the serving cluster's event machine, driven by hand and by the ideal network."""
+
+import pytest
+
+from traffic.model import models, placement, serving
+from traffic.model.errors import TrafficError
+from traffic.model.traces import Request
+
+GLM5 = models.get_model("glm-5")
+DENSE = models.get_model("llama-3.1-8b")
+
+
+def moe_spec(**kw) -> serving.ServingSpec:
+    pl = placement.place(32, 8, 8, 0.5)
+    base = dict(model=GLM5, prefill=serving.build_engines("prefill", pl.prefill, 16),
+                decode=serving.build_engines("decode", pl.decode, 16), bytes_scale=1e4, chunk_bytes=None,
+                arrivals="closed", concurrency=32, duration_s=5.0, warmup_s=1.0)
+    return serving.ServingSpec(**(base | kw))
+
+
+def dense_spec(**kw) -> serving.ServingSpec:
+    pl = placement.place(16, 8, 8, 0.5)
+    base = dict(model=DENSE, prefill=serving.build_engines("prefill", pl.prefill, None),
+                decode=serving.build_engines("decode", pl.decode, None), bytes_scale=1.0, chunk_bytes=None,
+                prefill_tokens_per_s_per_gpu=1000.0, decode_step_s=0.02, duration_s=10.0)
+    return serving.ServingSpec(**(base | kw))
+
+
+def requests(n: int, tokens_in: int = 1000, tokens_out: int = 20) -> list[Request]:
+    return [Request(i, 0.1 * i, tokens_in, tokens_out) for i in range(n)]
+
+
+def test_build_engines_groups_consecutive_gpus_into_ep_groups_of_single_gpu_units():
+    pl = placement.place(32, 8, 8, 0.5)
+    engines = serving.build_engines("decode", pl.decode, 8)
+    assert [[u.gpus for u in e] for e in engines] == [[(g,) for g in range(17, 25)], [(g,) for g in range(25, 33)]]
+    with pytest.raises(TrafficError, match="decode EP size 12 does not divide the 16 decode GPUs"):
+        serving.build_engines("decode", pl.decode, 12)
+
+
+def test_one_request_on_an_idle_dense_cluster_ttft_is_prefill_plus_kv_plus_one_step():
+    # 1000 tokens at 8 GPUs x 1000 tokens/s = 0.125 s of prefill (512-token chunks: 0.064 + 0.061);
+    # llama-3.1-8b TP8 -> TP8: 8 rank-to-rank transfers of 1000 x 2 x 32 layers x 1 head x 128 x 2 B = 16.384 MB,
+    # one per GPU, each at 2 x 100 Gbit/s: 0.65536 ms; then one 20 ms decode step.
+    c = serving.run_ideal(serving.Cluster(dense_spec(), [Request(7, 0.0, 1000, 3)]), 100e9)
+    r = c.requests[7]
+    assert r.prefill_end_s == pytest.approx(0.125)
+    assert r.kv_end_s - r.prefill_end_s == pytest.approx(16_384_000 * 8 / 200e9)
+    assert r.ttft_s == pytest.approx(0.125 + 16_384_000 * 8 / 200e9 + 0.02)
+    assert r.done_s - r.first_token_s == pytest.approx(2 * 0.02)  # 3 tokens: two more steps
+    assert {m.kind for m in c.messages.values()} == {"kv"}  # dense: no expert traffic
+
+
+def test_closed_loop_keeps_concurrency_requests_in_flight_until_the_end():
+    spec = moe_spec(concurrency=24, duration_s=3.0)
+    c = serving.run_ideal(serving.Cluster(spec, requests(500, 800, 8)), 400e9)
+    events = sorted([(r.arrival_s, 1) for r in c.requests.values()] +
+                    [(r.done_s, -1) for r in c.requests.values() if r.done_s is not None])
+    in_flight = 0
+    for t, d in events:
+        in_flight += d
+        if t < spec.duration_s:
+            assert in_flight <= 24
+    done = [r for r in c.requests.values() if r.done_s is not None]
+    assert len(done) > 24  # the loop turned over
+    assert len(c.requests) == 24 + len([r for r in done if r.done_s < spec.duration_s])
+
+
+def test_expert_messages_only_cross_servers_and_nvlink_carries_the_rest():
+    c = serving.run_ideal(serving.Cluster(moe_spec(), requests(200, 600, 6)), 400e9)
+    ep = [m for m in c.messages.values() if m.kind in ("dispatch", "combine")]
+    assert ep
+    assert all((m.src_gpu - 1) // 8 != (m.dst_gpu - 1) // 8 for m in ep)
+    assert sum(s.nvlink_bytes for s in c.steps) > 0 and sum(s.ep_bytes for s in c.steps) > 0
+
+
+def test_decode_batch_caps_requests_per_unit_and_step():
+    spec = moe_spec(concurrency=200, decode_batch=3)
+    c = serving.run_ideal(serving.Cluster(spec, requests(400, 200, 50)), 400e9)
+    decode_units = sum(len(e) for e in spec.decode)
+    assert max(s.requests for s in c.steps if s.engine.startswith("decode")) <= 3 * decode_units
+
+
+def test_a_slower_network_lowers_closed_loop_throughput():
+    tput = {}
+    for bps in (100e9, 400e9):
+        c = serving.run_ideal(serving.Cluster(moe_spec(concurrency=256), requests(3000, 200, 60)), bps)
+        tput[bps] = c.results()["throughput_tokens_per_s"]
+    assert tput[100e9] < tput[400e9]
+
+
+def test_a_slower_network_raises_ttft_at_the_same_arrivals():
+    ttft = {}
+    for bps in (100e9, 400e9):
+        spec = moe_spec(arrivals="trace", duration_s=4.0)
+        reqs = [Request(i, 0.02 * i, 200, 30) for i in range(200)]
+        res = serving.run_ideal(serving.Cluster(spec, reqs), bps).results()
+        ttft[bps] = sorted(res["ttft_s"])[len(res["ttft_s"]) // 2]
+    assert ttft[100e9] > ttft[400e9]
+
+
+def test_a_step_ends_when_its_slowest_message_arrives():
+    c = serving.Cluster(moe_spec(concurrency=16), requests(100, 300, 5))
+    pending: list[serving.Message] = []
+    timers: list[serving.Timer] = []
+
+    def take(actions):
+        for a in actions:
+            (pending.append(a.message) if isinstance(a, serving.Send) else timers.append(a))
+
+    take(c.start(0.0))
+    now = 0.0
+    while not any(s.engine.startswith("decode") and s.dispatch_end_s for s in c.steps):
+        if pending:
+            m = pending.pop(0)
+            now += 0.001
+            take(c.delivered(m.id, now))
+        else:
+            t = min(timers, key=lambda x: x.at)
+            timers.remove(t)
+            now = max(now, t.at)
+            take(c.timer(t.key, now))
+    step = next(s for s in c.steps if s.engine.startswith("decode") and s.dispatch_end_s)
+    assert step.dispatch_end_s == pytest.approx(now)  # the last of its dispatch messages closed the phase
+    assert step.end_s is None  # the combine messages are still out
+
+
+def test_nothing_starts_after_the_end():
+    spec = moe_spec(duration_s=2.0, warmup_s=0.5)
+    c = serving.run_ideal(serving.Cluster(spec, requests(300, 400, 40)), 400e9)
+    assert all(s.start_s <= spec.duration_s for s in c.steps)
+    assert all(r.arrival_s <= spec.duration_s for r in c.requests.values())
+
+
+@pytest.mark.parametrize("kw, text", [
+    (dict(warmup_s=5.0, duration_s=5.0), "warmup 5 s is not shorter than the duration 5 s"),
+    (dict(arrivals="poisson"), "arrivals"),
+    (dict(decode_batch=0), "decode_batch"),
+])
+def test_bad_settings_name_the_value(kw, text):
+    with pytest.raises(TrafficError, match=text):
+        moe_spec(**kw)

@@ -1,0 +1,246 @@
+"""Where prefill and decode instances run, and which instance serves a request.
+
+GPUs are numbered 1..n; GPU g is on server ceil(g / gpus_per_server) and has
+local rank (g - 1) mod gpus_per_server (its rail / NIC on HGX nodes). A TP-t
+instance takes t consecutive GPUs of one server, aligned to t, so t must
+divide gpus_per_server. Only whole servers are placed and no server mixes
+prefill and decode GPUs (KV then always crosses the network, which is what
+the testbed measures).
+
+Layouts:
+* ``"split"``: prefill on the first servers, decode on the following ones.
+* ``"interleaved"``: the prefill servers are spread evenly among the servers
+  used (server positions floor(i * used / n_prefill_servers)), so with half
+  prefill the servers go P, D, P, D, ...
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from traffic.model._check import int_at_least, one_of, real_positive
+from traffic.model.errors import TrafficError
+from traffic.model.traces import Request
+
+KINDS = ("prefill", "decode")
+LAYOUTS = ("split", "interleaved")
+POLICIES = ("round_robin", "least_loaded", "random")
+
+
+def gpu_server(gpu: int, gpus_per_server: int = 8) -> int:
+    """Server (1-based) of a GPU (1-based)."""
+    int_at_least("gpu", gpu, 1)
+    return math.ceil(gpu / gpus_per_server)
+
+
+def gpu_local_rank(gpu: int, gpus_per_server: int = 8) -> int:
+    """Local rank / rail (0-based) of a GPU (1-based) within its server."""
+    int_at_least("gpu", gpu, 1)
+    return (gpu - 1) % gpus_per_server
+
+
+@dataclass(frozen=True)
+class Instance:
+    """A prefill or decode engine: its index among its kind and its GPUs (TP rank order)."""
+
+    kind: str
+    index: int
+    gpus: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        one_of("instance kind", self.kind, KINDS)
+        int_at_least("instance index", self.index, 0)
+        if not self.gpus or any(not isinstance(g, int) or g < 1 for g in self.gpus):
+            raise TrafficError(f"instance gpus {self.gpus!r} are not allowed; expected GPU numbers >= 1")
+        if list(self.gpus) != list(range(self.gpus[0], self.gpus[0] + len(self.gpus))):
+            raise TrafficError(f"instance gpus {self.gpus!r} are not consecutive; expected g, g+1, ...")
+
+    @property
+    def tp(self) -> int:
+        """Tensor-parallel degree (number of GPUs)."""
+        return len(self.gpus)
+
+    def server(self, gpus_per_server: int = 8) -> int:
+        """Server (1-based) that holds the instance."""
+        return gpu_server(self.gpus[0], gpus_per_server)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """All instances of one deployment."""
+
+    n_gpus: int
+    gpus_per_server: int
+    prefill: tuple[Instance, ...]
+    decode: tuple[Instance, ...]
+    layout: str
+
+
+def _check_tp(name: str, tp: int, gpus_per_server: int) -> None:
+    int_at_least(name, tp, 1)
+    if gpus_per_server % tp:
+        raise TrafficError(f"{name} {tp} does not divide gpus_per_server {gpus_per_server}; "
+                           f"expected a divisor of {gpus_per_server}")
+
+
+def place(n_gpus: int, prefill_tp: int, decode_tp: int, prefill_fraction: float = 0.5,
+          n_prefill: int | None = None, n_decode: int | None = None,
+          gpus_per_server: int = 8, layout: str = "split") -> Placement:
+    """Place instances on whole servers.
+
+    By default the first round(n_servers * prefill_fraction) servers (at least
+    1, at most n_servers - 1, else an error) are filled with prefill instances
+    and the rest with decode. Giving ``n_prefill`` and ``n_decode`` (instance
+    counts) instead uses only the servers they need; leftover GPUs stay idle.
+    """
+    int_at_least("gpus_per_server", gpus_per_server, 1)
+    int_at_least("n_gpus", n_gpus, 1)
+    if n_gpus % gpus_per_server:
+        raise TrafficError(f"n_gpus {n_gpus} is not whole servers; expected a multiple of "
+                           f"gpus_per_server {gpus_per_server}")
+    _check_tp("prefill_tp", prefill_tp, gpus_per_server)
+    _check_tp("decode_tp", decode_tp, gpus_per_server)
+    one_of("layout", layout, LAYOUTS)
+    n_servers = n_gpus // gpus_per_server
+    if (n_prefill is None) != (n_decode is None):
+        raise TrafficError(f"n_prefill {n_prefill!r} / n_decode {n_decode!r}: only one given; "
+                           "expected both instance counts or neither")
+    if n_prefill is None:
+        if n_servers < 2:
+            raise TrafficError(f"n_gpus {n_gpus} is {n_servers} server; expected at least 2 servers "
+                               "(prefill and decode never share a server)")
+        fraction = real_positive("prefill_fraction", prefill_fraction)
+        p_servers = math.floor(n_servers * fraction + 0.5)
+        if not 1 <= p_servers <= n_servers - 1:
+            raise TrafficError(f"prefill_fraction {prefill_fraction!r} of {n_servers} servers gives "
+                               f"{p_servers} prefill servers; expected 1..{n_servers - 1} "
+                               "(prefill and decode each need a server)")
+        d_servers = n_servers - p_servers
+        n_prefill = p_servers * gpus_per_server // prefill_tp
+        n_decode = d_servers * gpus_per_server // decode_tp
+    else:
+        int_at_least("n_prefill", n_prefill, 1)
+        int_at_least("n_decode", n_decode, 1)
+        p_servers = math.ceil(n_prefill * prefill_tp / gpus_per_server)
+        d_servers = math.ceil(n_decode * decode_tp / gpus_per_server)
+        if p_servers + d_servers > n_servers:
+            raise TrafficError(f"{n_prefill} prefill x TP{prefill_tp} + {n_decode} decode x TP{decode_tp} "
+                               f"need {p_servers + d_servers} servers; expected at most {n_servers} "
+                               f"({n_gpus} GPUs / {gpus_per_server})")
+    used = p_servers + d_servers
+    if layout == "split":
+        p_pos = list(range(p_servers))
+    else:
+        p_pos = sorted({i * used // p_servers for i in range(p_servers)})
+    d_pos = [s for s in range(used) if s not in set(p_pos)][:d_servers]
+    prefill = _fill("prefill", p_pos, n_prefill, prefill_tp, gpus_per_server)
+    decode = _fill("decode", d_pos, n_decode, decode_tp, gpus_per_server)
+    return Placement(n_gpus, gpus_per_server, prefill, decode, layout)
+
+
+def _fill(kind: str, servers: list[int], count: int, tp: int, gps: int) -> tuple[Instance, ...]:
+    starts = [s * gps + 1 + k * tp for s in servers for k in range(gps // tp)]
+    return tuple(Instance(kind, i, tuple(range(start, start + tp)))
+                 for i, start in enumerate(starts[:count]))
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """The instances chosen for one request."""
+
+    request_id: int
+    prefill: Instance
+    decode: Instance
+
+
+class _Loads:
+    """Outstanding load per instance: held amounts released at a known time (lazy heap)."""
+
+    def __init__(self, n: int) -> None:
+        self.total = [0.0] * n
+        self.holds: dict[int, tuple[int, float]] = {}   # request_id -> (instance, amount)
+        self.heap: list[tuple[float, int]] = []          # (release_s, request_id)
+
+    def expire(self, now_s: float) -> None:
+        while self.heap and self.heap[0][0] <= now_s:
+            _, rid = heapq.heappop(self.heap)
+            held = self.holds.pop(rid, None)
+            if held is not None:
+                self.total[held[0]] -= held[1]
+
+    def hold(self, rid: int, instance: int, amount: float) -> None:
+        if rid in self.holds:
+            raise TrafficError(f"request_id {rid} assigned twice; expected unique request ids")
+        self.holds[rid] = (instance, amount)
+        self.total[instance] += amount
+
+    def release_at(self, rid: int, at_s: float) -> None:
+        if rid in self.holds:
+            heapq.heappush(self.heap, (at_s, rid))
+
+
+class Scheduler:
+    """Pick a prefill and a decode instance for each request, deterministically.
+
+    * ``round_robin``: separate cycles over prefill and decode instances.
+    * ``random``: uniform choices from ``numpy.random.default_rng(seed)``.
+    * ``least_loaded``: fewest outstanding tokens; prefill load is the input
+      tokens not yet prefilled, decode load is the KV tokens (input + output,
+      proportional to KV bytes for one model) still held. A request's load
+      counts from ``assign`` until the time given to ``release`` (forever if
+      never released). Ties go to the lowest index.
+    """
+
+    def __init__(self, policy: str = "round_robin", seed: int = 0) -> None:
+        self.policy = one_of("scheduler policy", policy, POLICIES)
+        self.seed = int_at_least("scheduler seed", seed, 0)
+        self._rng = np.random.default_rng(seed)
+        self._rr = [0, 0]
+        self._loads: tuple[_Loads, _Loads] | None = None
+        self._placement: Placement | None = None
+
+    def assign(self, request: Request, placement: Placement, now_s: float | None = None) -> Assignment:
+        """Choose instances for ``request`` at ``now_s`` (default its arrival time)."""
+        if self._placement is None:
+            self._placement = placement
+            self._loads = (_Loads(len(placement.prefill)), _Loads(len(placement.decode)))
+        elif placement is not self._placement:
+            raise TrafficError("scheduler already bound to another placement; expected one "
+                               "Scheduler per placement")
+        assert self._loads is not None
+        now = request.arrival_s if now_s is None else now_s
+        picks = []
+        for side, (instances, amount) in enumerate(
+                ((placement.prefill, request.input_tokens),
+                 (placement.decode, request.input_tokens + request.output_tokens))):
+            if self.policy == "round_robin":
+                choice = self._rr[side] % len(instances)
+                self._rr[side] += 1
+            elif self.policy == "random":
+                choice = int(self._rng.integers(len(instances)))
+            else:
+                loads = self._loads[side]
+                loads.expire(now)
+                choice = min(range(len(instances)), key=lambda i: (loads.total[i], i))
+            if self.policy == "least_loaded":
+                self._loads[side].hold(request.request_id, choice, float(amount))
+            picks.append(instances[choice])
+        return Assignment(request.request_id, picks[0], picks[1])
+
+    def release(self, request_id: int, prefill_done_s: float | None = None,
+                decode_done_s: float | None = None) -> None:
+        """Say when a request stops loading its prefill / decode instance."""
+        if self._loads is None:
+            return
+        if prefill_done_s is not None:
+            self._loads[0].release_at(request_id, prefill_done_s)
+        if decode_done_s is not None:
+            self._loads[1].release_at(request_id, decode_done_s)
+
+
+__all__ = ["Instance", "Placement", "Assignment", "Scheduler", "place", "gpu_server",
+           "gpu_local_rank", "KINDS", "LAYOUTS", "POLICIES"]

@@ -1,0 +1,308 @@
+"""Read public LLM-inference request traces into ``Request`` lists.
+
+Two formats (see data/traces/README.md), plain or gzip-compressed (recognised
+by the gzip magic bytes, whatever the file is called; the shipped traces are
+``.gz``):
+
+* Mooncake JSONL: one object a line with ``timestamp`` (ms from trace start,
+  integer), ``input_length``, ``output_length`` (tokens) and ``hash_ids``
+  (list of non-negative ints, ids of 512-token prefix blocks). All four keys
+  are required.
+* Azure CSV: header ``TIMESTAMP,ContextTokens,GeneratedTokens``; TIMESTAMP is
+  wall-clock ``YYYY-MM-DD HH:MM:SS[.fraction]`` (the 2023 trace has 7
+  fractional digits, 100 ns). Arrival times become seconds from the first
+  accepted row, computed in integer nanoseconds so no digits are lost.
+
+Rules for both: ``input`` tokens must be an integer >= 1 (no prompt means no KV
+to move), ``output`` tokens an integer >= 0, timestamps >= 0 and
+non-decreasing. Blank lines are ignored. ``request_id`` is the 0-based index of
+the data row in the file (header and blank lines not counted), so ids stay the
+same whether or not bad rows are skipped.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import json
+import math
+import re
+import zlib
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+from traffic.model._check import int_at_least, one_of, real_at_least, real_positive
+from traffic.model.errors import TraceError, TrafficError
+
+FORMATS = ("auto", "mooncake", "azure")
+AZURE_HEADER = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+MOONCAKE_KEYS = ("timestamp", "input_length", "output_length", "hash_ids")
+_EXPECT_FORMAT = ("expected Mooncake JSONL (one JSON object a line) or Azure CSV "
+                  "with header 'TIMESTAMP,ContextTokens,GeneratedTokens'")
+_GZIP_MAGIC = b"\x1f\x8b"
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+_TS_RE = re.compile(r"^(\d{4}-\d{2}-\d{2})[ T](\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}))?$")
+_EPOCH = datetime(1970, 1, 1)
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One inference request: when it arrives and how many tokens it has."""
+
+    request_id: int
+    arrival_s: float
+    input_tokens: int
+    output_tokens: int
+    hash_ids: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class TraceReadResult:
+    """What ``read_trace`` found: the requests, how many rows it skipped, the format."""
+
+    requests: list[Request]
+    skipped: int
+    fmt: str
+
+
+class _RowError(Exception):
+    """A bad row; carries the field and the reason for the one-line message."""
+
+    def __init__(self, field: str | None, why: str, expected: str) -> None:
+        super().__init__(why)
+        self.field, self.why, self.expected = field, why, expected
+
+
+def _open_text(path: Path):
+    """The trace as text: gzip-compressed (by content, not name) or plain UTF-8."""
+    try:
+        with path.open("rb") as raw:
+            magic = raw.read(4)
+    except OSError as exc:
+        raise TraceError(f"{path}: cannot read the trace ({exc.strerror or exc}); expected a readable "
+                         "Mooncake JSONL or Azure CSV file (plain or .gz)") from None
+    if magic == _ZSTD_MAGIC:
+        raise TraceError(f"{path}: zstd-compressed traces are not read; expected plain or gzip-compressed "
+                         "text (zstd -dc FILE | gzip -9 -n > FILE.gz)")
+    if magic.startswith(_GZIP_MAGIC):
+        return gzip.open(path, "rt", encoding="utf-8-sig", newline="")
+    return path.open("r", encoding="utf-8-sig", newline="")
+
+
+def _data_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """Yield (1-based line number, text) for non-blank lines."""
+    number = 0
+    try:
+        with _open_text(path) as handle:
+            for number, line in enumerate(handle, start=1):
+                text = line.strip()
+                if text:
+                    yield number, text
+    except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+        raise TraceError(f"{path}:{number + 1}: corrupt or truncated gzip data ({exc}); expected a whole "
+                         ".gz file (gzip -t FILE checks it)") from None
+    except OSError as exc:
+        raise TraceError(f"{path}:{number + 1}: cannot read the trace ({exc.strerror or exc}); expected a "
+                         "readable file") from None
+
+
+def detect_format(path: str | Path) -> str:
+    """Return "mooncake" or "azure" from the first non-blank line's content."""
+    path = Path(path)
+    first = _first_line(path)
+    kind = _classify(first[1])
+    if kind is None:
+        raise TraceError(f"{path}:{first[0]}: cannot detect trace format from {first[1][:40]!r}; "
+                         f"{_EXPECT_FORMAT}")
+    return kind
+
+
+def _first_line(path: Path) -> tuple[int, str]:
+    if path.is_dir():
+        raise TraceError(f"{path}: is a directory, not a trace file; expected a Mooncake .jsonl "
+                         "or Azure .csv file (plain or .gz)")
+    if not path.is_file():
+        raise TraceError(f"{path}: trace file not found; expected a readable Mooncake .jsonl "
+                         "or Azure .csv file (plain or .gz)")
+    try:
+        for item in _data_lines(path):
+            return item
+    except UnicodeDecodeError as exc:
+        raise TraceError(f"{path}: not UTF-8 text ({exc.reason}); {_EXPECT_FORMAT}") from None
+    raise TraceError(f"{path}: trace file is empty; {_EXPECT_FORMAT}")
+
+
+def _classify(line: str) -> str | None:
+    if line.startswith("{"):
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError:
+            return None
+        return "mooncake" if isinstance(obj, dict) else None
+    cells = tuple(cell.strip() for cell in line.split(","))
+    return "azure" if cells == AZURE_HEADER else None
+
+
+def read_trace(path: str | Path, fmt: str = "auto", skip_bad: bool = False) -> TraceReadResult:
+    """Read a trace; raise ``TraceError`` on the first bad row unless ``skip_bad``.
+
+    With ``skip_bad`` bad rows are dropped and counted in ``skipped``; a missing
+    or empty file, an undetectable or mismatched format, and a file with no
+    valid row still raise.
+    """
+    path = Path(path)
+    one_of("trace format", fmt, FORMATS)
+    line_no, line = _first_line(path)
+    found = _classify(line)
+    if found is None:
+        raise TraceError(f"{path}:{line_no}: cannot detect trace format from {line[:40]!r}; "
+                         f"{_EXPECT_FORMAT}")
+    if fmt != "auto" and fmt != found:
+        raise TraceError(f"{path}:{line_no}: format {fmt!r} was asked for but the file looks "
+                         f"like {found!r} ({line[:40]!r}); expected a {fmt} trace or fmt='auto'")
+    parse = _parse_mooncake_row if found == "mooncake" else _parse_azure_row
+    rows = _data_lines(path)
+    if found == "azure":
+        next(rows)  # header, already checked by _classify
+    try:
+        requests, skipped = _read_rows(path, found, rows, parse, skip_bad)
+    except UnicodeDecodeError as exc:
+        raise TraceError(f"{path}: not UTF-8 text ({exc.reason}); {_EXPECT_FORMAT}") from None
+    if not requests:
+        raise TraceError(f"{path}: no valid request rows ({skipped} skipped); expected at least one")
+    return TraceReadResult(requests, skipped, found)
+
+
+def _read_rows(path: Path, found: str, rows: Iterator[tuple[int, str]], parse: Any,
+               skip_bad: bool) -> tuple[list[Request], int]:
+    requests: list[Request] = []
+    skipped = 0
+    first_ns: int | None = None
+    prev_ns: int | None = None
+    for row_index, (number, text) in enumerate(rows):
+        try:
+            stamp_ns, n_in, n_out, hashes = parse(text)
+            if prev_ns is not None and stamp_ns < prev_ns:
+                raise _RowError(_ts_field(found), f"goes backwards ({_show_ns(found, stamp_ns)} < "
+                                f"previous {_show_ns(found, prev_ns)})",
+                                "non-decreasing timestamps")
+        except _RowError as err:
+            if skip_bad:
+                skipped += 1
+                continue
+            where = f"field {err.field!r}" if err.field else "row"
+            raise TraceError(f"{path}:{number}: {where}: {err.why}; expected {err.expected}") from None
+        if first_ns is None:
+            first_ns = stamp_ns if found == "azure" else 0
+        prev_ns = stamp_ns
+        requests.append(Request(row_index, (stamp_ns - first_ns) / 1e9, n_in, n_out, hashes))
+    return requests, skipped
+
+
+def _ts_field(fmt: str) -> str:
+    return "timestamp" if fmt == "mooncake" else "TIMESTAMP"
+
+
+def _show_ns(fmt: str, ns: int) -> str:
+    return f"{ns // 1_000_000} ms" if fmt == "mooncake" else f"{ns / 1e9:.7f} s since epoch"
+
+
+def _token_count(field: str, value: Any, minimum: int) -> int:
+    """Accept ints (or integral floats in JSON, digit strings in CSV) >= minimum."""
+    number: Any = value
+    if isinstance(value, str):
+        try:
+            number = int(value.strip())
+        except ValueError:
+            raise _RowError(field, f"{value!r} is not an integer",
+                            f"an integer token count >= {minimum}") from None
+    elif isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        number = int(value)
+    if isinstance(number, bool) or not isinstance(number, int):
+        raise _RowError(field, f"{value!r} is not an integer", f"an integer token count >= {minimum}")
+    if number < minimum:
+        raise _RowError(field, f"{number} is too small", f"an integer token count >= {minimum}")
+    return number
+
+
+def _parse_mooncake_row(text: str) -> tuple[int, int, int, tuple[int, ...]]:
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise _RowError(None, f"invalid JSON ({exc.msg})", "one JSON object per line") from None
+    if not isinstance(obj, dict):
+        raise _RowError(None, f"a JSON {type(obj).__name__}, not an object",
+                        "one JSON object per line")
+    for key in MOONCAKE_KEYS:
+        if key not in obj:
+            raise _RowError(key, "missing", f"keys {', '.join(MOONCAKE_KEYS)}")
+    stamp = obj["timestamp"]
+    if isinstance(stamp, bool) or not isinstance(stamp, (int, float)) or not math.isfinite(stamp):
+        raise _RowError("timestamp", f"{stamp!r} is not a number", "milliseconds >= 0")
+    if stamp < 0:
+        raise _RowError("timestamp", f"{stamp!r} is negative", "milliseconds >= 0")
+    hashes = obj["hash_ids"]
+    if not isinstance(hashes, list) or not all(
+            isinstance(h, int) and not isinstance(h, bool) and h >= 0 for h in hashes):
+        raise _RowError("hash_ids", f"{str(hashes)[:40]} is not a list of non-negative integers",
+                        "a list of non-negative integers")
+    return (round(stamp * 1_000_000), _token_count("input_length", obj["input_length"], 1),
+            _token_count("output_length", obj["output_length"], 0), tuple(hashes))
+
+
+def _parse_azure_row(text: str) -> tuple[int, int, int, tuple[int, ...]]:
+    cells = next(csv.reader([text]))
+    if len(cells) != 3:
+        raise _RowError(None, f"{len(cells)} fields", "3 fields TIMESTAMP,ContextTokens,GeneratedTokens")
+    stamp = cells[0].strip()
+    match = _TS_RE.match(stamp)
+    try:
+        if match is None:
+            raise ValueError
+        whole = datetime.strptime(f"{match[1]} {match[2]}", "%Y-%m-%d %H:%M:%S")
+    except ValueError:
+        raise _RowError("TIMESTAMP", f"{stamp[:40]!r} is not a timestamp",
+                        "'YYYY-MM-DD HH:MM:SS[.fraction]'") from None
+    fraction = match[3] or ""
+    seconds = (whole - _EPOCH).days * 86400 + (whole - _EPOCH).seconds
+    ns = seconds * 1_000_000_000 + (int(fraction.ljust(9, "0")) if fraction else 0)
+    return (ns, _token_count("ContextTokens", cells[1], 1),
+            _token_count("GeneratedTokens", cells[2], 0), ())
+
+
+def slice_requests(requests: Sequence[Request], start_s: float | None = None,
+                   end_s: float | None = None, first_n: int | None = None,
+                   speed: float = 1.0) -> list[Request]:
+    """Take a time window and/or the first N requests, optionally sped up.
+
+    Keeps requests with ``start_s <= arrival_s < end_s`` (original trace time),
+    then the first ``first_n`` of those. New arrival = (arrival - base) / speed
+    where base is ``start_s`` if given, else the first kept request's arrival,
+    so the window starts at 0. ``speed`` 2.0 replays twice as fast. Request ids
+    are kept so results map back to trace rows.
+    """
+    if start_s is not None:
+        real_at_least("start_s", start_s, 0.0)
+    if end_s is not None:
+        real_at_least("end_s", end_s, 0.0)
+        if start_s is not None and end_s <= start_s:
+            raise TrafficError(f"end_s {end_s!r} is not after start_s {start_s!r}; "
+                               "expected end_s > start_s")
+    if first_n is not None:
+        int_at_least("first_n", first_n, 1)
+    speed = real_positive("speed", speed)
+    kept = [r for r in requests
+            if (start_s is None or r.arrival_s >= start_s) and (end_s is None or r.arrival_s < end_s)]
+    if first_n is not None:
+        kept = kept[:first_n]
+    if not kept:
+        return []
+    base = start_s if start_s is not None else kept[0].arrival_s
+    return [Request(r.request_id, (r.arrival_s - base) / speed, r.input_tokens, r.output_tokens,
+                    r.hash_ids) for r in kept]
+
+
+__all__ = ["Request", "TraceReadResult", "read_trace", "detect_format", "slice_requests",
+           "FORMATS", "AZURE_HEADER", "MOONCAKE_KEYS"]

@@ -1,0 +1,257 @@
+"""Run ``traffic.model.serving``'s cluster with the emulated fabric in the loop.
+
+One process in the root namespace. The agents (``traffic.runtime.agent --control``)
+connect to its Unix socket (a file, so reachable from every network namespace),
+say hello, and then take orders: ``send`` lines naming a message, the NIC
+ports it goes between and the other port pair (``alt_src_ip``, ``alt_dst_ip``:
+where the sender resends it if the first pair's connection dies); the
+receiving agent reports each whole arrival (``got``) with its last byte's
+time, a sender reports a message it could not send (``failed``, with
+``retried`` when a resend failed too). The cluster's clock is the real cluster's:
+wall = t0 + model time x ``dilation`` (the emulated world runs that many times
+slower, bytes are scaled to match), so a step's exchange is timed by the
+agents' own stamps, not by when this process got round to reading them.
+
+Every order is also appended to ``<sender>.plan.jsonl`` in the agents' folder
+(``start`` = seconds after t0), so ``traffic.runtime.records.merge_results`` joins
+plans, sends and receipts exactly as for a planned replay.
+
+Usage: ``python -m traffic.runtime.coordinator CONFIG.json`` (written by the testbed's
+replay); events go to stdout as JSON lines: ``listening``, ``ready``,
+``started`` (t0), ``done`` (with the results), or ``error``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import json
+import os
+import resource
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from traffic.model import models, serving
+from traffic.model.errors import TrafficError
+from traffic.model.metrics import rounded_percentiles
+from traffic.model.placement import Instance
+from traffic.model.traces import Request
+
+START_MARGIN_S = 0.5
+
+
+@dataclass
+class _Peer:
+    name: str
+    writer: asyncio.StreamWriter
+
+
+def spec_from_config(cfg: dict) -> serving.ServingSpec:
+    """The ServingSpec a config's ``spec`` object describes (engines as lists of unit GPU lists)."""
+    s = dict(cfg["spec"])
+    model = models.get_model(s.pop("model"))
+
+    def engines(kind: str) -> tuple:
+        return tuple(tuple(Instance(kind, i * 1000 + j, tuple(u)) for j, u in enumerate(units))
+                     for i, units in enumerate(s.pop(kind)))
+
+    prefill, decode = engines("prefill"), engines("decode")
+    return serving.ServingSpec(model=model, prefill=prefill, decode=decode, **s)
+
+
+class Coordinator:
+    """The asyncio shell around ``serving.Cluster``: agents in, orders out, timers on the wall clock."""
+
+    def __init__(self, cfg: dict) -> None:
+        self.cfg = cfg
+        self.spec = spec_from_config(cfg)
+        self.requests = [Request(*r) for r in cfg["requests"]]
+        self.cluster = serving.Cluster(self.spec, self.requests)
+        self.dilation = float(cfg.get("dilation", 1.0))
+        self.agents: list[str] = cfg["agents"]
+        self.ips: dict[int, list[str]] = {int(g): ips for g, ips in cfg["ips"].items()}
+        self.choices: dict[tuple[int, int], list[tuple[int, int]]] = {
+            tuple(map(int, k.split(","))): [tuple(c) for c in v] for k, v in cfg["choices"].items()}
+        self.adaptive = cfg.get("policy") == "adaptive"
+        self.port = int(cfg["port"])
+        self.out = Path(cfg["agents_dir"])
+        self.peers: dict[str, _Peer] = {}
+        self.all_ready = asyncio.Event()
+        self.finished = asyncio.Event()
+        self.t0 = 0.0
+        self.plans: dict[str, object] = {}
+        self.pair_count: dict[tuple[int, int], int] = {}
+        self.outstanding: dict[tuple[int, int], int] = {}  # (gpu, port) -> emulated bytes not yet delivered
+        self.port_of: dict[int, tuple[int, int, int]] = {}  # message id -> (src gpu, src port, bytes)
+        self.lag_s: list[float] = []
+        self.failed: dict[int, str] = {}
+        self.ended = False
+
+    # -- agents -----------------------------------------------------------------------------
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        name = None
+        try:
+            hello = json.loads(await reader.readline())
+            name = hello["hello"]
+            self.peers[name] = _Peer(name, writer)
+            if len(self.peers) == len(self.agents):
+                self.all_ready.set()
+            while line := await reader.readline():
+                self.on_report(json.loads(line))
+        except (ConnectionError, json.JSONDecodeError, KeyError):
+            pass
+        finally:
+            if name is not None and not self.ended:
+                emit("error", message=f"agent {name} left before the run ended")
+
+    def on_report(self, rep: dict) -> None:
+        """An agent's ``got`` (verified arrival) or ``failed`` (could not send) line."""
+        mid = rep["id"]
+        if mid not in self.cluster.messages:
+            return
+        self._settle(mid)
+        if "failed" in rep:
+            self.failed[mid] = rep["failed"]
+            at = time.monotonic()
+        else:
+            at = rep["t"]
+            if not rep.get("ok", True):
+                self.failed[mid] = rep.get("error") or "not verified"
+        self.lag_s.append(time.monotonic() - at)
+        self.apply(self.cluster.delivered(mid, max(0.0, (at - self.t0) / self.dilation)))
+        if self.cluster.quiet:
+            self.finished.set()
+
+    # -- actions ----------------------------------------------------------------------------
+    def apply(self, actions: list) -> None:
+        """Set the timers; send the orders, one write per agent (a step orders hundreds at once)."""
+        loop = asyncio.get_running_loop()
+        batch: dict[str, list[bytes]] = {}
+        for a in actions:
+            if isinstance(a, serving.Timer):
+                loop.call_at(self.t0 + a.at * self.dilation, self.fire, a.key, a.at)
+            else:
+                name, line = self.send(a.message)
+                batch.setdefault(name, []).append(line)
+        for name, lines in batch.items():
+            self.peers[name].writer.write(b"".join(lines))
+
+    def fire(self, key: tuple, at: float) -> None:
+        self.apply(self.cluster.timer(key, at))
+        if key[0] == "end":
+            self.ended = True
+        if self.cluster.quiet:
+            self.finished.set()
+
+    def _ports(self, src: int, dst: int) -> tuple[int, int]:
+        """The NIC ports of the next message src -> dst: the policy's choices in turn, or (adaptive) the
+        choice whose source port has the fewest of this sender's bytes not yet delivered."""
+        opts = self.choices[(src, dst)]
+        k = self.pair_count.get((src, dst), 0)
+        self.pair_count[(src, dst)] = k + 1
+        if not self.adaptive or len(opts) == 1:
+            return opts[k % len(opts)]
+        order = opts[k % len(opts):] + opts[:k % len(opts)]
+        return min(order, key=lambda c: self.outstanding.get((src, c[0]), 0))
+
+    def send(self, m: serving.Message) -> tuple[str, bytes]:
+        """Log the order in the sender's plan file; the sender's name and the order line."""
+        sp, dp = self._ports(m.src_gpu, m.dst_gpu)
+        name = f"gpu{m.src_gpu}"
+        now = time.monotonic()
+        order = {"id": m.id, "request_id": m.request_id, "src": name, "dst": f"gpu{m.dst_gpu}",
+                 "src_ip": self.ips[m.src_gpu][sp - 1], "dst_ip": self.ips[m.dst_gpu][dp - 1],
+                 "alt_src_ip": self.ips[m.src_gpu][2 - sp], "alt_dst_ip": self.ips[m.dst_gpu][2 - dp],  # other pair
+                 "dst_port": self.port, "bytes": m.bytes, "start": round(now - self.t0, 6),
+                 "kind": m.kind, "step": m.step, "engine": m.engine}
+        self.plans[name].write(json.dumps(order, separators=(",", ":")) + "\n")
+        self.outstanding[(m.src_gpu, sp)] = self.outstanding.get((m.src_gpu, sp), 0) + m.bytes
+        self.port_of[m.id] = (m.src_gpu, sp, m.bytes)
+        return name, (json.dumps({"op": "send", **order, "due": now}, separators=(",", ":")) + "\n").encode()
+
+    def _settle(self, mid: int) -> None:
+        gpu, port, nbytes = self.port_of.pop(mid, (None, None, 0))
+        if gpu is not None:
+            self.outstanding[(gpu, port)] -= nbytes
+
+    # -- run --------------------------------------------------------------------------------
+    async def run(self) -> dict:
+        sock = self.cfg["socket"]
+        server = await asyncio.start_unix_server(self.handle, path=sock)
+        os.chmod(sock, 0o666)
+        emit("listening", socket=sock)
+        for name in self.agents:
+            self.plans[name] = open(self.out / f"{name}.plan.jsonl", "w", buffering=1, encoding="utf-8")
+        try:
+            async with asyncio.timeout(self.cfg.get("ready_timeout_s", 60)):
+                await self.all_ready.wait()
+        except TimeoutError:
+            missing = sorted(set(self.agents) - set(self.peers))
+            raise TrafficError(f"{len(missing)} agents never connected: {', '.join(missing[:8])}") from None
+        emit("ready", agents=len(self.peers))
+        self.t0 = time.monotonic() + START_MARGIN_S
+        emit("started", t0=self.t0)
+        loop = asyncio.get_running_loop()
+        loop.call_at(self.t0, lambda: self.apply(self.cluster.start(0.0)))
+        drain = self.cfg.get("drain_timeout_s", 60)
+        try:
+            async with asyncio.timeout(self.spec.duration_s * self.dilation + START_MARGIN_S + drain):
+                await self.finished.wait()
+        except TimeoutError:
+            emit("warning", message=f"{self.cluster.in_flight} messages still in flight {drain:g} s after the end")
+        for peer in self.peers.values():
+            peer.writer.write(b'{"op":"stop"}\n')
+        for fh in self.plans.values():
+            fh.close()
+        server.close()
+        return self.results()
+
+    def results(self) -> dict:
+        end = self.spec.duration_s
+        res = self.cluster.results(end)
+        out_dir = Path(self.cfg["run_dir"])
+        write_csv(out_dir / "requests.csv", self.cluster.request_rows())
+        write_csv(out_dir / "steps.csv", self.cluster.step_rows())
+        summary = {k: v for k, v in res.items() if k not in ("ttft_s", "exchange_s", "decode_step_s")}
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        summary |= {"t0": self.t0, "dilation": self.dilation, "cpu_s": round(usage.ru_utime + usage.ru_stime, 3),
+                    "failed_messages": len(self.failed),
+                    "failures": dict(list(self.failed.items())[:10]),
+                    "messages": len(self.cluster.messages), "in_flight_at_end": self.cluster.in_flight,
+                    "control_lag_ms": rounded_percentiles(self.lag_s, factor=1e3)}
+        (out_dir / "serving.json").write_text(json.dumps(summary, indent=1))
+        return summary
+
+
+def write_csv(path: Path, rows: list[dict]) -> None:
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        if not rows:
+            return
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+
+
+def emit(event: str, **fields) -> None:
+    print(json.dumps({"event": event, **fields}), flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m traffic.runtime.coordinator CONFIG.json", file=sys.stderr)
+        return 2
+    try:
+        cfg = json.loads(Path(args[0]).read_text())
+        res = asyncio.run(Coordinator(cfg).run())
+    except (OSError, TrafficError, KeyError, ValueError) as exc:
+        emit("error", message=f"{type(exc).__name__}: {exc}")
+        return 1
+    emit("done", results=res)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
