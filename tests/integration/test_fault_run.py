@@ -7,8 +7,7 @@ from __future__ import annotations
 import csv
 import json
 
-from test_live import EXPERIMENT as LIVE16  # the short closed-loop MoE run at n=16
-
+from tests.integration.test_live import EXPERIMENT as LIVE16  # the short closed-loop MoE run at n=16
 from tests.support.integration import leftovers, run_testbed
 
 EXPERIMENT = LIVE16.replace("name: live16", "name: faults16") + """faults:
