@@ -26,7 +26,6 @@ import json
 import os
 import subprocess
 import time
-from pathlib import Path
 from statistics import median
 
 from testbed.bench import ecmp_probe, iperf3_result
@@ -36,11 +35,12 @@ from testbed.errors import TestbedError
 from testbed.fabric import Fabric, addressing, build_fabric
 from testbed.fabric.maxmin import all_link_capacities, flow_links, max_min
 from testbed.fabric.routing import forwarding_tables, walk
+from testbed.paths import REPO
 
 BASE_PORT = 5201
 CLIENT_PORT = 42000  # iperf3 --cport base: fixed 5-tuples, so ECMP paths can be learnt first
 BULK_PORT = 5300
-BULK = Path(__file__).with_name("bulk.py")
+BULK = REPO / "traffic" / "runtime" / "bulk.py"  # a plain script: no project import, any python3 runs it
 OVS_SATURATED = 0.95  # of one core (the PMD thread does all forwarding)
 HOST_IDLE_MIN = 0.03  # of the whole machine
 
