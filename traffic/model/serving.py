@@ -25,7 +25,11 @@ into ``chunk_bytes`` slices) -> joins the decode batch at the next step ->
 one output token per decode step (compute = ``decode_step_s``, flat: decode is
 memory-bound at these batch sizes) -> done after its output tokens.
 TTFT = first token - arrival = prefill queue + prefill + KV transfer + wait for
-a step + the first step.
+a step + the first step. Each request records these parts as they happen
+(``RequestState``: the prefill queue, the compute and the EP exchange of the
+prefill steps it was in, the KV transfer, the wait for a decode step and that
+step's compute and exchange), so they add up to its TTFT exactly;
+``ttft_breakdown`` and ``decode_step_breakdown`` summarize them for a run.
 
 The core is clock-free and network-free: ``start``, ``timer`` and
 ``delivered`` take the current time in real-cluster seconds and return
@@ -43,6 +47,7 @@ from typing import Sequence
 
 import numpy as np
 
+from traffic.model import metrics
 from traffic.model._check import int_at_least, one_of, real_at_least, real_positive
 from traffic.model.errors import TrafficError
 from traffic.model.expert import ep_traffic, expert_owners, expert_popularity
@@ -53,6 +58,10 @@ from traffic.model.traces import Request
 
 ARRIVALS = ("trace", "closed")
 KINDS = ("kv", "dispatch", "combine")
+# the parts of a request's TTFT, in the order they happen (RequestState's *_s fields of the same names)
+TTFT_PARTS = ("prefill_queue", "prefill_compute", "prefill_exchange", "kv_transfer", "decode_wait",
+              "decode_compute", "decode_exchange")
+STEP_PARTS = ("compute", "dispatch", "combine")  # a decode step's parts
 _PROBE_TOKENS = 4096  # tokens per GPU routed once to estimate each pair's share (see _HitTable)
 
 
@@ -120,6 +129,19 @@ def build_engines(kind: str, instances: Sequence[Instance], ep: int | None) -> t
                  for i in range(len(gpus) // ep))
 
 
+def layout_summary(name: str | None, prefill: Sequence[Sequence[Instance]],
+                   decode: Sequence[Sequence[Instance]]) -> dict:
+    """What the engines are, for summaries and reports: {"name", "prefill": {"engines", "gpus", "form"},
+    "decode": ...}; form "ep" is an EP group of single-GPU units, "tp" one instance (no all-to-all)."""
+    out: dict = {"name": name}
+    for kind, engines in (("prefill", prefill), ("decode", decode)):
+        sizes = sorted({sum(len(u.gpus) for u in e) for e in engines})
+        forms = sorted({"ep" if len(e) > 1 else "tp" for e in engines})
+        out[kind] = {"engines": len(engines), "gpus": sizes[0] if len(sizes) == 1 else sizes,
+                     "form": forms[0] if len(forms) == 1 else forms}
+    return out
+
+
 @dataclass(frozen=True, slots=True)
 class Message:
     """One message the network must carry: emulated ``bytes`` from src to dst GPU."""
@@ -166,10 +188,32 @@ class RequestState:
     first_token_s: float | None = None
     done_s: float | None = None
     tokens_out: int = 0
+    # TTFT's parts (TTFT_PARTS), attributed as they happen: every moment from arrival to the end of
+    # prefill is the queue or a prefill step the request was in (its compute, then its exchange)
+    prefill_queue_s: float = 0.0
+    prefill_compute_s: float = 0.0
+    prefill_exchange_s: float = 0.0
+    decode_wait_s: float | None = None
+    decode_compute_s: float | None = None
+    decode_exchange_s: float | None = None
+    attributed_to_s: float | None = None  # the time up to which the prefill parts account for it
 
     @property
     def ttft_s(self) -> float | None:
         return None if self.first_token_s is None else self.first_token_s - self.arrival_s
+
+    @property
+    def kv_transfer_s(self) -> float | None:
+        return None if self.kv_end_s is None or self.prefill_end_s is None else self.kv_end_s - self.prefill_end_s
+
+    def parts(self) -> dict[str, float] | None:
+        """TTFT_PARTS in seconds (None before the first token); they add up to ``ttft_s``."""
+        if self.first_token_s is None:
+            return None
+        return {"prefill_queue": self.prefill_queue_s, "prefill_compute": self.prefill_compute_s,
+                "prefill_exchange": self.prefill_exchange_s, "kv_transfer": self.kv_transfer_s,
+                "decode_wait": self.decode_wait_s, "decode_compute": self.decode_compute_s,
+                "decode_exchange": self.decode_exchange_s}
 
     def row(self) -> dict:
         return {"request_id": self.id, "arrival_s": self.arrival_s, "input_tokens": self.input_tokens,
@@ -178,7 +222,8 @@ class RequestState:
                 "decode_engine": None if self.decode_unit is None else self.decode_unit[0],
                 "prefill_start_s": self.prefill_start_s, "prefill_end_s": self.prefill_end_s,
                 "kv_bytes": self.kv_bytes, "kv_end_s": self.kv_end_s, "first_token_s": self.first_token_s,
-                "done_s": self.done_s, "ttft_s": self.ttft_s}
+                "done_s": self.done_s, "ttft_s": self.ttft_s,
+                **{f"{k}_s": v for k, v in (self.parts() or dict.fromkeys(TTFT_PARTS)).items()}}
 
 
 @dataclass
@@ -196,13 +241,16 @@ class StepRecord:
     ep_bytes: int = 0  # real bytes on the fabric
     nvlink_bytes: int = 0  # real bytes between GPUs of one server (not emulated)
     messages: int = 0
+    dispatch_last_id: int | None = None  # the message whose arrival ended the dispatch (the phase's slowest)
+    combine_last_id: int | None = None
 
     def row(self) -> dict:
         exchange = None if self.end_s is None or self.compute_end_s is None else self.end_s - self.compute_end_s
         return {"engine": self.engine, "step": self.step, "start_s": self.start_s,
                 "compute_end_s": self.compute_end_s, "dispatch_end_s": self.dispatch_end_s, "end_s": self.end_s,
                 "exchange_s": exchange, "tokens": self.tokens, "requests": self.requests,
-                "ep_bytes": self.ep_bytes, "nvlink_bytes": self.nvlink_bytes, "messages": self.messages}
+                "ep_bytes": self.ep_bytes, "nvlink_bytes": self.nvlink_bytes, "messages": self.messages,
+                "dispatch_last_id": self.dispatch_last_id, "combine_last_id": self.combine_last_id}
 
 
 class _HitTable:
@@ -296,8 +344,10 @@ class Cluster:
             engines = []
             for i, units in enumerate(groups):
                 gpus = tuple(g for u in units for g in u.gpus)
+                # an EP group of several units exchanges tokens; one TP instance (dense, or an MoE model's
+                # experts sharded inside it) has no all-to-all
                 hits = _HitTable(gpus, spec, seed + 7919 * (len(engines) + 1) + (kind == "decode"),
-                                 per_expert=kind == "decode") if spec.expert_parallel and len(gpus) > 1 else None
+                                 per_expert=kind == "decode") if spec.expert_parallel and len(units) > 1 else None
                 engines.append(_Engine(kind, i, units, hits, [[] for _ in units], batch=[[] for _ in units]))
             self.engines[kind] = engines
         self.stopped = False
@@ -343,7 +393,13 @@ class Cluster:
             return []
         eng = owner
         eng.pending -= 1
-        return self._phase_done(eng, now) if eng.pending == 0 else []
+        if eng.pending:
+            return []
+        if eng.phase == "dispatch":
+            eng.step.dispatch_last_id = message_id
+        else:
+            eng.step.combine_last_id = message_id
+        return self._phase_done(eng, now)
 
     @property
     def in_flight(self) -> int:
@@ -370,6 +426,7 @@ class Cluster:
         if r.request_id in self.requests:
             raise TrafficError(f"request_id {r.request_id} arrived twice; expected unique request ids")
         req = RequestState(r.request_id, now, max(1, r.input_tokens), max(1, r.output_tokens))
+        req.attributed_to_s = now
         self.requests[req.id] = req
         eng, unit = self._least_loaded("prefill", lambda e, u: sum(x.input_tokens - x.prefilled_tokens
                                                                    for x in e.queue[u]))
@@ -443,6 +500,7 @@ class Cluster:
                 n = min(budget, req.input_tokens - req.prefilled_tokens)
                 if req.prefill_start_s is None:
                     req.prefill_start_s = now
+                req.prefill_queue_s += now - req.attributed_to_s  # waited since arrival or its last step
                 took[req.id] = n
                 budget -= n
             eng.taken.append(took)
@@ -456,6 +514,8 @@ class Cluster:
         for u in range(len(eng.units)):
             room = self.spec.decode_batch - len(eng.batch[u])
             if room > 0 and eng.queue[u]:
+                for req in eng.queue[u][:room]:
+                    req.decode_wait_s = now - req.kv_end_s
                 eng.batch[u] += eng.queue[u][:room]
                 del eng.queue[u][:room]
         tokens = [len(b) for b in eng.batch]
@@ -518,6 +578,9 @@ class Cluster:
                     n = took.get(req.id)
                     if n is None:
                         continue
+                    req.prefill_compute_s += step.compute_end_s - step.start_s
+                    req.prefill_exchange_s += now - step.compute_end_s
+                    req.attributed_to_s = now
                     req.prefilled_tokens += n
                     if req.prefilled_tokens >= req.input_tokens:
                         req.prefill_end_s = now
@@ -531,6 +594,8 @@ class Cluster:
                     req.tokens_out += 1
                     if req.first_token_s is None:
                         req.first_token_s = now
+                        req.decode_compute_s = step.compute_end_s - step.start_s
+                        req.decode_exchange_s = now - step.compute_end_s
                     if req.tokens_out >= req.output_tokens:
                         out += self._finish(req, now)
                     else:
@@ -635,4 +700,97 @@ def run_ideal(cluster: Cluster, port_bps: float, ports: int = 2, latency_s: floa
     return cluster
 
 
-__all__ = ["ServingSpec", "Cluster", "Message", "Send", "Timer", "build_engines", "run_ideal", "ARRIVALS", "KINDS"]
+def _num(v) -> float | None:
+    """A number from a row (a float, or the text of a CSV cell; '' and None: None)."""
+    if v is None or v == "":
+        return None
+    return float(v)
+
+
+def _ms(seconds: float) -> float:
+    return round(seconds * 1e3, 3)
+
+
+def ttft_breakdown(rows: Sequence[dict], warmup_s: float, end_s: float) -> dict:
+    """Where the measured requests' TTFT went: for the nearest-rank P50 and P99 request (by TTFT), its
+    TTFT and its parts (TTFT_PARTS) in ms, and the parts' means over the tail (the P99 request and every
+    slower one). ``rows``: ``Cluster.request_rows()`` or requests.csv's rows (text cells); measured = arrived
+    in [warmup, end) with a first token by ``end``, as ``Cluster.results`` counts them."""
+    measured = []
+    for r in rows:
+        arrival, first = _num(r.get("arrival_s")), _num(r.get("first_token_s"))
+        if arrival is None or first is None or not warmup_s <= arrival < end_s or first > end_s:
+            continue
+        parts = {k: _num(r.get(f"{k}_s")) for k in TTFT_PARTS}
+        if any(v is None for v in parts.values()):
+            continue  # a run from before the parts were recorded
+        measured.append((first - arrival, str(r.get("request_id")), parts))
+    if not measured:
+        return {"requests": 0, "p50": None, "p99": None, "tail_mean": None}
+    measured.sort(key=lambda m: (m[0], m[1]))
+    n = len(measured)
+
+    def one(m) -> dict:
+        return {"request_id": m[1], "ttft": _ms(m[0]), **{k: _ms(v) for k, v in m[2].items()}}
+
+    p99 = metrics.nearest_rank_index(n, 99)
+    tail = measured[p99:]
+    mean = {k: _ms(sum(m[2][k] for m in tail) / len(tail)) for k in TTFT_PARTS}
+    return {"requests": n, "p50": one(measured[metrics.nearest_rank_index(n, 50)]), "p99": one(measured[p99]),
+            "tail_mean": {"requests": len(tail), "ttft": _ms(sum(m[0] for m in tail) / len(tail)), **mean}}
+
+
+def _top(counts: dict, k: int = 3) -> list[dict]:
+    return [{"port": key, "steps": v} if isinstance(key, str) else {"src": key[0], "dst": key[1], "steps": v}
+            for key, v in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:k]]
+
+
+def decode_step_breakdown(rows: Sequence[dict], warmup_s: float, end_s: float,
+                          ports: dict | None = None) -> dict:
+    """Where the measured decode steps' time went: compute, dispatch, combine (STEP_PARTS) in ms, as means
+    and for the nearest-rank P50 and P99 step (by duration). Measured = decode steps that ended in
+    [warmup, end], the steps whose tokens ``Cluster.results`` counts as throughput. ``ports``: message id ->
+    (source, destination) NIC port labels; with it, ``slowest`` counts per phase which NIC port pairs (and
+    source and destination ports) carried the message that ended the phase, the most frequent first."""
+    steps = []
+    for r in rows:
+        if not str(r.get("engine", "")).startswith("decode"):
+            continue
+        start, ce, de, end = (_num(r.get(k)) for k in ("start_s", "compute_end_s", "dispatch_end_s", "end_s"))
+        if end is None or ce is None or de is None or not warmup_s <= end <= end_s:
+            continue
+        steps.append((end - start, str(r.get("engine")), int(_num(r.get("step"))),
+                      {"compute": ce - start, "dispatch": de - ce, "combine": end - de}, r))
+    if not steps:
+        return {"steps": 0, "mean": None, "p50": None, "p99": None}
+    steps.sort(key=lambda s: (s[0], s[1], s[2]))
+    n = len(steps)
+
+    def one(s) -> dict:
+        return {"engine": s[1], "step": s[2], "total": _ms(s[0]), **{k: _ms(v) for k, v in s[3].items()}}
+
+    out = {"steps": n, "mean": {"total": _ms(sum(s[0] for s in steps) / n),
+                                **{k: _ms(sum(s[3][k] for s in steps) / n) for k in STEP_PARTS}},
+           "p50": one(steps[metrics.nearest_rank_index(n, 50)]), "p99": one(steps[metrics.nearest_rank_index(n, 99)])}
+    if ports is not None:
+        slowest = {}
+        for phase in ("dispatch", "combine"):
+            pairs: dict = {}
+            srcs: dict = {}
+            dsts: dict = {}
+            for s in steps:
+                mid = _num(s[4].get(f"{phase}_last_id"))
+                pair = ports.get(int(mid)) if mid is not None else None
+                if pair is None:
+                    continue
+                pairs[pair] = pairs.get(pair, 0) + 1
+                srcs[pair[0]] = srcs.get(pair[0], 0) + 1
+                dsts[pair[1]] = dsts.get(pair[1], 0) + 1
+            slowest[phase] = {"steps": sum(pairs.values()), "pairs": _top(pairs), "src": _top(srcs),
+                              "dst": _top(dsts)}
+        out["slowest"] = slowest
+    return out
+
+
+__all__ = ["ServingSpec", "Cluster", "Message", "Send", "Timer", "build_engines", "run_ideal", "ARRIVALS", "KINDS",
+           "TTFT_PARTS", "STEP_PARTS", "ttft_breakdown", "decode_step_breakdown", "layout_summary"]
