@@ -11,14 +11,26 @@ import json
 import time
 from pathlib import Path
 
-from testbed.report import faults, hot_links, plots, plots_net, serving, stats, topology_and_cost, verdict
+from testbed.report import (
+    breakdown,
+    confidence,
+    faults,
+    hot_links,
+    plots,
+    plots_net,
+    serving,
+    stats,
+    topology_and_cost,
+    verdict,
+)
 from testbed.report import html as H
 from testbed.report import load_curve_section as curve
-from testbed.report.fmt import HEADLINE, num
+from testbed.report.fmt import headline_rows, num
 from testbed.report.load import ExperimentRun, load_experiment
 from testbed.report.plots import name
 
-NAV = [("calibration", "Calibration"), ("headline", "Headline"), ("loadcurve", "Load curve"), ("serving", "Serving"),
+NAV = [("calibration", "Calibration"), ("headline", "Headline"), ("loadcurve", "Load curve"),
+       ("breakdown", "TTFT taken apart"), ("serving", "Serving"),
        ("faults", "Faults"), ("operating", "Operating point"), ("seed", "Seed figures"), ("fct", "FCT"),
        ("hotspots", "Hotspots"), ("pfc", "PFC"), ("nics", "NIC load"), ("goodput", "Goodput"),
        ("topology", "Topology & cost"), ("assumptions", "Assumptions"), ("fidelity", "Fidelity"),
@@ -28,6 +40,8 @@ NAV = [("calibration", "Calibration"), ("headline", "Headline"), ("loadcurve", "
 def summarize(exp: ExperimentRun) -> dict:
     """summary.json of the report (no figures): the aggregate plus verdicts and cost."""
     doc = stats.aggregate(exp)
+    doc["live"] = any(r.summary.get("driver") == "live" for rs in exp.reps.values() for r in rs)
+    doc["confidence"] = confidence.confidence(exp) if doc["live"] else None  # before the verdicts: they use it
     cost = topology_and_cost.cost(exp)
     doc["seed_figures"] = {k: {"ratio": v["ratio"], "claim": v["claim"]} for k, v in verdict.SEED_FIGURES.items()}
     doc["seed_comparison"] = verdict.seed_comparison(doc, cost)
@@ -50,6 +64,15 @@ def calibration_of(exp: ExperimentRun) -> dict | None:
 def calibration_applies(cal: dict | None, exp: ExperimentRun) -> bool | None:
     """Whether the run's workload is the calibrated one (the knob, represents, fabrics, repetitions, seed
     and name aside); None when unknown."""
+    diff = calibration_differences(cal, exp)
+    return None if diff is None else not diff
+
+
+def calibration_differences(cal: dict | None, exp: ExperimentRun) -> list[str] | None:
+    """The experiment keys (``serving.layout``, ...) in which the run's workload differs from the calibrated
+    one, the knob, represents, fabrics, repetitions, seed and name aside; None when unknown. A key only one
+    side has is the same when the other's value is empty (null, [] or {}): a key the schema gained after the
+    calibration was made, left at its default."""
     e = ((exp.config or {}).get("experiment")) or {}
     base = (cal or {}).get("experiment")
     if not cal or not base or not e:
@@ -65,16 +88,27 @@ def calibration_applies(cal: dict | None, exp: ExperimentRun) -> bool | None:
             x["trace"]["path"] = Path(x["trace"]["path"]).name
         return x
 
-    return core(base) == core(e)
+    def differences(a, b, prefix: str = "") -> list[str]:
+        if isinstance(a, dict) and isinstance(b, dict):
+            return [d for k in sorted(set(a) | set(b)) for d in differences(a.get(k), b.get(k), prefix + k + ".")]
+        empty = (None, [], {})
+        if a == b or (a in empty and b in empty):
+            return []
+        return [prefix.rstrip(".")]
+
+    return differences(core(base), core(e))
 
 
 def write_headline_csv(doc: dict, fabrics: list[str], path: Path) -> Path:
-    """One row a metric (raw units): median, min, max per fabric and the ZCube/ROFT ratio."""
+    """One row a metric (raw units): median, min, max per fabric, the ZCube/ROFT ratio and (live runs) its
+    95% confidence interval and verdict."""
+    conf = ((doc.get("confidence") or {}).get("ratios")) or {}
     with open(path, "w", newline="") as fh:
         w = csv.writer(fh)
-        w.writerow(["metric", "label"] + [f"{f}{s}" for f in fabrics for s in ("", "_min", "_max")] + ["ratio"])
+        w.writerow(["metric", "label"] + [f"{f}{s}" for f in fabrics for s in ("", "_min", "_max")]
+                   + ["ratio", "ratio_ci95_lo", "ratio_ci95_hi", "verdict"])
         seen = set()
-        for label, key, *_ in HEADLINE + tuple((k, k) for k in stats.KEYS):
+        for label, key, *_ in headline_rows(bool(doc.get("live"))) + tuple((k, k) for k in stats.KEYS):
             if key in seen:
                 continue
             seen.add(key)
@@ -83,6 +117,8 @@ def write_headline_csv(doc: dict, fabrics: list[str], path: Path) -> Path:
                 spread = doc[f]["spread"].get(key) or [None, None]
                 row += [stats.flat_get(doc[f], key), spread[0], spread[1]]
             row.append(doc["ratios"].get(key))
+            c = conf.get(key) or {}
+            row += (c.get("ci95") or [None, None]) + [c.get("verdict")]
             w.writerow(["" if v is None else v for v in row])
     return path
 
@@ -133,19 +169,91 @@ def traffic_sentence(config: dict) -> str:
             f"{s.get('mode')} transfers, NIC port policy {s.get('policy')}.")
 
 
+def _layout_of(summary: dict) -> dict | None:
+    """A live repetition's engines as ``traffic.model.serving.layout_summary`` gives them; for runs from
+    before summary.json's serving_layout, from its engines (every MoE engine then an EP group)."""
+    lay = summary.get("serving_layout")
+    if isinstance(lay, dict):
+        return lay
+    eng = summary.get("engines")
+    if not isinstance(eng, dict) or not eng.get("prefill") or not eng.get("decode"):
+        return None
+    out: dict = {"name": None}
+    for kind in ("prefill", "decode"):
+        sizes = sorted({len(e) for e in eng[kind]})
+        out[kind] = {"engines": len(eng[kind]), "gpus": sizes[0] if len(sizes) == 1 else sizes, "form": "ep"}
+    return out
+
+
+def live_traffic_sentence(config: dict, summary: dict) -> str:
+    """What a live run served, in its own terms: the model, the load, the layout that ran (each kind's
+    engines and whether their all-to-all crosses the fabric) and what the fabric carried."""
+    e = (config or {}).get("experiment") or {}
+    t, s, link = e.get("trace") or {}, e.get("serving") or {}, e.get("link") or {}
+    lay = _layout_of(summary)
+    gps = int(e.get("gpus_per_server") or 8)
+    on_fabric = ["KV transfers (from a prefill engine's first GPU to the request's decode GPU)"]
+
+    def kind_text(kind: str) -> str:
+        d = lay[kind]
+        n, g, form = d["engines"], d["gpus"], d["form"]
+        if not isinstance(g, int) or not isinstance(form, str):
+            return f"{n} engines of {g} GPUs"
+        if form == "tp":
+            return (f"{n} engine{'s' if n > 1 else ''}, each one TP{g} instance inside "
+                    f"{'one server' if g <= gps else f'{-(-g // gps)} servers'} (no all-to-all on the fabric)")
+        servers = -(-g // gps)
+        if servers > 1:
+            on_fabric.append(f"{kind} EP dispatch and combine between the servers of each group")
+        return (f"{n} EP{g} group{'s' if n > 1 else ''} with data-parallel attention, over {servers} "
+                f"server{'s' if servers > 1 else ''} each" + ("" if servers > 1 else " (its all-to-all rides NVLink)"))
+
+    def g(v) -> str:
+        return "?" if v is None else f"{v:g}"
+
+    load = (f"closed loop, {s.get('concurrency')} requests in flight" if s.get("arrivals") == "closed"
+            else f"arrivals at the trace's times at speed {g(t.get('speed'))}")
+    text = (f"Traffic: {s.get('model') or 'the model'} served live with the network in the loop: {load}, request "
+            f"sizes from {Path(t.get('path') or 'the trace').name}; {g(t.get('duration_s'))} cluster seconds, the "
+            f"first {g(s.get('warmup_s') or 0)} not measured; links standing for "
+            f"{g((summary.get('represents_bps') or link.get('represents') or 0) / 1e9)} Gbit/s at dilation "
+            f"{g(link.get('time_dilation') or summary.get('time_dilation') or 1)}.")
+    if lay:
+        name_ = f"layout {lay['name']}" if lay.get("name") else "EP groups of serving.prefill_ep / decode_ep"
+        text += f" Engines ({name_}): prefill {kind_text('prefill')}; decode {kind_text('decode')}."
+    return text + f" On the fabric: {'; '.join(on_fabric)}; NIC port policy {s.get('policy')}."
+
+
 def _headline_section(doc: dict, exp: ExperimentRun) -> str:
     reps = doc["reps"]
     parts = []
-    sentence = traffic_sentence(exp.config)
+    live = [r for f in exp.fabrics for r in exp.reps[f] if r.summary.get("driver") == "live"]
+    sentence = live_traffic_sentence(exp.config, live[0].summary) if live else traffic_sentence(exp.config)
     if sentence:
         parts.append(f"<p>{H.escape(sentence)}</p>")
     parts.append(H.headline_table(doc, exp.fabrics))
-    parts.append('<p class="note">' + (f"Medians over {reps} repetitions, [min, max] in brackets. " if reps > 1 else
-                                       "One repetition per fabric: no spread to judge noise by. ")
-                 + "FCT and goodput are recomputed from transfers.csv; the TTFT proxy comes from the replay "
-                   "summary (it needs the trace schedule). Green/red ratio: ZCube better/worse by more than the "
-                   "run resolves (over 5%, and repetitions' ranges apart; with one repetition or identical ones, FCT "
-                   "percentiles' 95% confidence intervals apart).</p>")
+    conf = doc.get("confidence")
+    spread = (f"Medians over {reps} repetitions, [min, max] in brackets. " if reps > 1 else
+              "One repetition per fabric: no spread to judge noise by. ")
+    if live and conf:
+        behind = "; ".join(f"{label}: {confidence.behind(conf, key)}" for key, label in
+                           (("ttft_ms.p99", "TTFT P50 and P99"), ("throughput_tokens_per_s", "output tokens/s")))
+        parts.append('<p class="note">' + spread + "Serving figures are measured (real-cluster time): TTFT of the "
+                     "requests that arrived after the warm-up, output tokens of the decode steps that ended in the "
+                     "measured window. Behind them: " + H.escape(behind) + ". 95% interval: a bootstrap over the "
+                     "requests (TTFT) and decode steps (throughput) of each repetition, combined across repetitions "
+                     "by the median as the headline is (docs/serving.md, How sure); ZCube is called better or "
+                     "worse only when the interval excludes 1, else the difference is not resolved at this sample "
+                     "size. KV FCT and goodput are the KV transfers' (transfers.csv), in emulated wall time.</p>")
+    elif live:
+        parts.append('<p class="note">' + spread + "Serving figures are measured (real-cluster time); no "
+                     "confidence interval: requests.csv or steps.csv is missing, or one fabric did not run.</p>")
+    else:
+        parts.append('<p class="note">' + spread
+                     + "FCT and goodput are recomputed from transfers.csv; the TTFT proxy comes from the replay "
+                       "summary (it needs the trace schedule). Green/red ratio: ZCube better/worse by more than the "
+                       "run resolves (over 5%, and repetitions' ranges apart; with one repetition or identical ones, "
+                       "FCT percentiles' 95% confidence intervals apart).</p>")
     missing = [f for f in ("zcube", "roft") if f not in doc]
     if missing:
         parts.append(f'<p class="warn">No {", ".join(name(m) for m in missing)} run in this experiment'
@@ -259,10 +367,57 @@ def _instance_table(exp: ExperimentRun, fabric: str) -> str:
             + H.table(head, rows, left=(2 if len(show) > 1 else 1)) + "</div>")
 
 
+def _live_operating_section(doc: dict, exp: ExperimentRun) -> str:
+    """A live run's operating point against the live driver's own target: requests in flight (the
+    calibrated level when the run was calibrated), prefill's compute utilization, and how much of the P99
+    request's TTFT was the prefill queue and how much the network (its breakdown)."""
+    e = (exp.config or {}).get("experiment") or {}
+    s = e.get("serving") or {}
+    cal = doc.get("calibration")
+    applies = calibration_applies(cal, exp)
+    if s.get("arrivals") == "closed":
+        target = f"a closed loop of {s.get('concurrency')} requests in flight"
+        if cal and cal.get("chosen"):
+            level = cal["chosen"]["level"]
+            target += (f", the level calibrate chose ({cal.get('knob')} = {level}, calibration.json)"
+                       if applies and str(level) == str(s.get("concurrency")) else
+                       f" (calibration.json chose {level}" + ("" if applies else " for another workload") + ")")
+        else:
+            target += " (not calibrated)"
+    else:
+        target = "arrivals at the trace's times (an open loop)"
+    parts = [f"<p>The live driver's target: {H.escape(target)}. A closed loop keeps that many requests in the "
+             "cluster whatever the fabric, so a slow fabric shows up as longer steps and TTFT, not as a growing "
+             "queue of arrivals.</p>"]
+    rows = []
+    for f in exp.fabrics:
+        for r in exp.reps[f]:
+            sm = r.summary
+            pre = sm.get("prefill_utilization") or {}
+            dec = sm.get("decode_utilization") or {}
+            b = (sm.get("ttft_breakdown_ms") or {}).get("p99") or {}
+            net = sum(b.get(k) or 0.0 for k in ("prefill_exchange", "kv_transfer", "decode_exchange"))
+            rows.append([H.fab(f), f"rep{r.index}",
+                         H.escape(", ".join(f"{k} {v:.2f}" for k, v in pre.items()) or "-"),
+                         H.escape(", ".join(f"{k} {v:.2f}" for k, v in dec.items()) or "-"),
+                         num(b.get("ttft")), num(b.get("prefill_queue")),
+                         f"{net / b['ttft']:.0%}" if b.get("ttft") else "-"])
+    parts.append(H.table(["fabric", "rep", "prefill compute utilization", "decode busy", "P99 request's TTFT ms",
+                          "of it: prefill queue ms", "of it: the network"], rows, left={0, 1, 2, 3}))
+    parts.append('<p class="note">Prefill compute utilization: the prefill compute the requests needed over what '
+                 "the prefill GPUs could do in the run (under 1 keeps up; the live driver has no utilization target, "
+                 "the planned replay's 0.7-0.8 does not apply). Decode busy: the share of the run the decode engine "
+                 "spent in steps. The network's part of the P99 request: its prefill EP exchange, KV transfer and "
+                 "first decode step's exchange (TTFT taken apart, above).</p>")
+    return "".join(parts)
+
+
 def _operating_section(doc: dict, exp: ExperimentRun, figs: dict) -> str:
     """Whether the serving cluster kept up, so whether TTFT measures the network or a queue."""
     from traffic.model.schedule import MAX_UTILIZATION, MIN_QUEUE_GROWTH
 
+    if doc.get("live"):
+        return _live_operating_section(doc, exp)
     parts = []
     ops = {f: doc[f]["operating_point"] for f in exp.fabrics}
     recorded = [f for f in exp.fabrics if ops[f]["overloaded"] is not None]
@@ -591,8 +746,11 @@ def _subtitle(exp: ExperimentRun, doc: dict) -> str:
     rep = next(iter(exp.reps.values()))[0]
     n = (rep.config.get("fabric") or {}).get("gpus")
     rate = (rep.config.get("datapath") or {}).get("rate_bps") or rep.summary.get("rate_bps")
+    stands = (rep.summary.get("represents_bps") or (rep.config.get("replay") or {}).get("represents_bps")
+              or ((exp.config.get("experiment") or {}).get("link") or {}).get("represents"))
     bits = [exp.run_id, f"{n} GPUs" if n else None, f"{doc['reps']} repetition{'s' if doc['reps'] > 1 else ''}",
-            f"links {rate / 1e6:g} Mbit/s standing for 400 Gbit/s" if rate else None,
+            (f"links {rate / 1e6:g} Mbit/s" + (f" standing for {stands / 1e9:g} Gbit/s" if stands else ""))
+            if rate else None,
             "report generated " + time.strftime("%Y-%m-%d %H:%M")]
     return " · ".join(b for b in bits if b)
 
@@ -610,12 +768,16 @@ def build_report(run_dir: Path | str) -> Path:
     n = (next(iter(exp.reps.values()))[0].config.get("fabric") or {}).get("gpus")
     title = " vs ".join(name(f) for f in exp.fabrics) + (f", n={n}" if n else "")
     load_curve = curve.report_section(exp, exp.path / "figures")  # None: the experiment named no load curve
+    taken_apart = breakdown.section(exp, exp.path / "figures")  # '': no live repetition recorded the parts
     sections = [
         ("calibration", "Calibration: where the network matters as much as in the seed's cluster",
          serving.calibration_section(doc["calibration"], figs["calibration"],
-                                     calibration_applies(doc["calibration"], exp))),
+                                     calibration_applies(doc["calibration"], exp),
+                                     calibration_differences(doc["calibration"], exp))),
         ("headline", "Headline", _headline_section(doc, exp)),
         *([("loadcurve", "Load curve: TTFT and KV-transfer slowdown against load", load_curve)] if load_curve else []),
+        *([("breakdown", "TTFT taken apart: where a request's and a decode step's time goes", taken_apart)]
+          if taken_apart else []),
         ("serving", "Serving with the network in the loop", serving.serving_section(doc, exp, figs["serving"])),
         *([("faults", "Faults: the transfers each one affected, against their neighbours",
             _faults_section(fault_docs, exp, exp.path / "figures"))] if fault_docs else []),
@@ -639,7 +801,8 @@ def build_report(run_dir: Path | str) -> Path:
     ]
     headline = doc["verdict"][:1].upper() + doc["verdict"][1:]
     alert = overload_alert(doc, exp)
-    nav = [item for item in NAV if (item[0] != "loadcurve" or load_curve) and (item[0] != "faults" or fault_docs)]
+    nav = [item for item in NAV if (item[0] != "loadcurve" or load_curve) and (item[0] != "faults" or fault_docs)
+           and (item[0] != "breakdown" or taken_apart)]
     page = H.page(title, headline, _subtitle(exp, doc), doc["fidelity_problems"], nav, sections,
                   alerts=[alert] if alert else [])
     out = exp.path / "report.html"

@@ -151,7 +151,8 @@ def calibration_figure(cal: dict | None, out: Path) -> Path | None:
     return save(fig, out)
 
 
-def calibration_section(cal: dict | None, fig: Path | None, matches: bool | None) -> str:
+def calibration_section(cal: dict | None, fig: Path | None, matches: bool | None,
+                        differences: list[str] | None = None) -> str:
     if not cal:
         return ("<p>This experiment was not calibrated: nothing ties its network intensity to the seed's bandwidth "
                 "ablation, so its ZCube/ROFT ratios say how the fabrics differ at this load only. "
@@ -163,7 +164,8 @@ def calibration_section(cal: dict | None, fig: Path | None, matches: bool | None
         rows.append([H.escape(str(r["level"]) + (" (chosen)" if chosen else "")),
                      H.escape(num(r.get("throughput_ratio"))), H.escape(num(r.get("ttft_p99_ratio"))),
                      H.escape(num(r.get("ttft_p50_ratio"))), H.escape(num(r.get("distance")))])
-    rows.append([H.escape("seed (512 GPUs, production)"), H.escape(num(cal["seed"]["throughput_ratio"])),
+    rows.append([H.escape("seed's ablation (512 GPUs; docs/serving.md: the readings)"),
+                 H.escape(num(cal["seed"]["throughput_ratio"])),
                  H.escape(num(cal["seed"]["ttft_ratio"])), "-", "0"])
     within = "within" if cal.get("within_resolution") else "not within"
     text = (f"<p>The seed's ablation (NICs at 200 instead of 100 Gbit/s: ~+19% throughput, ~-22% TTFT, no topology "
@@ -172,8 +174,9 @@ def calibration_section(cal: dict | None, fig: Path | None, matches: bool | None
             f"closest to it: distance {num(cal.get('distance'))}, {within} the testbed's resolution. ZCube never ran "
             "in the calibration, so its figures below are a prediction at that level, not a fit.</p>")
     if matches is False:
-        text += ('<p class="warn">This run\'s workload differs from the calibrated one in more than the knob: the '
-                 "calibration does not apply to it.</p>")
+        which = f" ({', '.join(differences)})" if differences else ""
+        text += ('<p class="warn">This run\'s workload differs from the calibrated one in more than the knob'
+                 + H.escape(which) + ": the calibration does not apply to it.</p>")
     parts = [text, H.table([H.escape(cal.get("knob", "level")), "throughput 200G/100G", "TTFT P99 200G/100G",
                             "TTFT P50 200G/100G", "distance"], rows)]
     if fig is not None:

@@ -53,6 +53,13 @@ def resolvable(summary: dict, key: str) -> tuple[bool, str]:
     r = summary.get("ratios", {}).get(key)
     if r is None:
         return False, "not measured"
+    conf = ((summary.get("confidence") or {}).get("ratios") or {}).get(key)
+    if conf and conf.get("ci95"):  # a live run: its 95% interval decides (testbed.report.confidence)
+        lo, hi = conf["ci95"]
+        if lo <= 1 <= hi:
+            return False, (f"its 95% confidence interval {lo:.3f}..{hi:.3f} includes 1 (not resolved at this "
+                           "sample size)")
+        return True, ""
     if abs(r - 1) < RESOLUTION:
         return False, f"under the {RESOLUTION:.0%} this testbed resolves"
     sz, sr = (summary[f].get("spread", {}).get(key) for f in ("zcube", "roft"))
