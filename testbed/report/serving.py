@@ -200,11 +200,20 @@ def assumptions(exp: ExperimentRun) -> list[str]:
         out.append(f"Time: the emulated world runs {dil:g}x slower than the modelled cluster; serving times are "
                    "converted back, per-packet latencies are not (a packet's serialization is dilated like the rest).")
     if s.get("driver") == "live":
+        if s.get("layout"):
+            from traffic.model.placement import SERVING_LAYOUTS
+
+            lay = SERVING_LAYOUTS.get(s["layout"])
+            engines = (f"layout {s['layout']} ({lay.source})" if lay else f"layout {s['layout']}") + \
+                ": a TP kind runs one tensor-parallel instance a server (no all-to-all on the fabric), an EP kind " \
+                "expert-parallel groups with data-parallel attention"
+        else:
+            engines = (f"MoE engines are one expert-parallel group per kind (prefill {s.get('prefill_ep') or 'all'} "
+                       f"GPUs, decode {s.get('decode_ep') or 'all'} GPUs) with data-parallel attention")
         out += [
-            f"Traffic model: {s.get('model')}; MoE engines are one expert-parallel group per kind (prefill "
-            f"{s.get('prefill_ep') or 'all'} GPUs, decode {s.get('decode_ep') or 'all'} GPUs) with data-parallel "
-            "attention; decode sends one copy per (token, expert), prefill one per (token, GPU); same-server pairs "
-            "ride NVLink, not emulated; one message per GPU pair and phase carries all MoE layers.",
+            f"Traffic model: {s.get('model')}; {engines}; decode sends one copy per (token, expert), prefill one "
+            "per (token, GPU); same-server pairs ride NVLink, not emulated; one message per GPU pair and phase "
+            "carries all MoE layers.",
             f"Compute: a decode step is {1e3 * (s.get('decode_step_s') or 0):g} ms of compute (assumed, flat), prefill "
             f"runs at the model table's tokens/s per GPU in chunks of {s.get('prefill_chunk_tokens')} tokens per "
             "GPU; a step is compute then exchange, with no overlap of the two (real engines overlap them).",

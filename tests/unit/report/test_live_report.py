@@ -200,3 +200,23 @@ def test_verdicts_and_what_stands_behind_a_percentile():
 def test_the_requests_a_p99_needs_before_its_interval_closes_above():
     # ceil(0.99 n + 1.96 sqrt(0.0099 n)) + 1 <= n first holds at n = 563 (562: 556.38 + 4.62 -> 562 + 1 = 563)
     assert confidence.requests_to_bound_p99() == 563
+
+
+def test_nothing_on_a_live_page_speaks_of_the_planned_replay(live_run):
+    _, html, doc = live_run
+    text = " ".join(unescape(re.sub(r"<[^>]+>", " ", re.sub(r"<img[^>]*>", "", html))).split())
+    for stale in ("proxy", "400 Gbit/s", "intended: 0.7", "instances.csv", "replayed at speed"):
+        assert stale not in text, stale
+    ttft = next(c for c in doc["seed_comparison"] if c["figure"] == "ttft_ms.p99")
+    assert "The network's part of the P99 request's TTFT (its prefill EP exchange, KV transfer and first decode " \
+           "step's exchange) is" in ttft["sentence"]
+    assumptions = section(html, "assumptions")
+    assert "layout glm5-recipe (NVIDIA Dynamo's GLM-5 recipe" in " ".join(assumptions.split())
+
+
+def test_compare_lists_a_live_runs_served_throughput_first(live_run, tmp_path):
+    from testbed.report import compare
+
+    root, _, _ = live_run
+    lines = compare(root, root).splitlines()
+    assert lines[5].startswith("Output tokens per second (1/s)") and lines[7].startswith("TTFT P99 (ms)")
