@@ -258,8 +258,8 @@ def serving_summary(res: dict, setup: LiveSetup, rows: list[dict], messages: lis
     import csv
     import math
 
+    from traffic.model.breakdown import decode_step_breakdown, ttft_breakdown
     from traffic.model.metrics import percentile, rounded_percentiles
-    from traffic.model.serving import decode_step_breakdown, ttft_breakdown
     from traffic.runtime.records import retry_counts
 
     srv = res["serving"]

@@ -1,6 +1,6 @@
 """Where a request's time goes, and a decode step's: the live repetitions' ``ttft_breakdown_ms`` and
 ``decode_step_breakdown_ms`` (summary.json, written by the live driver from requests.csv and steps.csv;
-``traffic.model.serving.ttft_breakdown``) drawn as stacked bars, ZCube beside ROFT, with the numbers and
+``traffic.model.breakdown``) drawn as stacked bars, ZCube beside ROFT, with the numbers and
 the link of the message that most often ended a decode step's dispatch or combine.
 """
 

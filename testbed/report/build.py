@@ -28,6 +28,7 @@ from testbed.report import load_curve_section as curve
 from testbed.report.fmt import headline_rows, num
 from testbed.report.load import ExperimentRun, load_experiment
 from testbed.report.plots import name
+from testbed.report.serving import calibration_applies, calibration_differences  # noqa: F401 (re-exported)
 
 NAV = [("calibration", "Calibration"), ("headline", "Headline"), ("loadcurve", "Load curve"),
        ("breakdown", "TTFT taken apart"), ("serving", "Serving"),
@@ -59,44 +60,6 @@ def calibration_of(exp: ExperimentRun) -> dict | None:
         return json.loads((exp.path / "calibration.json").read_text())
     except (OSError, json.JSONDecodeError):
         return None
-
-
-def calibration_applies(cal: dict | None, exp: ExperimentRun) -> bool | None:
-    """Whether the run's workload is the calibrated one (the knob, represents, fabrics, repetitions, seed
-    and name aside); None when unknown."""
-    diff = calibration_differences(cal, exp)
-    return None if diff is None else not diff
-
-
-def calibration_differences(cal: dict | None, exp: ExperimentRun) -> list[str] | None:
-    """The experiment keys (``serving.layout``, ...) in which the run's workload differs from the calibrated
-    one, the knob, represents, fabrics, repetitions, seed and name aside; None when unknown. A key only one
-    side has is the same when the other's value is empty (null, [] or {}): a key the schema gained after the
-    calibration was made, left at its default."""
-    e = ((exp.config or {}).get("experiment")) or {}
-    base = (cal or {}).get("experiment")
-    if not cal or not base or not e:
-        return None
-
-    def core(x: dict) -> dict:
-        x = json.loads(json.dumps(x))
-        for k in ("fabrics", "repetitions", "seed", "name", "calibration", "sweep", "load_curve"):
-            x.pop(k, None)
-        x.get("serving", {}).pop("concurrency", None)
-        x.get("link", {}).pop("represents", None)
-        if x.get("trace", {}).get("path"):  # the same trace wherever the clone lives
-            x["trace"]["path"] = Path(x["trace"]["path"]).name
-        return x
-
-    def differences(a, b, prefix: str = "") -> list[str]:
-        if isinstance(a, dict) and isinstance(b, dict):
-            return [d for k in sorted(set(a) | set(b)) for d in differences(a.get(k), b.get(k), prefix + k + ".")]
-        empty = (None, [], {})
-        if a == b or (a in empty and b in empty):
-            return []
-        return [prefix.rstrip(".")]
-
-    return differences(core(base), core(e))
 
 
 def write_headline_csv(doc: dict, fabrics: list[str], path: Path) -> Path:
@@ -169,66 +132,11 @@ def traffic_sentence(config: dict) -> str:
             f"{s.get('mode')} transfers, NIC port policy {s.get('policy')}.")
 
 
-def _layout_of(summary: dict) -> dict | None:
-    """A live repetition's engines as ``traffic.model.serving.layout_summary`` gives them; for runs from
-    before summary.json's serving_layout, from its engines (every MoE engine then an EP group)."""
-    lay = summary.get("serving_layout")
-    if isinstance(lay, dict):
-        return lay
-    eng = summary.get("engines")
-    if not isinstance(eng, dict) or not eng.get("prefill") or not eng.get("decode"):
-        return None
-    out: dict = {"name": None}
-    for kind in ("prefill", "decode"):
-        sizes = sorted({len(e) for e in eng[kind]})
-        out[kind] = {"engines": len(eng[kind]), "gpus": sizes[0] if len(sizes) == 1 else sizes, "form": "ep"}
-    return out
-
-
-def live_traffic_sentence(config: dict, summary: dict) -> str:
-    """What a live run served, in its own terms: the model, the load, the layout that ran (each kind's
-    engines and whether their all-to-all crosses the fabric) and what the fabric carried."""
-    e = (config or {}).get("experiment") or {}
-    t, s, link = e.get("trace") or {}, e.get("serving") or {}, e.get("link") or {}
-    lay = _layout_of(summary)
-    gps = int(e.get("gpus_per_server") or 8)
-    on_fabric = ["KV transfers (from a prefill engine's first GPU to the request's decode GPU)"]
-
-    def kind_text(kind: str) -> str:
-        d = lay[kind]
-        n, g, form = d["engines"], d["gpus"], d["form"]
-        if not isinstance(g, int) or not isinstance(form, str):
-            return f"{n} engines of {g} GPUs"
-        if form == "tp":
-            return (f"{n} engine{'s' if n > 1 else ''}, each one TP{g} instance inside "
-                    f"{'one server' if g <= gps else f'{-(-g // gps)} servers'} (no all-to-all on the fabric)")
-        servers = -(-g // gps)
-        if servers > 1:
-            on_fabric.append(f"{kind} EP dispatch and combine between the servers of each group")
-        return (f"{n} EP{g} group{'s' if n > 1 else ''} with data-parallel attention, over {servers} "
-                f"server{'s' if servers > 1 else ''} each" + ("" if servers > 1 else " (its all-to-all rides NVLink)"))
-
-    def g(v) -> str:
-        return "?" if v is None else f"{v:g}"
-
-    load = (f"closed loop, {s.get('concurrency')} requests in flight" if s.get("arrivals") == "closed"
-            else f"arrivals at the trace's times at speed {g(t.get('speed'))}")
-    text = (f"Traffic: {s.get('model') or 'the model'} served live with the network in the loop: {load}, request "
-            f"sizes from {Path(t.get('path') or 'the trace').name}; {g(t.get('duration_s'))} cluster seconds, the "
-            f"first {g(s.get('warmup_s') or 0)} not measured; links standing for "
-            f"{g((summary.get('represents_bps') or link.get('represents') or 0) / 1e9)} Gbit/s at dilation "
-            f"{g(link.get('time_dilation') or summary.get('time_dilation') or 1)}.")
-    if lay:
-        name_ = f"layout {lay['name']}" if lay.get("name") else "EP groups of serving.prefill_ep / decode_ep"
-        text += f" Engines ({name_}): prefill {kind_text('prefill')}; decode {kind_text('decode')}."
-    return text + f" On the fabric: {'; '.join(on_fabric)}; NIC port policy {s.get('policy')}."
-
-
 def _headline_section(doc: dict, exp: ExperimentRun) -> str:
     reps = doc["reps"]
     parts = []
     live = [r for f in exp.fabrics for r in exp.reps[f] if r.summary.get("driver") == "live"]
-    sentence = live_traffic_sentence(exp.config, live[0].summary) if live else traffic_sentence(exp.config)
+    sentence = serving.live_traffic_sentence(exp.config, live[0].summary) if live else traffic_sentence(exp.config)
     if sentence:
         parts.append(f"<p>{H.escape(sentence)}</p>")
     parts.append(H.headline_table(doc, exp.fabrics))
@@ -367,57 +275,12 @@ def _instance_table(exp: ExperimentRun, fabric: str) -> str:
             + H.table(head, rows, left=(2 if len(show) > 1 else 1)) + "</div>")
 
 
-def _live_operating_section(doc: dict, exp: ExperimentRun) -> str:
-    """A live run's operating point against the live driver's own target: requests in flight (the
-    calibrated level when the run was calibrated), prefill's compute utilization, and how much of the P99
-    request's TTFT was the prefill queue and how much the network (its breakdown)."""
-    e = (exp.config or {}).get("experiment") or {}
-    s = e.get("serving") or {}
-    cal = doc.get("calibration")
-    applies = calibration_applies(cal, exp)
-    if s.get("arrivals") == "closed":
-        target = f"a closed loop of {s.get('concurrency')} requests in flight"
-        if cal and cal.get("chosen"):
-            level = cal["chosen"]["level"]
-            target += (f", the level calibrate chose ({cal.get('knob')} = {level}, calibration.json)"
-                       if applies and str(level) == str(s.get("concurrency")) else
-                       f" (calibration.json chose {level}" + ("" if applies else " for another workload") + ")")
-        else:
-            target += " (not calibrated)"
-    else:
-        target = "arrivals at the trace's times (an open loop)"
-    parts = [f"<p>The live driver's target: {H.escape(target)}. A closed loop keeps that many requests in the "
-             "cluster whatever the fabric, so a slow fabric shows up as longer steps and TTFT, not as a growing "
-             "queue of arrivals.</p>"]
-    rows = []
-    for f in exp.fabrics:
-        for r in exp.reps[f]:
-            sm = r.summary
-            pre = sm.get("prefill_utilization") or {}
-            dec = sm.get("decode_utilization") or {}
-            b = (sm.get("ttft_breakdown_ms") or {}).get("p99") or {}
-            net = sum(b.get(k) or 0.0 for k in ("prefill_exchange", "kv_transfer", "decode_exchange"))
-            rows.append([H.fab(f), f"rep{r.index}",
-                         H.escape(", ".join(f"{k} {v:.2f}" for k, v in pre.items()) or "-"),
-                         H.escape(", ".join(f"{k} {v:.2f}" for k, v in dec.items()) or "-"),
-                         num(b.get("ttft")), num(b.get("prefill_queue")),
-                         f"{net / b['ttft']:.0%}" if b.get("ttft") else "-"])
-    parts.append(H.table(["fabric", "rep", "prefill compute utilization", "decode busy", "P99 request's TTFT ms",
-                          "of it: prefill queue ms", "of it: the network"], rows, left={0, 1, 2, 3}))
-    parts.append('<p class="note">Prefill compute utilization: the prefill compute the requests needed over what '
-                 "the prefill GPUs could do in the run (under 1 keeps up; the live driver has no utilization target, "
-                 "the planned replay's 0.7-0.8 does not apply). Decode busy: the share of the run the decode engine "
-                 "spent in steps. The network's part of the P99 request: its prefill EP exchange, KV transfer and "
-                 "first decode step's exchange (TTFT taken apart, above).</p>")
-    return "".join(parts)
-
-
 def _operating_section(doc: dict, exp: ExperimentRun, figs: dict) -> str:
     """Whether the serving cluster kept up, so whether TTFT measures the network or a queue."""
     from traffic.model.schedule import MAX_UTILIZATION, MIN_QUEUE_GROWTH
 
     if doc.get("live"):
-        return _live_operating_section(doc, exp)
+        return serving.live_operating_section(doc, exp)
     parts = []
     ops = {f: doc[f]["operating_point"] for f in exp.fabrics}
     recorded = [f for f in exp.fabrics if ops[f]["overloaded"] is not None]
@@ -772,8 +635,8 @@ def build_report(run_dir: Path | str) -> Path:
     sections = [
         ("calibration", "Calibration: where the network matters as much as in the seed's cluster",
          serving.calibration_section(doc["calibration"], figs["calibration"],
-                                     calibration_applies(doc["calibration"], exp),
-                                     calibration_differences(doc["calibration"], exp))),
+                                     serving.calibration_applies(doc["calibration"], exp),
+                                     serving.calibration_differences(doc["calibration"], exp))),
         ("headline", "Headline", _headline_section(doc, exp)),
         *([("loadcurve", "Load curve: TTFT and KV-transfer slowdown against load", load_curve)] if load_curve else []),
         *([("breakdown", "TTFT taken apart: where a request's and a decode step's time goes", taken_apart)]

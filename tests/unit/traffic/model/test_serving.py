@@ -2,7 +2,7 @@
 
 import pytest
 
-from traffic.model import models, placement, serving
+from traffic.model import breakdown, models, placement, serving
 from traffic.model.errors import TrafficError
 from traffic.model.traces import Request
 
@@ -208,13 +208,13 @@ def test_the_breakdown_names_the_p50_and_p99_request_and_the_tail():
              **{f"{k}_s": t / 7 for k in serving.TTFT_PARTS}} for i, t in enumerate((0.4, 0.1, 0.3, 0.2))]
     rows.append({"request_id": 9, "arrival_s": 0.5, "first_token_s": 9.0,  # arrived in the warm-up
                  **{f"{k}_s": 1.0 for k in serving.TTFT_PARTS}})
-    got = serving.ttft_breakdown(rows, warmup_s=1.0, end_s=10.0)
+    got = breakdown.ttft_breakdown(rows, warmup_s=1.0, end_s=10.0)
     assert got["requests"] == 4
     assert (got["p50"]["request_id"], got["p50"]["ttft"]) == ("3", 200.0)  # 2nd of 4 (nearest rank)
     assert (got["p99"]["request_id"], got["p99"]["ttft"]) == ("0", 400.0)  # 4th of 4: the slowest
     assert got["tail_mean"]["requests"] == 1 and got["p99"]["kv_transfer"] == pytest.approx(400 / 7, abs=1e-3)
     text = [{k: "" if v is None else str(v) for k, v in r.items()} for r in rows]  # as read from requests.csv
-    assert serving.ttft_breakdown(text, 1.0, 10.0)["p99"] == got["p99"]
+    assert breakdown.ttft_breakdown(text, 1.0, 10.0)["p99"] == got["p99"]
 
 
 def test_the_decode_step_breakdown_splits_compute_dispatch_and_combine():
@@ -226,7 +226,7 @@ def test_the_decode_step_breakdown_splits_compute_dispatch_and_combine():
             {"engine": "prefill0", "step": 1, "start_s": 1, "compute_end_s": 1.1, "dispatch_end_s": 1.2,
              "end_s": 1.3}]
     ports = {11: ("gpu17:p1", "gpu25:p2"), 12: ("gpu17:p1", "gpu25:p2"), 13: ("gpu18:p2", "gpu26:p1")}
-    got = serving.decode_step_breakdown(rows, 0.0, 10.0, ports)
+    got = breakdown.decode_step_breakdown(rows, 0.0, 10.0, ports)
     assert got["steps"] == 3
     assert got["p50"] == {"engine": "decode0", "step": 1, "total": 40.0, "compute": 30.0, "dispatch": 4.0,
                           "combine": 6.0}
