@@ -196,6 +196,9 @@ class Serving(_Section):
                                                               "prefill GPUs")
     decode_ep: Optional[int] = Field(None, ge=1, description="live, MoE: GPUs per decode EP group; null: all "
                                                              "decode GPUs")
+    layout: Optional[Literal[tuple(placement.SERVING_LAYOUTS)]] = Field(
+        None, description="live, MoE: a published deployment's engines (docs/serving.md, Layouts); null: "
+                          "prefill_ep / decode_ep")
     decode_batch: int = Field(256, ge=1, description="live: requests per decode unit and step at most")
     decode_step_s: Seconds = Field(0.030, ge=0, description="live: modelled compute of one decode step")
     prefill_chunk_tokens: int = Field(512, ge=1, description="live: prefill tokens per unit and step at most")
@@ -323,7 +326,7 @@ def replay_config(exp: Experiment, rep: int = 1, kind: str | None = None):
                         chunk_bytes=s.chunk_bytes or None, policy=s.policy, connections=s.connections,
                         cross_flows=exp.cross_flows,
                         represents_bps=exp.link.represents, driver=s.driver, arrivals=s.arrivals,
-                        concurrency=s.concurrency, prefill_ep=s.prefill_ep, decode_ep=s.decode_ep,
+                        concurrency=s.concurrency, prefill_ep=s.prefill_ep, decode_ep=s.decode_ep, layout=s.layout,
                         decode_batch=s.decode_batch, decode_step_s=s.decode_step_s,
                         prefill_chunk_tokens=s.prefill_chunk_tokens, popularity=s.popularity, zipf_s=s.zipf_s,
                         time_dilation=exp.link.time_dilation, warmup_s=s.warmup_s,
@@ -523,6 +526,15 @@ def semantic_check(exp: Experiment) -> None:
     attempt(lambda: placement.place(exp.gpus, s.prefill_tp, s.decode_tp, s.prefill_fraction),
             _PLACEMENT_KEYS, "serving")
     attempt(lambda: rankmap.source_ranks(s.prefill_tp, s.decode_tp, 0), {}, "serving.decode_tp")
+    if s.layout is not None:
+        if s.prefill_ep is not None or s.decode_ep is not None:
+            raise _Problem("serving.layout", f"{s.layout} sets the EP groups; expected serving.prefill_ep and "
+                                             "serving.decode_ep null with a layout")
+        if model.expert is None:
+            raise _Problem("serving.layout", f"{s.layout} is a mixture-of-experts deployment; {s.model} is dense "
+                                             "(expected a MoE model, or layout null)")
+        attempt(lambda: placement.layout_engines(s.layout, exp.gpus, exp.gpus_per_server, s.prefill_fraction),
+                {}, "serving.layout")
     attempt(lambda: replay_config(exp).validate(), _REPLAY_KEYS, "trace")
     _check_faults(exp)
     p = exp.pfc

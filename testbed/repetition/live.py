@@ -40,6 +40,7 @@ class LiveSetup:
     requests: int
     bytes_scale: float
     engines: dict
+    layout: dict | None = None  # {"name", "prefill": {"engines", "gpus", "form"}, "decode": ...}
 
 
 def prepare_live(cfg, n_gpus: int, rate_bps: float) -> LiveSetup:
@@ -58,11 +59,15 @@ def prepare_live(cfg, n_gpus: int, rate_bps: float) -> LiveSetup:
     model = models.get_model(cfg.model)
     moe = model.expert is not None
     p_tp, d_tp = (1, 1) if moe else (cfg.prefill_tp, cfg.decode_tp)
-    place = placement.place(n_gpus, p_tp, d_tp, cfg.prefill_fraction, gpus_per_server=cfg.gpus_per_server)
-    n_pre = sum(len(i.gpus) for i in place.prefill)
-    n_dec = sum(len(i.gpus) for i in place.decode)
-    prefill = serving.build_engines("prefill", place.prefill, (cfg.prefill_ep or n_pre) if moe else None)
-    decode = serving.build_engines("decode", place.decode, (cfg.decode_ep or n_dec) if moe else None)
+    if cfg.layout is not None:  # a named deployment (docs/serving.md, "Layouts")
+        built = placement.layout_engines(cfg.layout, n_gpus, cfg.gpus_per_server, cfg.prefill_fraction)
+        prefill, decode = built["prefill"], built["decode"]
+    else:
+        place = placement.place(n_gpus, p_tp, d_tp, cfg.prefill_fraction, gpus_per_server=cfg.gpus_per_server)
+        n_pre = sum(len(i.gpus) for i in place.prefill)
+        n_dec = sum(len(i.gpus) for i in place.decode)
+        prefill = serving.build_engines("prefill", place.prefill, (cfg.prefill_ep or n_pre) if moe else None)
+        decode = serving.build_engines("decode", place.decode, (cfg.decode_ep or n_dec) if moe else None)
     dilation = cfg.time_dilation
     b_scale = scale.bytes_scale(rate_bps, cfg.represents_bps) / dilation
     duration = cfg.duration_s if cfg.arrivals == "closed" else cfg.duration_s / cfg.speed
@@ -85,7 +90,7 @@ def prepare_live(cfg, n_gpus: int, rate_bps: float) -> LiveSetup:
               "drain_timeout_s": DRAIN_TIMEOUT_S}
     engines = {"prefill": [[g for u in e for g in u.gpus] for e in prefill],
                "decode": [[g for u in e for g in u.gpus] for e in decode]}
-    return LiveSetup(config, len(reqs), b_scale, engines)
+    return LiveSetup(config, len(reqs), b_scale, engines, serving.layout_summary(cfg.layout, prefill, decode))
 
 
 def _static(policy: str) -> str:
@@ -198,6 +203,18 @@ def run_live(st: dict, setup: LiveSetup, run_dir: Path, timeout_s: float, connec
             "warnings": [e["message"] for e in coord.events if e.get("event") in ("warning", "error")]}
 
 
+def _message_ports(messages: list[dict]) -> dict[int, tuple[str, str]]:
+    """Message id -> ("gpu3:p1", "gpu17:p2"): the NIC ports it went between (the pair last used)."""
+    from traffic.runtime.records import sent_pair
+
+    out = {}
+    for m in messages:
+        ends = [addressing.parse_ip(a) if a else None for a in sent_pair(m)]
+        if m.get("id") is not None and all(ends):
+            out[int(m["id"])] = tuple(f"gpu{g}:p{p}" for g, p in ends)
+    return out
+
+
 def _tail(path: Path) -> str:
     try:
         return " ".join(path.read_text(errors="replace").strip().splitlines()[-2:])
@@ -241,6 +258,7 @@ def serving_summary(res: dict, setup: LiveSetup, rows: list[dict], messages: lis
     import csv
     import math
 
+    from traffic.model.breakdown import decode_step_breakdown, ttft_breakdown
     from traffic.model.metrics import percentile, rounded_percentiles
     from traffic.runtime.records import retry_counts
 
@@ -299,6 +317,9 @@ def serving_summary(res: dict, setup: LiveSetup, rows: list[dict], messages: lis
         "coordinator_cpu_s": srv.get("cpu_s"),
         "serving_failed_messages": srv["failed_messages"],
         "engines": setup.engines,
+        "serving_layout": setup.layout,
+        "ttft_breakdown_ms": ttft_breakdown(reqs, lo, end),
+        "decode_step_breakdown_ms": decode_step_breakdown(steps, lo, end, _message_ports(messages)),
         "times_note": "ttft, steps, throughput and start lateness are real-cluster time; fct and "
                       f"start_lateness_wall_ms are emulated wall time (real-cluster x {dilation:g})",
     }

@@ -72,6 +72,7 @@ class ReplayConfig:
     arrivals: str = "trace"  # live: trace-timed arrivals, or closed loop with `concurrency` requests in flight
     concurrency: int = 64
     prefill_ep: int | None = None  # live, MoE: GPUs per prefill EP group (None: all prefill GPUs)
+    layout: str | None = None  # live, MoE: a named serving layout (traffic.model.placement.SERVING_LAYOUTS)
     decode_ep: int | None = None
     decode_batch: int = 256
     decode_step_s: float = 0.030

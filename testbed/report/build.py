@@ -11,14 +11,27 @@ import json
 import time
 from pathlib import Path
 
-from testbed.report import faults, hot_links, plots, plots_net, serving, stats, topology_and_cost, verdict
+from testbed.report import (
+    breakdown,
+    confidence,
+    faults,
+    hot_links,
+    plots,
+    plots_net,
+    serving,
+    stats,
+    topology_and_cost,
+    verdict,
+)
 from testbed.report import html as H
 from testbed.report import load_curve_section as curve
-from testbed.report.fmt import HEADLINE, num
+from testbed.report.fmt import headline_rows, num
 from testbed.report.load import ExperimentRun, load_experiment
 from testbed.report.plots import name
+from testbed.report.serving import calibration_applies, calibration_differences  # noqa: F401 (re-exported)
 
-NAV = [("calibration", "Calibration"), ("headline", "Headline"), ("loadcurve", "Load curve"), ("serving", "Serving"),
+NAV = [("calibration", "Calibration"), ("headline", "Headline"), ("loadcurve", "Load curve"),
+       ("breakdown", "TTFT taken apart"), ("serving", "Serving"),
        ("faults", "Faults"), ("operating", "Operating point"), ("seed", "Seed figures"), ("fct", "FCT"),
        ("hotspots", "Hotspots"), ("pfc", "PFC"), ("nics", "NIC load"), ("goodput", "Goodput"),
        ("topology", "Topology & cost"), ("assumptions", "Assumptions"), ("fidelity", "Fidelity"),
@@ -28,6 +41,8 @@ NAV = [("calibration", "Calibration"), ("headline", "Headline"), ("loadcurve", "
 def summarize(exp: ExperimentRun) -> dict:
     """summary.json of the report (no figures): the aggregate plus verdicts and cost."""
     doc = stats.aggregate(exp)
+    doc["live"] = any(r.summary.get("driver") == "live" for rs in exp.reps.values() for r in rs)
+    doc["confidence"] = confidence.confidence(exp) if doc["live"] else None  # before the verdicts: they use it
     cost = topology_and_cost.cost(exp)
     doc["seed_figures"] = {k: {"ratio": v["ratio"], "claim": v["claim"]} for k, v in verdict.SEED_FIGURES.items()}
     doc["seed_comparison"] = verdict.seed_comparison(doc, cost)
@@ -47,34 +62,16 @@ def calibration_of(exp: ExperimentRun) -> dict | None:
         return None
 
 
-def calibration_applies(cal: dict | None, exp: ExperimentRun) -> bool | None:
-    """Whether the run's workload is the calibrated one (the knob, represents, fabrics, repetitions, seed
-    and name aside); None when unknown."""
-    e = ((exp.config or {}).get("experiment")) or {}
-    base = (cal or {}).get("experiment")
-    if not cal or not base or not e:
-        return None
-
-    def core(x: dict) -> dict:
-        x = json.loads(json.dumps(x))
-        for k in ("fabrics", "repetitions", "seed", "name", "calibration", "sweep", "load_curve"):
-            x.pop(k, None)
-        x.get("serving", {}).pop("concurrency", None)
-        x.get("link", {}).pop("represents", None)
-        if x.get("trace", {}).get("path"):  # the same trace wherever the clone lives
-            x["trace"]["path"] = Path(x["trace"]["path"]).name
-        return x
-
-    return core(base) == core(e)
-
-
 def write_headline_csv(doc: dict, fabrics: list[str], path: Path) -> Path:
-    """One row a metric (raw units): median, min, max per fabric and the ZCube/ROFT ratio."""
+    """One row a metric (raw units): median, min, max per fabric, the ZCube/ROFT ratio and (live runs) its
+    95% confidence interval and verdict."""
+    conf = ((doc.get("confidence") or {}).get("ratios")) or {}
     with open(path, "w", newline="") as fh:
         w = csv.writer(fh)
-        w.writerow(["metric", "label"] + [f"{f}{s}" for f in fabrics for s in ("", "_min", "_max")] + ["ratio"])
+        w.writerow(["metric", "label"] + [f"{f}{s}" for f in fabrics for s in ("", "_min", "_max")]
+                   + ["ratio", "ratio_ci95_lo", "ratio_ci95_hi", "verdict"])
         seen = set()
-        for label, key, *_ in HEADLINE + tuple((k, k) for k in stats.KEYS):
+        for label, key, *_ in headline_rows(bool(doc.get("live"))) + tuple((k, k) for k in stats.KEYS):
             if key in seen:
                 continue
             seen.add(key)
@@ -83,6 +80,8 @@ def write_headline_csv(doc: dict, fabrics: list[str], path: Path) -> Path:
                 spread = doc[f]["spread"].get(key) or [None, None]
                 row += [stats.flat_get(doc[f], key), spread[0], spread[1]]
             row.append(doc["ratios"].get(key))
+            c = conf.get(key) or {}
+            row += (c.get("ci95") or [None, None]) + [c.get("verdict")]
             w.writerow(["" if v is None else v for v in row])
     return path
 
@@ -136,16 +135,33 @@ def traffic_sentence(config: dict) -> str:
 def _headline_section(doc: dict, exp: ExperimentRun) -> str:
     reps = doc["reps"]
     parts = []
-    sentence = traffic_sentence(exp.config)
+    live = [r for f in exp.fabrics for r in exp.reps[f] if r.summary.get("driver") == "live"]
+    sentence = serving.live_traffic_sentence(exp.config, live[0].summary) if live else traffic_sentence(exp.config)
     if sentence:
         parts.append(f"<p>{H.escape(sentence)}</p>")
     parts.append(H.headline_table(doc, exp.fabrics))
-    parts.append('<p class="note">' + (f"Medians over {reps} repetitions, [min, max] in brackets. " if reps > 1 else
-                                       "One repetition per fabric: no spread to judge noise by. ")
-                 + "FCT and goodput are recomputed from transfers.csv; the TTFT proxy comes from the replay "
-                   "summary (it needs the trace schedule). Green/red ratio: ZCube better/worse by more than the "
-                   "run resolves (over 5%, and repetitions' ranges apart; with one repetition or identical ones, FCT "
-                   "percentiles' 95% confidence intervals apart).</p>")
+    conf = doc.get("confidence")
+    spread = (f"Medians over {reps} repetitions, [min, max] in brackets. " if reps > 1 else
+              "One repetition per fabric: no spread to judge noise by. ")
+    if live and conf:
+        behind = "; ".join(f"{label}: {confidence.behind(conf, key)}" for key, label in
+                           (("ttft_ms.p99", "TTFT P50 and P99"), ("throughput_tokens_per_s", "output tokens/s")))
+        parts.append('<p class="note">' + spread + "Serving figures are measured (real-cluster time): TTFT of the "
+                     "requests that arrived after the warm-up, output tokens of the decode steps that ended in the "
+                     "measured window. Behind them: " + H.escape(behind) + ". 95% interval: a bootstrap over the "
+                     "requests (TTFT) and decode steps (throughput) of each repetition, combined across repetitions "
+                     "by the median as the headline is (docs/serving.md, How sure); ZCube is called better or "
+                     "worse only when the interval excludes 1, else the difference is not resolved at this sample "
+                     "size. KV FCT and goodput are the KV transfers' (transfers.csv), in emulated wall time.</p>")
+    elif live:
+        parts.append('<p class="note">' + spread + "Serving figures are measured (real-cluster time); no "
+                     "confidence interval: requests.csv or steps.csv is missing, or one fabric did not run.</p>")
+    else:
+        parts.append('<p class="note">' + spread
+                     + "FCT and goodput are recomputed from transfers.csv; the TTFT proxy comes from the replay "
+                       "summary (it needs the trace schedule). Green/red ratio: ZCube better/worse by more than the "
+                       "run resolves (over 5%, and repetitions' ranges apart; with one repetition or identical ones, "
+                       "FCT percentiles' 95% confidence intervals apart).</p>")
     missing = [f for f in ("zcube", "roft") if f not in doc]
     if missing:
         parts.append(f'<p class="warn">No {", ".join(name(m) for m in missing)} run in this experiment'
@@ -263,6 +279,8 @@ def _operating_section(doc: dict, exp: ExperimentRun, figs: dict) -> str:
     """Whether the serving cluster kept up, so whether TTFT measures the network or a queue."""
     from traffic.model.schedule import MAX_UTILIZATION, MIN_QUEUE_GROWTH
 
+    if doc.get("live"):
+        return serving.live_operating_section(doc, exp)
     parts = []
     ops = {f: doc[f]["operating_point"] for f in exp.fabrics}
     recorded = [f for f in exp.fabrics if ops[f]["overloaded"] is not None]
@@ -591,8 +609,11 @@ def _subtitle(exp: ExperimentRun, doc: dict) -> str:
     rep = next(iter(exp.reps.values()))[0]
     n = (rep.config.get("fabric") or {}).get("gpus")
     rate = (rep.config.get("datapath") or {}).get("rate_bps") or rep.summary.get("rate_bps")
+    stands = (rep.summary.get("represents_bps") or (rep.config.get("replay") or {}).get("represents_bps")
+              or ((exp.config.get("experiment") or {}).get("link") or {}).get("represents"))
     bits = [exp.run_id, f"{n} GPUs" if n else None, f"{doc['reps']} repetition{'s' if doc['reps'] > 1 else ''}",
-            f"links {rate / 1e6:g} Mbit/s standing for 400 Gbit/s" if rate else None,
+            (f"links {rate / 1e6:g} Mbit/s" + (f" standing for {stands / 1e9:g} Gbit/s" if stands else ""))
+            if rate else None,
             "report generated " + time.strftime("%Y-%m-%d %H:%M")]
     return " · ".join(b for b in bits if b)
 
@@ -610,12 +631,16 @@ def build_report(run_dir: Path | str) -> Path:
     n = (next(iter(exp.reps.values()))[0].config.get("fabric") or {}).get("gpus")
     title = " vs ".join(name(f) for f in exp.fabrics) + (f", n={n}" if n else "")
     load_curve = curve.report_section(exp, exp.path / "figures")  # None: the experiment named no load curve
+    taken_apart = breakdown.section(exp, exp.path / "figures")  # '': no live repetition recorded the parts
     sections = [
         ("calibration", "Calibration: where the network matters as much as in the seed's cluster",
          serving.calibration_section(doc["calibration"], figs["calibration"],
-                                     calibration_applies(doc["calibration"], exp))),
+                                     serving.calibration_applies(doc["calibration"], exp),
+                                     serving.calibration_differences(doc["calibration"], exp))),
         ("headline", "Headline", _headline_section(doc, exp)),
         *([("loadcurve", "Load curve: TTFT and KV-transfer slowdown against load", load_curve)] if load_curve else []),
+        *([("breakdown", "TTFT taken apart: where a request's and a decode step's time goes", taken_apart)]
+          if taken_apart else []),
         ("serving", "Serving with the network in the loop", serving.serving_section(doc, exp, figs["serving"])),
         *([("faults", "Faults: the transfers each one affected, against their neighbours",
             _faults_section(fault_docs, exp, exp.path / "figures"))] if fault_docs else []),
@@ -639,7 +664,8 @@ def build_report(run_dir: Path | str) -> Path:
     ]
     headline = doc["verdict"][:1].upper() + doc["verdict"][1:]
     alert = overload_alert(doc, exp)
-    nav = [item for item in NAV if (item[0] != "loadcurve" or load_curve) and (item[0] != "faults" or fault_docs)]
+    nav = [item for item in NAV if (item[0] != "loadcurve" or load_curve) and (item[0] != "faults" or fault_docs)
+           and (item[0] != "breakdown" or taken_apart)]
     page = H.page(title, headline, _subtitle(exp, doc), doc["fidelity_problems"], nav, sections,
                   alerts=[alert] if alert else [])
     out = exp.path / "report.html"

@@ -27,6 +27,30 @@ HEADLINE = (
 )
 
 
+# a live run (serving.driver live): what the serving cluster produced first, then what the fabric carried.
+# TTFT is measured (no proxy); KV goodput is emulated bytes of KV transfers, not the serving throughput.
+LIVE_HEADLINE = (
+    ("Output tokens per second", "throughput_tokens_per_s", "1/s", 1, +1),
+    ("TTFT P50", "ttft_ms.p50", "ms", 1, -1),
+    ("TTFT P99", "ttft_ms.p99", "ms", 1, -1),
+    ("Requests completed per second", "requests_per_s", "1/s", 1, +1),
+    ("Decode step P50", "decode_step_ms.p50", "ms", 1, -1),
+    ("Decode step P99", "decode_step_ms.p99", "ms", 1, -1),
+    ("EP exchange P99", "ep_exchange_ms.p99", "ms", 1, -1),
+    ("KV-transfer FCT P50", "fct_ms.p50", "ms emulated wall", 1, -1),
+    ("KV-transfer FCT P99", "fct_ms.p99", "ms emulated wall", 1, -1),
+    ("KV goodput", "goodput_bps", "Mbit/s emulated", 1e6, +1),
+    ("PFC pauses", "pfc_pauses", "", 1, -1),
+    ("Queue drops", "queue_drops", "", 1, -1),
+    ("Verified KV transfers", "verified", "", 1, +1),
+)
+
+
+def headline_rows(live: bool) -> tuple:
+    """The headline's rows: ``LIVE_HEADLINE`` for a live run, else ``HEADLINE`` (the planned replay)."""
+    return LIVE_HEADLINE if live else HEADLINE
+
+
 def num(v, digits: int = 3) -> str:
     """Significant digits without scientific notation for everyday magnitudes; '-' for None."""
     if v is None:

@@ -12,7 +12,7 @@ import json
 from html import escape
 from pathlib import Path
 
-from testbed.report.fmt import HEADLINE, cell_text, num, ratio_text
+from testbed.report.fmt import cell_text, headline_rows, num, ratio_text
 from testbed.report.plots import COLOURS, name
 from testbed.report.verdict import resolvable
 
@@ -81,12 +81,16 @@ def table(head: list[str], rows: list[list[str]], left: int | set[int] = 1, cls:
 
 
 def headline_table(summary: dict, fabrics: list[str]) -> str:
-    """Metrics x fabrics (median [min, max]) and the ZCube/ROFT ratio, coloured by who is better."""
+    """Metrics x fabrics (median [min, max]) and the ZCube/ROFT ratio, coloured by who is better; a live run
+    adds each ratio's 95% confidence interval and the verdict it allows (testbed.report.confidence)."""
     reps = summary.get("reps", 1)
     both = "zcube" in summary and "roft" in summary
+    conf = ((summary.get("confidence") or {}).get("ratios")) or {}
     head = ["metric"] + [fab(f) for f in fabrics] + (["ZCube / ROFT"] if both else [])
+    if both and conf:
+        head.append("95% interval: ZCube is")
     rows = []
-    for label, key, unit, div, better in HEADLINE:
+    for label, key, unit, div, better in headline_rows(bool(summary.get("live"))):
         row = [f'{escape(label)} <span class="unit">{escape(unit)}</span>']
         row += [escape(cell_text(summary.get(f), key, div, reps)) for f in fabrics]
         if both and key not in summary["ratios"]:
@@ -97,6 +101,15 @@ def headline_table(summary: dict, fabrics: list[str]) -> str:
             if r is not None and better and resolvable(summary, key)[0]:
                 cls = "good" if (r > 1) == (better > 0) else "bad"
             row.append(f'<td class="{cls}">{escape(ratio_text(r))}</td>')
+        if both and conf:
+            c = conf.get(key)
+            if c and c.get("ci95"):
+                lo, hi = c["ci95"]
+                cls = {"better": "good", "worse": "bad"}.get(c["verdict"], "")
+                text = f"{lo:.3f}..{hi:.3f}: {c['verdict']}"
+                row.append(f'<td class="{cls} l">{escape(text)}</td>')
+            else:
+                row.append("")
         rows.append(row)
     return table(head, rows)
 

@@ -245,7 +245,7 @@ def load_experiment(run_dir: Path | str) -> ExperimentRun:
                 notes.append(f"{r.label}: {', '.join(absent)} missing "
                              "(those parts come from summary.json or are left out)")
             op_absent = [n for n, v in (("instances.csv", r.instances), ("queue.csv", r.serving_queue)) if v is None]
-            if op_absent:
+            if op_absent and r.summary.get("driver") != "live":  # the planned replay's files; a live run has none
                 notes.append(f"{r.label}: {' and '.join(op_absent)} missing (a replay from before the serving "
                              "operating point was recorded): the Operating point section shows only what "
                              "summary.json holds")

@@ -3,11 +3,14 @@
 Reads the replays' requests.csv, steps.csv and summary.json and the run's
 calibration.json: what the cluster produced (output tokens/s, TTFT), how long
 its steps took and how much of that was the expert-parallel exchange, and
-which bytes the fabric carried (KV vs EP).
+which bytes the fabric carried (KV vs EP). Also a live run's own words: what ran (its layout's engines and
+what crossed the fabric), its operating point against the live driver's target, and whether the
+calibration applies to it.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import matplotlib
@@ -151,7 +154,8 @@ def calibration_figure(cal: dict | None, out: Path) -> Path | None:
     return save(fig, out)
 
 
-def calibration_section(cal: dict | None, fig: Path | None, matches: bool | None) -> str:
+def calibration_section(cal: dict | None, fig: Path | None, matches: bool | None,
+                        differences: list[str] | None = None) -> str:
     if not cal:
         return ("<p>This experiment was not calibrated: nothing ties its network intensity to the seed's bandwidth "
                 "ablation, so its ZCube/ROFT ratios say how the fabrics differ at this load only. "
@@ -163,7 +167,8 @@ def calibration_section(cal: dict | None, fig: Path | None, matches: bool | None
         rows.append([H.escape(str(r["level"]) + (" (chosen)" if chosen else "")),
                      H.escape(num(r.get("throughput_ratio"))), H.escape(num(r.get("ttft_p99_ratio"))),
                      H.escape(num(r.get("ttft_p50_ratio"))), H.escape(num(r.get("distance")))])
-    rows.append([H.escape("seed (512 GPUs, production)"), H.escape(num(cal["seed"]["throughput_ratio"])),
+    rows.append([H.escape("seed's ablation (512 GPUs; docs/serving.md: the readings)"),
+                 H.escape(num(cal["seed"]["throughput_ratio"])),
                  H.escape(num(cal["seed"]["ttft_ratio"])), "-", "0"])
     within = "within" if cal.get("within_resolution") else "not within"
     text = (f"<p>The seed's ablation (NICs at 200 instead of 100 Gbit/s: ~+19% throughput, ~-22% TTFT, no topology "
@@ -172,13 +177,152 @@ def calibration_section(cal: dict | None, fig: Path | None, matches: bool | None
             f"closest to it: distance {num(cal.get('distance'))}, {within} the testbed's resolution. ZCube never ran "
             "in the calibration, so its figures below are a prediction at that level, not a fit.</p>")
     if matches is False:
-        text += ('<p class="warn">This run\'s workload differs from the calibrated one in more than the knob: the '
-                 "calibration does not apply to it.</p>")
+        which = f" ({', '.join(differences)})" if differences else ""
+        text += ('<p class="warn">This run\'s workload differs from the calibrated one in more than the knob'
+                 + H.escape(which) + ": the calibration does not apply to it.</p>")
     parts = [text, H.table([H.escape(cal.get("knob", "level")), "throughput 200G/100G", "TTFT P99 200G/100G",
                             "TTFT P50 200G/100G", "distance"], rows)]
     if fig is not None:
         parts.append(H.img(fig, "Markers: our ratios (median over repetition pairs, bars: their range); dashed: the "
                                 "seed's; dotted: the chosen level.", "calibration"))
+    return "".join(parts)
+
+
+def calibration_applies(cal: dict | None, exp: ExperimentRun) -> bool | None:
+    """Whether the run's workload is the calibrated one (the knob, represents, fabrics, repetitions, seed
+    and name aside); None when unknown."""
+    diff = calibration_differences(cal, exp)
+    return None if diff is None else not diff
+
+
+def calibration_differences(cal: dict | None, exp: ExperimentRun) -> list[str] | None:
+    """The experiment keys (``serving.layout``, ...) in which the run's workload differs from the calibrated
+    one, the knob, represents, fabrics, repetitions, seed and name aside; None when unknown. A key only one
+    side has is the same when the other's value is empty (null, [] or {}): a key the schema gained after the
+    calibration was made, left at its default."""
+    e = ((exp.config or {}).get("experiment")) or {}
+    base = (cal or {}).get("experiment")
+    if not cal or not base or not e:
+        return None
+
+    def core(x: dict) -> dict:
+        x = json.loads(json.dumps(x))
+        for k in ("fabrics", "repetitions", "seed", "name", "calibration", "sweep", "load_curve"):
+            x.pop(k, None)
+        x.get("serving", {}).pop("concurrency", None)
+        x.get("link", {}).pop("represents", None)
+        if x.get("trace", {}).get("path"):  # the same trace wherever the clone lives
+            x["trace"]["path"] = Path(x["trace"]["path"]).name
+        return x
+
+    def differences(a, b, prefix: str = "") -> list[str]:
+        if isinstance(a, dict) and isinstance(b, dict):
+            return [d for k in sorted(set(a) | set(b)) for d in differences(a.get(k), b.get(k), prefix + k + ".")]
+        empty = (None, [], {})
+        if a == b or (a in empty and b in empty):
+            return []
+        return [prefix.rstrip(".")]
+
+    return differences(core(base), core(e))
+
+
+def _layout_of(summary: dict) -> dict | None:
+    """A live repetition's engines as ``traffic.model.serving.layout_summary`` gives them; for runs from
+    before summary.json's serving_layout, from its engines (every MoE engine then an EP group)."""
+    lay = summary.get("serving_layout")
+    if isinstance(lay, dict):
+        return lay
+    eng = summary.get("engines")
+    if not isinstance(eng, dict) or not eng.get("prefill") or not eng.get("decode"):
+        return None
+    out: dict = {"name": None}
+    for kind in ("prefill", "decode"):
+        sizes = sorted({len(e) for e in eng[kind]})
+        out[kind] = {"engines": len(eng[kind]), "gpus": sizes[0] if len(sizes) == 1 else sizes, "form": "ep"}
+    return out
+
+
+def live_traffic_sentence(config: dict, summary: dict) -> str:
+    """What a live run served, in its own terms: the model, the load, the layout that ran (each kind's
+    engines and whether their all-to-all crosses the fabric) and what the fabric carried."""
+    e = (config or {}).get("experiment") or {}
+    t, s, link = e.get("trace") or {}, e.get("serving") or {}, e.get("link") or {}
+    lay = _layout_of(summary)
+    gps = int(e.get("gpus_per_server") or 8)
+    on_fabric = ["KV transfers (from a prefill engine's first GPU to the request's decode GPU)"]
+
+    def kind_text(kind: str) -> str:
+        d = lay[kind]
+        n, g, form = d["engines"], d["gpus"], d["form"]
+        if not isinstance(g, int) or not isinstance(form, str):
+            return f"{n} engines of {g} GPUs"
+        if form == "tp":
+            return (f"{n} engine{'s' if n > 1 else ''}, each one TP{g} instance inside "
+                    f"{'one server' if g <= gps else f'{-(-g // gps)} servers'} (no all-to-all on the fabric)")
+        servers = -(-g // gps)
+        if servers > 1:
+            on_fabric.append(f"{kind} EP dispatch and combine between the servers of each group")
+        return (f"{n} EP{g} group{'s' if n > 1 else ''} with data-parallel attention, over {servers} "
+                f"server{'s' if servers > 1 else ''} each" + ("" if servers > 1 else " (its all-to-all rides NVLink)"))
+
+    def g(v) -> str:
+        return "?" if v is None else f"{v:g}"
+
+    load = (f"closed loop, {s.get('concurrency')} requests in flight" if s.get("arrivals") == "closed"
+            else f"arrivals at the trace's times at speed {g(t.get('speed'))}")
+    text = (f"Traffic: {s.get('model') or 'the model'} served live with the network in the loop: {load}, request "
+            f"sizes from {Path(t.get('path') or 'the trace').name}; {g(t.get('duration_s'))} cluster seconds, the "
+            f"first {g(s.get('warmup_s') or 0)} not measured; links standing for "
+            f"{g((summary.get('represents_bps') or link.get('represents') or 0) / 1e9)} Gbit/s at dilation "
+            f"{g(link.get('time_dilation') or summary.get('time_dilation') or 1)}.")
+    if lay:
+        name_ = f"layout {lay['name']}" if lay.get("name") else "EP groups of serving.prefill_ep / decode_ep"
+        text += f" Engines ({name_}): prefill {kind_text('prefill')}; decode {kind_text('decode')}."
+    return text + f" On the fabric: {'; '.join(on_fabric)}; NIC port policy {s.get('policy')}."
+
+
+def live_operating_section(doc: dict, exp: ExperimentRun) -> str:
+    """A live run's operating point against the live driver's own target: requests in flight (the
+    calibrated level when the run was calibrated), prefill's compute utilization, and how much of the P99
+    request's TTFT was the prefill queue and how much the network (its breakdown)."""
+    e = (exp.config or {}).get("experiment") or {}
+    s = e.get("serving") or {}
+    cal = doc.get("calibration")
+    applies = calibration_applies(cal, exp)
+    if s.get("arrivals") == "closed":
+        target = f"a closed loop of {s.get('concurrency')} requests in flight"
+        if cal and cal.get("chosen"):
+            level = cal["chosen"]["level"]
+            target += (f", the level calibrate chose ({cal.get('knob')} = {level}, calibration.json)"
+                       if applies and str(level) == str(s.get("concurrency")) else
+                       f" (calibration.json chose {level}" + ("" if applies else " for another workload") + ")")
+        else:
+            target += " (not calibrated)"
+    else:
+        target = "arrivals at the trace's times (an open loop)"
+    parts = [f"<p>The live driver's target: {H.escape(target)}. A closed loop keeps that many requests in the "
+             "cluster whatever the fabric, so a slow fabric shows up as longer steps and TTFT, not as a growing "
+             "queue of arrivals.</p>"]
+    rows = []
+    for f in exp.fabrics:
+        for r in exp.reps[f]:
+            sm = r.summary
+            pre = sm.get("prefill_utilization") or {}
+            dec = sm.get("decode_utilization") or {}
+            b = (sm.get("ttft_breakdown_ms") or {}).get("p99") or {}
+            net = sum(b.get(k) or 0.0 for k in ("prefill_exchange", "kv_transfer", "decode_exchange"))
+            rows.append([H.fab(f), f"rep{r.index}",
+                         H.escape(", ".join(f"{k} {v:.2f}" for k, v in pre.items()) or "-"),
+                         H.escape(", ".join(f"{k} {v:.2f}" for k, v in dec.items()) or "-"),
+                         num(b.get("ttft")), num(b.get("prefill_queue")),
+                         f"{net / b['ttft']:.0%}" if b.get("ttft") else "-"])
+    parts.append(H.table(["fabric", "rep", "prefill compute utilization", "decode busy", "P99 request's TTFT ms",
+                          "of it: prefill queue ms", "of it: the network"], rows, left={0, 1, 2, 3}))
+    parts.append('<p class="note">Prefill compute utilization: the prefill compute the requests needed over what '
+                 "the prefill GPUs could do in the run (under 1 keeps up; the live driver has no utilization target, "
+                 "the planned replay's 0.7-0.8 does not apply). Decode busy: the share of the run the decode engine "
+                 "spent in steps. The network's part of the P99 request: its prefill EP exchange, KV transfer and "
+                 "first decode step's exchange (TTFT taken apart, above).</p>")
     return "".join(parts)
 
 
@@ -197,11 +341,20 @@ def assumptions(exp: ExperimentRun) -> list[str]:
         out.append(f"Time: the emulated world runs {dil:g}x slower than the modelled cluster; serving times are "
                    "converted back, per-packet latencies are not (a packet's serialization is dilated like the rest).")
     if s.get("driver") == "live":
+        if s.get("layout"):
+            from traffic.model.placement import SERVING_LAYOUTS
+
+            lay = SERVING_LAYOUTS.get(s["layout"])
+            engines = (f"layout {s['layout']} ({lay.source})" if lay else f"layout {s['layout']}") + \
+                ": a TP kind runs one tensor-parallel instance a server (no all-to-all on the fabric), an EP kind " \
+                "expert-parallel groups with data-parallel attention"
+        else:
+            engines = (f"MoE engines are one expert-parallel group per kind (prefill {s.get('prefill_ep') or 'all'} "
+                       f"GPUs, decode {s.get('decode_ep') or 'all'} GPUs) with data-parallel attention")
         out += [
-            f"Traffic model: {s.get('model')}; MoE engines are one expert-parallel group per kind (prefill "
-            f"{s.get('prefill_ep') or 'all'} GPUs, decode {s.get('decode_ep') or 'all'} GPUs) with data-parallel "
-            "attention; decode sends one copy per (token, expert), prefill one per (token, GPU); same-server pairs "
-            "ride NVLink, not emulated; one message per GPU pair and phase carries all MoE layers.",
+            f"Traffic model: {s.get('model')}; {engines}; decode sends one copy per (token, expert), prefill one "
+            "per (token, GPU); same-server pairs ride NVLink, not emulated; one message per GPU pair and phase "
+            "carries all MoE layers.",
             f"Compute: a decode step is {1e3 * (s.get('decode_step_s') or 0):g} ms of compute (assumed, flat), prefill "
             f"runs at the model table's tokens/s per GPU in chunks of {s.get('prefill_chunk_tokens')} tokens per "
             "GPU; a step is compute then exchange, with no overlap of the two (real engines overlap them).",

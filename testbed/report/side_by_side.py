@@ -10,7 +10,7 @@ from pathlib import Path
 
 from testbed.report import html as H
 from testbed.report.build import summarize
-from testbed.report.fmt import HEADLINE, cell_text, ratio_text
+from testbed.report.fmt import cell_text, headline_rows, ratio_text
 from testbed.report.load import load_experiment
 from testbed.report.plots import name
 
@@ -33,8 +33,9 @@ def compare(run_a: Path | str, run_b: Path | str) -> str:
     loaded = [_load(r) for r in runs]
     cols = [(tag, c) for tag, (doc, fabs) in zip("AB", loaded) for c in _columns(doc, fabs)]
     head = ["metric"] + [f"{tag}: {title}" for tag, (title, _) in cols]
+    live = any(doc.get("live") for doc, _ in loaded)  # a live run's rows (TTFT measured, no proxy) first
     rows = [[f"{label}" + (f" ({unit})" if unit else "")] + [fn(key, div) for _, (_, fn) in cols]
-            for label, key, unit, div, _ in HEADLINE]
+            for label, key, unit, div, _ in headline_rows(live)]
     widths = [max(len(r[i]) for r in [head] + rows) for i in range(len(head))]
     lines = [f"A: {runs[0]}  ({loaded[0][0]['verdict']}; fidelity {'ok' if loaded[0][0]['fidelity_ok'] else 'FAILED'})",
              f"B: {runs[1]}  ({loaded[1][0]['verdict']}; fidelity {'ok' if loaded[1][0]['fidelity_ok'] else 'FAILED'})",

@@ -168,7 +168,7 @@ def rep_metrics(rep: Rep) -> dict:
     if s.get("driver") == "live":  # the serving figures; lateness over KV and EP, in real-cluster time
         out["start_lateness_ms"] = s.get("start_lateness_ms")
         for key in ("throughput_tokens_per_s", "decode_step_ms", "ep_exchange_ms", "ep_messages",
-                    "ep_messages_verified"):
+                    "ep_messages_verified", "ttft_breakdown_ms"):
             out[key] = s.get(key)
         out["requests_per_s"] = s.get("completed_requests_per_s")  # requests served, not KV transfers seen
     drops = queue_drops(rep)

@@ -53,6 +53,13 @@ def resolvable(summary: dict, key: str) -> tuple[bool, str]:
     r = summary.get("ratios", {}).get(key)
     if r is None:
         return False, "not measured"
+    conf = ((summary.get("confidence") or {}).get("ratios") or {}).get(key)
+    if conf and conf.get("ci95"):  # a live run: its 95% interval decides (testbed.report.confidence)
+        lo, hi = conf["ci95"]
+        if lo <= 1 <= hi:
+            return False, (f"its 95% confidence interval {lo:.3f}..{hi:.3f} includes 1 (not resolved at this "
+                           "sample size)")
+        return True, ""
     if abs(r - 1) < RESOLUTION:
         return False, f"under the {RESOLUTION:.0%} this testbed resolves"
     sz, sr = (summary[f].get("spread", {}).get(key) for f in ("zcube", "roft"))
@@ -78,12 +85,35 @@ def _context(summary: dict, key: str) -> str:
         over = overload_sentence(summary)
         if over:
             return " " + over
+        if summary.get("live"):
+            return _live_ttft_context(summary)
         shares = [flat_get(f, "fct_ms.p99") / flat_get(f, "ttft_ms.p99") for f in (z, r)
                   if flat_get(f, "fct_ms.p99") is not None and flat_get(f, "ttft_ms.p99")]
         if shares and max(shares) < PREFILL_DOMINATED:
             return (f" The TTFT proxy is dominated by prefill and queueing: the KV-transfer FCT P99 is at most "
                     f"{max(shares):.1%} of the TTFT P99, so the fabric can barely move it.")
     return ""
+
+
+NETWORK_PARTS = ("prefill_exchange", "kv_transfer", "decode_exchange")
+
+
+def _live_ttft_context(summary: dict) -> str:
+    """How much of the P99 request's TTFT the network was, in a live run (its ttft_breakdown_ms): the
+    prefill EP exchange, the KV transfer and the first decode step's exchange; '' without the parts."""
+    shares = []
+    for f in ("zcube", "roft"):
+        for m in (summary.get(f) or {}).get("per_rep") or []:
+            b = ((m.get("ttft_breakdown_ms") or {}).get("p99")) or {}
+            if b.get("ttft"):
+                shares.append(sum(b.get(k) or 0.0 for k in NETWORK_PARTS) / b["ttft"])
+    if not shares:
+        return ""
+    text = (f" The network's part of the P99 request's TTFT (its prefill EP exchange, KV transfer and first "
+            f"decode step's exchange) is {min(shares):.0%}-{max(shares):.0%} over the fabrics and repetitions")
+    if max(shares) < PREFILL_DOMINATED:
+        return text + ": the fabric can barely move it."
+    return text + "."
 
 
 OVERLOADED = "The cluster is overloaded; TTFT measures the prefill queue, not the network"

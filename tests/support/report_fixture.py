@@ -227,3 +227,96 @@ def write_experiment(root: Path, fabrics=("zcube", "roft"), reps: int = 1, rep_o
             opts |= (rep_options or {}).get((f, k), {})
             write_rep(root / "runs" / f / f"rep{k}", f, **opts)
     return root
+
+
+# ------------------------------------------------------------ live runs from the serving model
+LIVE_GPUS = 16
+LIVE_GPUS_PER_SERVER = 4  # four servers: with glm5-recipe, 2 TP4 prefill instances and one EP8 decode group
+
+
+def live_experiment_doc(layout: str | None = "glm5-recipe", concurrency: int = 16) -> dict:
+    """experiment.json's "experiment" of a small live GLM-5 run: experiments/default.yaml at n = 16."""
+    from testbed.experiment.schema import resolve
+
+    exp = resolve(None).experiment.model_dump(mode="json")
+    exp.update(gpus=LIVE_GPUS, gpus_per_server=LIVE_GPUS_PER_SERVER, repetitions=1, load_curve=None)
+    exp["trace"]["duration_s"] = 6.0
+    exp["serving"] |= {"concurrency": concurrency, "warmup_s": 2.0, "layout": layout,
+                       "prefill_chunk_tokens": 8192 if layout in ("glm5-recipe", "single-node") else 512}
+    return exp
+
+
+def write_live_rep(path: Path, fabric: str, exp: dict, seed: int = 0, port_gbps: float = 200.0) -> dict:
+    """A live repetition's saved files as the live driver writes them: the serving model run against an ideal
+    network of ``port_gbps`` per NIC port (real-cluster time), its requests.csv, steps.csv and messages.csv,
+    and summary.json's serving keys from the live driver's own ``serving_summary``; the rest (transfers.csv,
+    queues, links, ...) from ``write_rep``. Returns the summary."""
+    from dataclasses import asdict, replace
+
+    from testbed.repetition import live
+    from testbed.repetition.replay import ReplayConfig
+    from traffic.model import serving
+    from traffic.runtime import coordinator, records
+
+    s, t, link = exp["serving"], exp["trace"], exp["link"]
+    cfg = ReplayConfig(trace=t["path"], driver="live", arrivals="closed", concurrency=s["concurrency"],
+                       model=s["model"], duration_s=t["duration_s"], time_dilation=link["time_dilation"],
+                       warmup_s=s["warmup_s"], layout=s["layout"], prefill_chunk_tokens=s["prefill_chunk_tokens"],
+                       gpus_per_server=exp["gpus_per_server"], represents_bps=link["represents"], seed=seed,
+                       policy=s["policy"]).validate()
+    setup = live.prepare_live(cfg, exp["gpus"], RATE)
+    spec = replace(coordinator.spec_from_config(setup.config), seed=seed)
+    cluster = serving.run_ideal(serving.Cluster(spec, _requests(setup)), port_gbps * 1e9)
+    base = write_rep(path, fabric, seed=seed)
+    coordinator.write_csv(path / "requests.csv", cluster.request_rows())
+    coordinator.write_csv(path / "steps.csv", cluster.step_rows())
+    dil = cfg.time_dilation
+    rows = []
+    for m in cluster.messages.values():
+        if m.id not in cluster.delivered_at:
+            continue
+        sp = 1 + m.id % 2
+        start, end = cluster.sent_at[m.id] * dil, cluster.delivered_at[m.id] * dil
+        rows.append({"id": m.id, "request_id": m.request_id, "src": f"gpu{m.src_gpu}", "dst": f"gpu{m.dst_gpu}",
+                     "src_ip": ip(m.src_gpu, sp), "dst_ip": ip(m.dst_gpu, 3 - sp), "bytes": m.bytes,
+                     "received_bytes": m.bytes, "scheduled_start": start, "start": start, "first_byte": start,
+                     "end": end, "sender_end": end, "verified": True, "error": None, "kind": m.kind,
+                     "engine": m.engine, "step": m.step})
+    messages = [r for r in rows if r["kind"] != "kv"]
+    records.write_transfers_csv(messages, path / "messages.csv", extra=("kind", "engine", "step"))
+    res = {"serving": {k: v for k, v in cluster.results().items() if k not in ("ttft_s", "exchange_s", "decode_step_s")}
+           | {"control_lag_ms": {"p50": 1.0, "p99": 9.0}, "failed_messages": 0, "cpu_s": 5.0}}
+    summary = base | live.serving_summary(res, setup, rows, messages, path, MTU, RATE, fabric)
+    summary |= {"represents_bps": cfg.represents_bps, "bytes_scale": setup.bytes_scale * dil}
+    (path / "summary.json").write_text(json.dumps(summary, indent=1))
+    (path / "config.json").write_text(json.dumps({"fabric": FABRIC_CONFIG[fabric],
+                                                  "datapath": {"rate_bps": RATE, "mtu": MTU, "buffer_bytes": 60000},
+                                                  "replay": asdict(cfg)}, indent=1))
+    for stale in ("instances.csv", "queue.csv"):  # the planned replay's operating point: not a live run's
+        (path / stale).unlink(missing_ok=True)
+    return summary
+
+
+def _requests(setup) -> list:
+    from traffic.model.traces import Request
+
+    return [Request(*r) for r in setup.config["requests"]]
+
+
+def write_live_experiment(root: Path, reps: int = 1, layout: str | None = "glm5-recipe", roft_gbps: float = 120.0,
+                          calibration: dict | None = None) -> Path:
+    """A live experiment run directory (ZCube at 200 Gbit/s a port, ROFT at ``roft_gbps``: a slower fabric
+    stand-in); ``calibration``: written as the run's calibration.json."""
+    exp = live_experiment_doc(layout)
+    exp["repetitions"] = reps
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "experiment.json").write_text(json.dumps({"source": "experiments/default.yaml", "overrides": [],
+                                                      "experiment": exp}))
+    (root / "versions.json").write_text(json.dumps({"project": "0.1.0", "git": "abc1234"}))
+    for f in exp["fabrics"]:
+        for k in range(1, reps + 1):
+            write_live_rep(root / "runs" / f / f"rep{k}", f, exp, seed=k - 1,
+                           port_gbps=200.0 if f == "zcube" else roft_gbps)
+    if calibration is not None:
+        (root / "calibration.json").write_text(json.dumps(calibration))
+    return root

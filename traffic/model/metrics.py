@@ -44,6 +44,15 @@ def _nearest_rank(ordered: np.ndarray, p: float) -> float:
     return float(ordered[rank - 1])
 
 
+def nearest_rank_index(n: int, p: float) -> int:
+    """The 0-based position of the nearest-rank p-th percentile in ``n`` sorted values."""
+    int_at_least("number of values", n, 1)
+    real_at_least("percentile", p, 0.0)
+    if p > 100:
+        raise TrafficError(f"percentile {p!r} is not allowed; expected 0..100")
+    return max(1, math.ceil(round(p / 100.0 * n, 9))) - 1
+
+
 def percentile(values: Iterable[float], p: float) -> float:
     """Nearest-rank p-th percentile (0 <= p <= 100): the one definition every metric uses."""
     return _nearest_rank(np.sort(_array("values", values)), p)
@@ -196,6 +205,7 @@ def read_fct_txt(path: str | Path) -> list[FctRecord]:
     return records
 
 
-__all__ = ["percentile", "percentiles", "rounded_percentiles", "summary", "ideal_fct_s", "fct_slowdown", "SizeBin",
+__all__ = ["nearest_rank_index", "percentile",
+           "percentiles", "rounded_percentiles", "summary", "ideal_fct_s", "fct_slowdown", "SizeBin",
            "size_bins", "binned_slowdowns", "FctRecord", "FCT_COLUMNS", "write_fct_txt",
            "read_fct_txt", "DEFAULT_PERCENTILES"]

@@ -12,6 +12,12 @@ Layouts:
 * ``"interleaved"``: the prefill servers are spread evenly among the servers
   used (server positions floor(i * used / n_prefill_servers)), so with half
   prefill the servers go P, D, P, D, ...
+
+Serving layouts (``SERVING_LAYOUTS``, the experiment's ``serving.layout``, MoE
+models, the live driver): how a published deployment groups each kind's GPUs
+into engines, mapped onto any number of whole servers by one rule per kind
+(``EngineShape``); ``layout_engines`` builds them. docs/serving.md gives each
+one's source and what could be verified of it.
 """
 
 from __future__ import annotations
@@ -242,5 +248,92 @@ class Scheduler:
             self._loads[1].release_at(request_id, decode_done_s)
 
 
+ENGINE_FORMS = ("tp", "ep")
+
+
+@dataclass(frozen=True)
+class EngineShape:
+    """How one kind's engines are cut from its servers.
+
+    * ``tp``: every engine is one tensor-parallel instance of exactly ``servers`` whole servers
+      (one unit; its MoE layers are sharded inside it, so no expert-parallel all-to-all).
+    * ``ep``: every engine is one expert-parallel group with data-parallel attention (each GPU a
+      unit) over ``k`` servers, ``k`` the largest divisor of the kind's servers not above
+      ``servers`` (the published group size, capped by what the cluster has).
+    """
+
+    form: str
+    servers: int
+
+    def __post_init__(self) -> None:
+        one_of("engine form", self.form, ENGINE_FORMS)
+        int_at_least("engine servers", self.servers, 1)
+        if self.form == "tp" and self.servers != 1:
+            raise TrafficError(f"a tensor-parallel engine of {self.servers} servers is not supported; expected 1 "
+                               "(an instance's GPUs are consecutive GPUs of one server)")
+
+    def servers_per_engine(self, kind_servers: int) -> int:
+        """Servers of one engine when the kind has ``kind_servers`` servers."""
+        int_at_least("servers of a kind", kind_servers, 1)
+        if self.form == "tp":
+            return self.servers
+        return max(d for d in range(1, min(self.servers, kind_servers) + 1) if kind_servers % d == 0)
+
+
+@dataclass(frozen=True)
+class ServingLayout:
+    """A named deployment: the engine shape of each kind and where the shape was published."""
+
+    name: str
+    prefill: EngineShape
+    decode: EngineShape
+    source: str
+
+
+SERVING_LAYOUTS: dict[str, ServingLayout] = {lay.name: lay for lay in (
+    ServingLayout("glm5-recipe", EngineShape("tp", 1), EngineShape("ep", 2),
+                  "NVIDIA Dynamo's GLM-5 recipe: TP4 prefill (one 4-GPU GB200 node), TP16/DP16/EP16 decode "
+                  "(16 GPUs); on 8-GPU servers a prefill instance is one server (TP8, the SGLang cookbook's H200/B200 "
+                  "FP8 setting) and a decode group two servers"),
+    ServingLayout("single-node", EngineShape("tp", 1), EngineShape("ep", 1),
+                  "NVIDIA Dynamo's GLM-5.2 H200 disaggregated recipe: TP8/EP8 prefill and TP8/DP8/EP1 decode, each in "
+                  "one 8-GPU node (the fabric carries KV only)"),
+    ServingLayout("large-ep", EngineShape("ep", 4), EngineShape("ep", 9),
+                  "DeepSeek-V3/R1 inference system: prefill EP32 over 4 nodes, decode EP144 over 18; SGLang on 96 "
+                  "H100s: prefill EP32 (4 nodes), decode EP72 (9 nodes); groups of up to 4 and 9 servers"),
+    ServingLayout("two-server-ep", EngineShape("ep", 2), EngineShape("ep", 2),
+                  "the layout of the runs before issue 24: each kind in EP groups of two servers (at n = 32: one "
+                  "EP16 group per kind)"),
+)}
+
+
+def get_serving_layout(name: str) -> ServingLayout:
+    """A serving layout by name."""
+    if name not in SERVING_LAYOUTS:
+        raise TrafficError(f"serving layout {name!r} is not known; expected one of {', '.join(SERVING_LAYOUTS)}")
+    return SERVING_LAYOUTS[name]
+
+
+def layout_engines(name: str, n_gpus: int, gpus_per_server: int = 8,
+                   prefill_fraction: float = 0.5) -> dict[str, tuple[tuple[Instance, ...], ...]]:
+    """{"prefill": engines, "decode": engines} of layout ``name`` on ``n_gpus``: the servers split by
+    ``prefill_fraction`` as ``place`` splits them (prefill first), each kind's servers cut into engines by
+    the layout's shape; an engine is a tuple of units (TP instances, or single GPUs of an EP group)."""
+    lay = get_serving_layout(name)
+    pl = place(n_gpus, 1, 1, prefill_fraction, gpus_per_server=gpus_per_server)
+    out = {}
+    for kind, instances, shape in (("prefill", pl.prefill, lay.prefill), ("decode", pl.decode, lay.decode)):
+        gpus = [g for inst in instances for g in inst.gpus]
+        per = shape.servers_per_engine(len(gpus) // gpus_per_server) * gpus_per_server
+        groups = [gpus[i:i + per] for i in range(0, len(gpus), per)]
+        if shape.form == "tp":
+            out[kind] = tuple((Instance(kind, e, tuple(g)),) for e, g in enumerate(groups))
+        else:
+            out[kind] = tuple(tuple(Instance(kind, e * per + j, (gpu,)) for j, gpu in enumerate(g))
+                              for e, g in enumerate(groups))
+    return out
+
+
 __all__ = ["Instance", "Placement", "Assignment", "Scheduler", "place", "gpu_server",
-           "gpu_local_rank", "KINDS", "LAYOUTS", "POLICIES"]
+           "gpu_local_rank", "KINDS", "LAYOUTS", "POLICIES", "EngineShape", "ServingLayout", "SERVING_LAYOUTS",
+           "ENGINE_FORMS", "get_serving_layout", "layout_engines"]

@@ -25,7 +25,11 @@ into ``chunk_bytes`` slices) -> joins the decode batch at the next step ->
 one output token per decode step (compute = ``decode_step_s``, flat: decode is
 memory-bound at these batch sizes) -> done after its output tokens.
 TTFT = first token - arrival = prefill queue + prefill + KV transfer + wait for
-a step + the first step.
+a step + the first step. Each request records these parts as they happen
+(``RequestState``: the prefill queue, the compute and the EP exchange of the
+prefill steps it was in, the KV transfer, the wait for a decode step and that
+step's compute and exchange), so they add up to its TTFT exactly;
+``traffic.model.breakdown`` summarizes them for a run.
 
 The core is clock-free and network-free: ``start``, ``timer`` and
 ``delivered`` take the current time in real-cluster seconds and return
@@ -53,6 +57,10 @@ from traffic.model.traces import Request
 
 ARRIVALS = ("trace", "closed")
 KINDS = ("kv", "dispatch", "combine")
+# the parts of a request's TTFT, in the order they happen (RequestState's *_s fields of the same names)
+TTFT_PARTS = ("prefill_queue", "prefill_compute", "prefill_exchange", "kv_transfer", "decode_wait",
+              "decode_compute", "decode_exchange")
+STEP_PARTS = ("compute", "dispatch", "combine")  # a decode step's parts
 _PROBE_TOKENS = 4096  # tokens per GPU routed once to estimate each pair's share (see _HitTable)
 
 
@@ -120,6 +128,19 @@ def build_engines(kind: str, instances: Sequence[Instance], ep: int | None) -> t
                  for i in range(len(gpus) // ep))
 
 
+def layout_summary(name: str | None, prefill: Sequence[Sequence[Instance]],
+                   decode: Sequence[Sequence[Instance]]) -> dict:
+    """What the engines are, for summaries and reports: {"name", "prefill": {"engines", "gpus", "form"},
+    "decode": ...}; form "ep" is an EP group of single-GPU units, "tp" one instance (no all-to-all)."""
+    out: dict = {"name": name}
+    for kind, engines in (("prefill", prefill), ("decode", decode)):
+        sizes = sorted({sum(len(u.gpus) for u in e) for e in engines})
+        forms = sorted({"ep" if len(e) > 1 else "tp" for e in engines})
+        out[kind] = {"engines": len(engines), "gpus": sizes[0] if len(sizes) == 1 else sizes,
+                     "form": forms[0] if len(forms) == 1 else forms}
+    return out
+
+
 @dataclass(frozen=True, slots=True)
 class Message:
     """One message the network must carry: emulated ``bytes`` from src to dst GPU."""
@@ -166,10 +187,32 @@ class RequestState:
     first_token_s: float | None = None
     done_s: float | None = None
     tokens_out: int = 0
+    # TTFT's parts (TTFT_PARTS), attributed as they happen: every moment from arrival to the end of
+    # prefill is the queue or a prefill step the request was in (its compute, then its exchange)
+    prefill_queue_s: float = 0.0
+    prefill_compute_s: float = 0.0
+    prefill_exchange_s: float = 0.0
+    decode_wait_s: float | None = None
+    decode_compute_s: float | None = None
+    decode_exchange_s: float | None = None
+    attributed_to_s: float | None = None  # the time up to which the prefill parts account for it
 
     @property
     def ttft_s(self) -> float | None:
         return None if self.first_token_s is None else self.first_token_s - self.arrival_s
+
+    @property
+    def kv_transfer_s(self) -> float | None:
+        return None if self.kv_end_s is None or self.prefill_end_s is None else self.kv_end_s - self.prefill_end_s
+
+    def parts(self) -> dict[str, float] | None:
+        """TTFT_PARTS in seconds (None before the first token); they add up to ``ttft_s``."""
+        if self.first_token_s is None:
+            return None
+        return {"prefill_queue": self.prefill_queue_s, "prefill_compute": self.prefill_compute_s,
+                "prefill_exchange": self.prefill_exchange_s, "kv_transfer": self.kv_transfer_s,
+                "decode_wait": self.decode_wait_s, "decode_compute": self.decode_compute_s,
+                "decode_exchange": self.decode_exchange_s}
 
     def row(self) -> dict:
         return {"request_id": self.id, "arrival_s": self.arrival_s, "input_tokens": self.input_tokens,
@@ -178,7 +221,8 @@ class RequestState:
                 "decode_engine": None if self.decode_unit is None else self.decode_unit[0],
                 "prefill_start_s": self.prefill_start_s, "prefill_end_s": self.prefill_end_s,
                 "kv_bytes": self.kv_bytes, "kv_end_s": self.kv_end_s, "first_token_s": self.first_token_s,
-                "done_s": self.done_s, "ttft_s": self.ttft_s}
+                "done_s": self.done_s, "ttft_s": self.ttft_s,
+                **{f"{k}_s": v for k, v in (self.parts() or dict.fromkeys(TTFT_PARTS)).items()}}
 
 
 @dataclass
@@ -196,13 +240,16 @@ class StepRecord:
     ep_bytes: int = 0  # real bytes on the fabric
     nvlink_bytes: int = 0  # real bytes between GPUs of one server (not emulated)
     messages: int = 0
+    dispatch_last_id: int | None = None  # the message whose arrival ended the dispatch (the phase's slowest)
+    combine_last_id: int | None = None
 
     def row(self) -> dict:
         exchange = None if self.end_s is None or self.compute_end_s is None else self.end_s - self.compute_end_s
         return {"engine": self.engine, "step": self.step, "start_s": self.start_s,
                 "compute_end_s": self.compute_end_s, "dispatch_end_s": self.dispatch_end_s, "end_s": self.end_s,
                 "exchange_s": exchange, "tokens": self.tokens, "requests": self.requests,
-                "ep_bytes": self.ep_bytes, "nvlink_bytes": self.nvlink_bytes, "messages": self.messages}
+                "ep_bytes": self.ep_bytes, "nvlink_bytes": self.nvlink_bytes, "messages": self.messages,
+                "dispatch_last_id": self.dispatch_last_id, "combine_last_id": self.combine_last_id}
 
 
 class _HitTable:
@@ -296,8 +343,10 @@ class Cluster:
             engines = []
             for i, units in enumerate(groups):
                 gpus = tuple(g for u in units for g in u.gpus)
+                # an EP group of several units exchanges tokens; one TP instance (dense, or an MoE model's
+                # experts sharded inside it) has no all-to-all
                 hits = _HitTable(gpus, spec, seed + 7919 * (len(engines) + 1) + (kind == "decode"),
-                                 per_expert=kind == "decode") if spec.expert_parallel and len(gpus) > 1 else None
+                                 per_expert=kind == "decode") if spec.expert_parallel and len(units) > 1 else None
                 engines.append(_Engine(kind, i, units, hits, [[] for _ in units], batch=[[] for _ in units]))
             self.engines[kind] = engines
         self.stopped = False
@@ -343,7 +392,13 @@ class Cluster:
             return []
         eng = owner
         eng.pending -= 1
-        return self._phase_done(eng, now) if eng.pending == 0 else []
+        if eng.pending:
+            return []
+        if eng.phase == "dispatch":
+            eng.step.dispatch_last_id = message_id
+        else:
+            eng.step.combine_last_id = message_id
+        return self._phase_done(eng, now)
 
     @property
     def in_flight(self) -> int:
@@ -370,6 +425,7 @@ class Cluster:
         if r.request_id in self.requests:
             raise TrafficError(f"request_id {r.request_id} arrived twice; expected unique request ids")
         req = RequestState(r.request_id, now, max(1, r.input_tokens), max(1, r.output_tokens))
+        req.attributed_to_s = now
         self.requests[req.id] = req
         eng, unit = self._least_loaded("prefill", lambda e, u: sum(x.input_tokens - x.prefilled_tokens
                                                                    for x in e.queue[u]))
@@ -443,6 +499,7 @@ class Cluster:
                 n = min(budget, req.input_tokens - req.prefilled_tokens)
                 if req.prefill_start_s is None:
                     req.prefill_start_s = now
+                req.prefill_queue_s += now - req.attributed_to_s  # waited since arrival or its last step
                 took[req.id] = n
                 budget -= n
             eng.taken.append(took)
@@ -456,6 +513,8 @@ class Cluster:
         for u in range(len(eng.units)):
             room = self.spec.decode_batch - len(eng.batch[u])
             if room > 0 and eng.queue[u]:
+                for req in eng.queue[u][:room]:
+                    req.decode_wait_s = now - req.kv_end_s
                 eng.batch[u] += eng.queue[u][:room]
                 del eng.queue[u][:room]
         tokens = [len(b) for b in eng.batch]
@@ -518,6 +577,9 @@ class Cluster:
                     n = took.get(req.id)
                     if n is None:
                         continue
+                    req.prefill_compute_s += step.compute_end_s - step.start_s
+                    req.prefill_exchange_s += now - step.compute_end_s
+                    req.attributed_to_s = now
                     req.prefilled_tokens += n
                     if req.prefilled_tokens >= req.input_tokens:
                         req.prefill_end_s = now
@@ -531,6 +593,8 @@ class Cluster:
                     req.tokens_out += 1
                     if req.first_token_s is None:
                         req.first_token_s = now
+                        req.decode_compute_s = step.compute_end_s - step.start_s
+                        req.decode_exchange_s = now - step.compute_end_s
                     if req.tokens_out >= req.output_tokens:
                         out += self._finish(req, now)
                     else:
@@ -635,4 +699,5 @@ def run_ideal(cluster: Cluster, port_bps: float, ports: int = 2, latency_s: floa
     return cluster
 
 
-__all__ = ["ServingSpec", "Cluster", "Message", "Send", "Timer", "build_engines", "run_ideal", "ARRIVALS", "KINDS"]
+__all__ = ["ServingSpec", "Cluster", "Message", "Send", "Timer", "build_engines", "run_ideal", "ARRIVALS", "KINDS",
+           "TTFT_PARTS", "STEP_PARTS", "layout_summary"]

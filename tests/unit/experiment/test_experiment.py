@@ -127,6 +127,12 @@ def test_committed_schema_is_the_generated_one():
     ({"pfc": {"xon_bytes": 5000, "xoff_bytes": 4000}}, "pfc.xon_bytes: must be < xoff_bytes 4000 (got 5000)"),
     ({"pfc": {"enabled": "yes"}}, "pfc.enabled: must be a valid boolean (got 'yes')"),
     ({"trace": {"path": "missing.jsonl"}}, "trace.path: trace"),
+    ({"serving": {"layout": "tp-everywhere"}}, "serving.layout: must be 'glm5-recipe', 'single-node', 'large-ep' or "
+                                               "'two-server-ep' (got 'tp-everywhere')"),
+    ({"serving": {"model": "glm-5", "layout": "glm5-recipe", "decode_ep": 8}},
+     "serving.layout: glm5-recipe sets the EP groups; expected serving.prefill_ep and serving.decode_ep null"),
+    ({"serving": {"layout": "large-ep"}}, "serving.layout: large-ep is a mixture-of-experts deployment; "
+                                          "llama-3.1-70b is dense"),
 ])
 def test_bad_values_are_one_line_with_the_key_path_and_the_rule(tmp_path, doc, expected):
     assert expected in error_of(tmp_path, doc)

@@ -48,3 +48,14 @@ def test_exchange_vs_ideal_takes_the_busiest_gpu_of_each_phase():
     wire = (1000 + 90) * 8
     assert one == pytest.approx(0.1 / (wire / 6e6 + 2 * wire / 3e6))
     assert three == pytest.approx(0.1 / (3 * wire / 6e6 + 2 * wire / 3e6))
+
+
+def test_a_named_layout_sets_the_engines_and_the_coordinator_rebuilds_them():
+    # glm5-recipe on 16 GPUs in servers of 4: two TP4 prefill instances (servers 1, 2), one EP8 decode group
+    setup = live.prepare_live(cfg(layout="glm5-recipe", prefill_chunk_tokens=8192), 16, 3e6)
+    assert setup.engines == {"prefill": [[1, 2, 3, 4], [5, 6, 7, 8]], "decode": [list(range(9, 17))]}
+    assert setup.layout == {"name": "glm5-recipe", "prefill": {"engines": 2, "gpus": 4, "form": "tp"},
+                            "decode": {"engines": 1, "gpus": 8, "form": "ep"}}
+    spec = coordinator.spec_from_config(setup.config)
+    assert [[u.gpus for u in e] for e in spec.prefill] == [[(1, 2, 3, 4)], [(5, 6, 7, 8)]]
+    assert spec.prefill_chunk_tokens == 8192

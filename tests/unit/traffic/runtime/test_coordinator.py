@@ -78,3 +78,44 @@ def test_coordinator_and_agents_serve_and_verify_every_message(tmp_path, policy)
     steps = (tmp_path / "steps.csv").read_text().splitlines()
     assert len(steps) > 10 and (tmp_path / "requests.csv").is_file()
     assert json.loads((tmp_path / "serving.json").read_text())["messages"] == len(rows)
+
+
+def test_a_tensor_parallel_prefill_instance_sends_only_kv_and_every_ttft_adds_up(tmp_path):
+    # glm5-recipe's shape on 2-GPU servers: prefill one TP2 instance (server 1), decode one EP2 group
+    # inside server 2 (NVLink): the fabric carries KV only, from the instance's first GPU
+    cfg = config(tmp_path)
+    cfg["spec"] |= {"prefill": [[[1, 2]]], "decode": [[[3], [4]]], "prefill_chunk_tokens": 8192}
+    Path(cfg["agents_dir"]).mkdir()
+    port = 19100 + os.getpid() % 700
+    cfg["port"] = port
+
+    async def main():
+        coord = coordinator.Coordinator(cfg)
+        task = asyncio.create_task(coord.run())
+        while not Path(cfg["socket"]).exists():
+            await asyncio.sleep(0.01)
+        procs = start_agents(cfg, port)
+        try:
+            return coord, await asyncio.wait_for(task, 60)
+        finally:
+            for p in procs:
+                p.terminate()
+            for p in procs:
+                p.wait(10)
+
+    coord, res = asyncio.run(main())
+    assert res["failed_messages"] == 0 and res["in_flight_at_end"] == 0 and res["measured_requests"] > 0
+    assert res["ep_bytes"] == 0 and res["nvlink_bytes"] > 0  # decode's all-to-all stays in server 2
+    rows = records.merge_results(cfg["agents_dir"], t0=coord.t0)
+    assert {r["kind"] for r in rows} == {"kv"} and {r["src"] for r in rows} == {"gpu1"}
+    assert all(r["verified"] for r in rows)
+    import csv
+
+    with open(tmp_path / "requests.csv") as fh:
+        served = [r for r in csv.DictReader(fh) if r["ttft_s"]]
+    assert served
+    parts = ("prefill_queue_s", "prefill_compute_s", "prefill_exchange_s", "kv_transfer_s", "decode_wait_s",
+             "decode_compute_s", "decode_exchange_s")
+    for r in served:
+        assert sum(float(r[k]) for k in parts) == pytest.approx(float(r["ttft_s"]), abs=1e-9)
+        assert float(r["prefill_exchange_s"]) == 0.0
