@@ -73,7 +73,7 @@ def plan(phases: dict[tuple, list], keys: list[tuple], choices: dict, rate_bps: 
     exchange each row id belongs to. A pair's messages alternate over its port choices, as the
     coordinator's static policies do."""
     rows, of = [], {}
-    from testbed.repetition.live import exchange_ideal_s
+    from testbed.repetition.live_summary import exchange_ideal_s
 
     t = LEAD_S
     next_id = 0
@@ -96,7 +96,7 @@ def plan(phases: dict[tuple, list], keys: list[tuple], choices: dict, rate_bps: 
 
 def ratios(rows: list[dict], of: dict[int, tuple], rate_bps: float, mtu: int, links: int) -> list[dict]:
     """Per exchange: its ideal, its span from the order and from the first byte sent, over the ideal."""
-    from testbed.repetition.live import exchange_ideal_s
+    from testbed.repetition.live_summary import exchange_ideal_s
 
     by: dict[tuple, list[dict]] = {}
     for r in rows:
@@ -146,7 +146,8 @@ def summarize(fabric: str, per_exchange: list[dict], extra: dict) -> dict:
 def bench(fabric_args: dict, dp, pfc, cfg, out: Path, log) -> dict:
     """Bring the fabric up, replay the sampled exchanges, bring it down; the summary document."""
     from testbed.emulation import fabricctl
-    from testbed.repetition.live import LINKS_ON_PATH, prepare_live
+    from testbed.repetition.live import prepare_live
+    from testbed.repetition.live_summary import LINKS_ON_PATH
     from testbed.repetition.replay import Prepared, run_agents
     from traffic.runtime import records
 
@@ -175,12 +176,12 @@ def bench(fabric_args: dict, dp, pfc, cfg, out: Path, log) -> dict:
         wall = time.monotonic() - t0
     finally:
         fabricctl.down()
-    merged = records.merge_results(res["agents_dir"], t0=res["t0"])
+    merged = records.merge_results(res.agents_dir, t0=res.t0)
     per = ratios(merged, of, rate, dp.mtu, links)
     doc = summarize(fabric_args["kind"], per, {
         "rate_bps": rate, "mtu": dp.mtu, "represents_bps": cfg.represents_bps, "time_dilation": cfg.time_dilation,
-        "concurrency": cfg.concurrency, "model": cfg.model, "crashed_agents": res["crashed"],
-        "agents_cpu_s": res["agents_cpu_s"], "wall_s": round(wall, 1), "dir": str(out)})
+        "concurrency": cfg.concurrency, "model": cfg.model, "crashed_agents": res.crashed,
+        "agents_cpu_s": res.cpu_s, "wall_s": round(wall, 1), "dir": str(out)})
     (out / "bench.json").write_text(json.dumps(doc, indent=1) + "\n")
     return doc
 

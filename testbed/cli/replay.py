@@ -58,7 +58,7 @@ def replay_settings(args):
 
 def cmd_replay(args) -> int:
     from testbed.cli.outputs import out_root as out_dir
-    from testbed.repetition import replay
+    from testbed.repetition.orchestrate import run_repetition
 
     out_root = out_dir(args.out)  # before anything is built
     cfg = replay_settings(args)  # a bad trace fails before anything is built too
@@ -66,7 +66,7 @@ def cmd_replay(args) -> int:
     def log(m):
         print(m, file=sys.stderr)
 
-    run_dir = replay.replay(fabric_kwargs(args) | {"kind": args.fabric}, datapath_config(args), cfg,
+    run_dir = run_repetition(fabric_kwargs(args) | {"kind": args.fabric}, datapath_config(args), cfg,
                             out_root, log, pfc=pfc_config(args))
     s = json.loads((run_dir / "summary.json").read_text())
     print(f"{s['fabric']}: {s['verified']}/{s['transfers']} transfers verified ({s['requests']} requests), goodput "

@@ -13,7 +13,7 @@ by side. Layout (what ``testbed.report`` reads):
       headline.json      per fabric: headline numbers of every repetition and their spread
       report.html, summary.json   written by testbed.report.build_report
 
-The replay function is a parameter (default: ``testbed.repetition.replay.replay`` after a
+The repetition function is a parameter (default: ``testbed.repetition.orchestrate.run_repetition`` after a
 root/OVS/no-fabric-up check) so the loop is tested without a fabric.
 """
 
@@ -373,10 +373,11 @@ def finish(resolved: Resolved, run_dir: Path, outcomes: list[dict], log: Log) ->
 
 # ----------------------------------------------------------------- entry
 def real_replay() -> Callable:
-    """testbed.repetition.replay.replay, once root, Open vSwitch and no running fabric are confirmed: each fabric must
-    be built with the experiment's own link settings, which a fabric already up would not have."""
+    """testbed.repetition.orchestrate.run_repetition, once root, Open vSwitch and no running fabric are
+    confirmed: each fabric must be built with the experiment's own link settings, which a fabric already up
+    would not have."""
     from testbed.emulation import fabricctl
-    from testbed.repetition.replay import replay
+    from testbed.repetition.orchestrate import run_repetition
 
     fabricctl.require_root()
     fabricctl.require_ovs()
@@ -384,7 +385,7 @@ def real_replay() -> Callable:
     if st is not None:
         raise TestbedError(f"a fabric is up ({st['fabric']['kind']}, {st['fabric']['gpus']} GPUs): run "
                            "'testbed down' first (run builds every fabric itself, with the experiment's link settings)")
-    return replay
+    return run_repetition
 
 
 def run_into(resolved: Resolved, run_dir: Path, replay_fn: Callable, log: Log, versions: dict,

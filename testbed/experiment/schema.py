@@ -3,7 +3,7 @@
 An experiment costs minutes of emulator time per fabric, so everything is
 checked before anything is built: pydantic for keys, types and ranges (unknown
 keys are errors, not silently ignored), then the rules of the modules that
-will consume the values (``DatapathConfig.validate``, ``ReplayConfig.validate``,
+will consume the values (``DatapathConfig.validate``, ``RepetitionConfig.validate``,
 the fabric builders, ``traffic.model.placement``). Every problem becomes one line
 ``FILE: key.path: rule (got value)`` as a ``TestbedError``.
 
@@ -316,10 +316,10 @@ def datapath_config(exp: Experiment):
 def replay_config(exp: Experiment, rep: int = 1, kind: str | None = None):
     """The replay settings of repetition ``rep`` (1-based): seed + rep - 1; ``kind``: the fabric, whose names
     the faults take (none without it)."""
-    from testbed.repetition.replay import ReplayConfig
+    from testbed.repetition.config import RepetitionConfig
 
     t, s = exp.trace, exp.serving
-    return ReplayConfig(trace=t.path, trace_format=t.format, skip_bad=t.skip_bad, start_s=t.start_s,
+    return RepetitionConfig(trace=t.path, trace_format=t.format, skip_bad=t.skip_bad, start_s=t.start_s,
                         duration_s=t.duration_s, first_n=t.first_n, speed=t.speed, model=s.model, dtype=s.dtype,
                         prefill_tp=s.prefill_tp, decode_tp=s.decode_tp, prefill_fraction=s.prefill_fraction,
                         scheduler=s.scheduler, seed=exp.seed + rep - 1, mode=s.mode,

@@ -3,7 +3,7 @@
 Pure functions on plain data (no fabric, no root): each check takes dicts and
 lists and returns a list of violations, short strings with the numbers; an
 empty list means it holds. ``check_all`` runs them all and is what
-``testbed.repetition.replay.replay`` calls at the end of every replay (``summary.json``
+``testbed.repetition.writeup.write_up`` calls at the end of every repetition (``summary.json``
 "invariants"; the report's fidelity section shows the violations and fails on
 them).
 

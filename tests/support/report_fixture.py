@@ -172,7 +172,7 @@ def write_rep(path: Path, fabric: str, seed: int = 0, trace_seed: int = 0, n_tra
     if invariants:
         summary["invariants"] = invariants
     if serving:
-        from testbed.repetition.replay import write_operating_point
+        from testbed.repetition.writeup import write_operating_point
 
         op, flag = operating_point(overloaded)
         summary |= write_operating_point(path, op)

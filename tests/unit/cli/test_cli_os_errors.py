@@ -29,11 +29,11 @@ def _never(*args, **kwargs):
 @pytest.fixture(autouse=True)
 def no_fabric(monkeypatch):
     from testbed.emulation import fabricctl
-    from testbed.repetition import replay
+    from testbed.repetition import orchestrate
 
     for name in ("require_root", "require_ovs", "load_state", "up", "down"):
         monkeypatch.setattr(fabricctl, name, _never)
-    monkeypatch.setattr(replay, "replay", _never)
+    monkeypatch.setattr(orchestrate, "run_repetition", _never)
     monkeypatch.setattr(run, "real_replay", _never)
 
 

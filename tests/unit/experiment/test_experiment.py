@@ -282,12 +282,12 @@ def test_schema_forbids_unknown_keys_in_every_section():
 
 
 def test_replay_config_defaults_are_the_schema_defaults():
-    """ReplayConfig's own defaults (used by code that builds it directly) never drift from the schema."""
+    """RepetitionConfig's own defaults (used by code that builds it directly) never drift from the schema."""
     from dataclasses import asdict, fields
 
-    from testbed.repetition.replay import ReplayConfig
+    from testbed.repetition.config import RepetitionConfig
 
     schema = asdict(replay_config(validate({}, "defaults")))
-    own = asdict(ReplayConfig())
-    differ = {f.name: (own[f.name], schema[f.name]) for f in fields(ReplayConfig) if own[f.name] != schema[f.name]}
+    own = asdict(RepetitionConfig())
+    differ = {f.name: (own[f.name], schema[f.name]) for f in fields(RepetitionConfig) if own[f.name] != schema[f.name]}
     assert differ == {}

@@ -3,15 +3,15 @@
 import pytest
 
 from testbed.paths import AZURE_TRACE
-from testbed.repetition import live
-from testbed.repetition.replay import ReplayConfig
+from testbed.repetition import live, live_summary
+from testbed.repetition.config import RepetitionConfig
 from traffic.runtime import coordinator
 
 
-def cfg(**kw) -> ReplayConfig:
+def cfg(**kw) -> RepetitionConfig:
     base = dict(trace=str(AZURE_TRACE), driver="live", arrivals="closed", concurrency=16, model="glm-5",
                 duration_s=4, time_dilation=4, gpus_per_server=4)
-    return ReplayConfig(**(base | kw)).validate()
+    return RepetitionConfig(**(base | kw)).validate()
 
 
 def test_prepare_live_groups_each_kind_into_one_ep_group_and_scales_bytes_by_dilation():
@@ -37,14 +37,14 @@ def test_exchange_vs_ideal_of_one_packet_is_serialization_plus_store_and_forward
     # plus two more links of store-and-forward at 3 Mbit/s = 16.203 ms: ideal 20.253 ms
     msg = {"verified": True, "step": 1, "engine": "decode0", "kind": "dispatch", "src": "gpu1", "dst": "gpu9",
            "bytes": 2948, "start": 1.0, "end": 1.0 + 2 * 0.0202533}
-    assert live.exchange_vs_ideal([msg], 3e6, 3000, links=3) == [pytest.approx(2.0, rel=1e-3)]
+    assert live_summary.exchange_vs_ideal([msg], 3e6, 3000, links=3) == [pytest.approx(2.0, rel=1e-3)]
 
 
 def test_exchange_vs_ideal_takes_the_busiest_gpu_of_each_phase():
     base = {"verified": True, "engine": "decode0", "bytes": 1000, "start": 0.0}
     ms = [base | {"step": 1, "kind": "combine", "src": f"gpu{i}", "dst": "gpu9", "end": 0.1} for i in (1, 2, 3)]
     ms.append(base | {"step": 2, "kind": "combine", "src": "gpu1", "dst": "gpu9", "end": 0.1})
-    one, three = sorted(live.exchange_vs_ideal(ms, 3e6, 3000, links=3), reverse=True)
+    one, three = sorted(live_summary.exchange_vs_ideal(ms, 3e6, 3000, links=3), reverse=True)
     wire = (1000 + 90) * 8
     assert one == pytest.approx(0.1 / (wire / 6e6 + 2 * wire / 3e6))
     assert three == pytest.approx(0.1 / (3 * wire / 6e6 + 2 * wire / 3e6))

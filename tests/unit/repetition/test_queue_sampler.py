@@ -10,7 +10,7 @@ import time
 import pytest
 
 from testbed.emulation import fabricctl
-from testbed.repetition import replay
+from testbed.repetition import sampler
 
 ST = {"queues": [{"qid": "spine2:1", "kind": "switch", "towards": "leaf1"},
                  {"qid": "gpu1:p1", "kind": "nic", "towards": "leaf1"}]}
@@ -45,7 +45,7 @@ def script(monkeypatch):
         return [dict(r) for r in item]
 
     monkeypatch.setattr(fabricctl, "read_queues", read_queues)
-    monkeypatch.setattr(replay.QueueSampler, "PERIOD_S", 0.01)
+    monkeypatch.setattr(sampler.QueueSampler, "PERIOD_S", 0.01)
     return items
 
 
@@ -59,7 +59,7 @@ def no_thread_tracebacks(monkeypatch):
 
 def test_samples_and_deltas(script, tmp_path, no_thread_tracebacks):
     script += [rows(1000, 500), rows(4000, 900), rows(9000, 1500, drops=2)]
-    s = replay.QueueSampler(ST, tmp_path / "queues.csv")
+    s = sampler.QueueSampler(ST, tmp_path / "queues.csv")
     s.start()
     assert s.samples >= 1 and s.first  # start() returns once the first sample is in
     wait_for(lambda: s.samples >= 3)
@@ -73,7 +73,7 @@ def test_samples_and_deltas(script, tmp_path, no_thread_tracebacks):
 def test_the_fabric_going_away_ends_the_thread_quietly(script, tmp_path, no_thread_tracebacks, capsys):
     script += [rows(1000, 500), rows(4000, 900), FileNotFoundError(2, "No such file or directory",
                                                                     "/run/netns/tb-gpu1")]
-    s = replay.QueueSampler(ST, tmp_path / "queues.csv")
+    s = sampler.QueueSampler(ST, tmp_path / "queues.csv")
     s.start()
     s._thread.join(5)
     assert not s._thread.is_alive()
@@ -89,7 +89,7 @@ def test_a_sample_with_a_missing_counter_is_not_read_as_zero(script, tmp_path, n
     gone = rows(9000, 1500)
     del gone[0]["bytes"], gone[0]["backlog"], gone[0]["drops"], gone[0]["packets"]
     script += [rows(1000, 500), rows(4000, 900), gone]
-    s = replay.QueueSampler(ST, tmp_path / "queues.csv")
+    s = sampler.QueueSampler(ST, tmp_path / "queues.csv")
     s.start()
     s._thread.join(5)
     s.stop()
@@ -101,7 +101,7 @@ def test_a_sample_with_a_missing_counter_is_not_read_as_zero(script, tmp_path, n
 def test_a_sample_finishing_after_stop_gave_up_is_discarded(script, tmp_path, no_thread_tracebacks):
     release = threading.Event()
     script += [rows(1000, 500)]
-    s = replay.QueueSampler(ST, tmp_path / "queues.csv")
+    s = sampler.QueueSampler(ST, tmp_path / "queues.csv")
     s.start()
     real = fabricctl.read_queues
 
@@ -123,7 +123,7 @@ def test_a_sample_finishing_after_stop_gave_up_is_discarded(script, tmp_path, no
 
 def test_counters_going_down_between_samples_are_recorded(script, tmp_path, no_thread_tracebacks):
     script += [rows(1000, 500), rows(800, 600)]
-    s = replay.QueueSampler(ST, tmp_path / "queues.csv")
+    s = sampler.QueueSampler(ST, tmp_path / "queues.csv")
     s.start()
     wait_for(lambda: s.samples >= 2)
     s.stop()

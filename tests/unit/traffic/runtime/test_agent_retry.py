@@ -421,7 +421,8 @@ def test_a_receiver_reports_whole_frames_only_and_leaves_cut_ones_to_the_sender(
 # --------------------------------------------------------------------------- merge and summary
 
 def test_merged_rows_and_the_replay_summary_count_retried_and_moved_transfers(tmp_path: Path):
-    from testbed.repetition.replay import Prepared, summarize
+    from testbed.repetition.replay import Prepared
+    from testbed.repetition.writeup import summarize
 
     with _peer(NEAR, resets=99) as near:
         base = {"src": "gpu1", "dst": "gpu2", "src_ip": SENDER, "dst_port": near.port, "bytes": 300_000}
