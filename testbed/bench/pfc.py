@@ -225,7 +225,7 @@ def phase(fabric_args: dict, config: DatapathConfig, pfc, victim: tuple[int, int
     """Bring the fabric up with ``pfc``, run the incast, read counters and logs, bring it down."""
     st = fabricctl.up(fabric_args, config, log=log, pfc=pfc)
     try:
-        sdir = Path(st["state_dir"])
+        sdir = st.directory
         before = fabricctl.total_drops(st)
         t0, cpu0 = time.monotonic_ns(), cpu_times()
         result = run_incast(victim, senders, seconds)
@@ -244,7 +244,7 @@ def phase(fabric_args: dict, config: DatapathConfig, pfc, victim: tuple[int, int
             result["xoff_threshold_bytes"] = status.get("xoff_threshold_bytes")
             if out is not None:
                 result["spread"] = save_logs(sdir, out / "incast", t0, t1)
-        result["bringup_s"] = st["timings"].get("up_s")
+        result["bringup_s"] = st.timings.get("up_s")
         if bystanders:
             log(f"congestion spreading: {len(bystanders)} bystander flows alone, then beside the incast")
             skip = len(events)

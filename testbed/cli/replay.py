@@ -1,4 +1,4 @@
-"""The ``replay`` verb: flags -> ReplayConfig, run, summary table, run directory last.
+"""The ``replay`` verb: flags -> RepetitionConfig, one repetition on one fabric, summary table, run directory last.
 
 Every replay flag defaults to None: a flag left out takes the experiment schema's
 default (``testbed.experiment.schema``), so ``replay``, ``run`` and an experiment file agree.
@@ -41,6 +41,7 @@ FLAGS: dict[str, tuple[str, object]] = {
     "policy": ("policy", None),
     "cross": ("cross_flows", None),
     "represents": ("represents_bps", parse_rate),
+    "backend": ("backend", None),
 }
 
 
@@ -89,6 +90,7 @@ def cmd_replay(args) -> int:
 
 
 def register(sub) -> None:
+    from testbed import backends
     from testbed.experiment.schema import Trace
     from testbed.fabric import FABRICS
     from testbed.fabric.routing import POLICIES
@@ -119,5 +121,7 @@ def register(sub) -> None:
                    help="the real link one emulated link stands for (bytes scale = represents / rate)")
     p.add_argument("--cross", type=int, metavar="N",
                    help="N background iperf3 flows between random GPU pairs during the replay")
+    p.add_argument("--backend", choices=list(backends.NAMES),
+                   help="what carries the messages: emulated (default; root) or ideal (no fabric, no root)")
     p.add_argument("--out", default=str(REPORTS), help="an existing folder where run directories go (default reports/)")
     p.set_defaults(func=cmd_replay)

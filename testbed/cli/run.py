@@ -19,6 +19,7 @@ from testbed.experiment.schema import Override, cli_value
 # argparse dest -> (experiment key path, conversion of the flag's value)
 FLAGS: dict[str, tuple[str, object]] = {
     "fabrics": ("fabrics", lambda v: [x.strip() for x in v.split(",") if x.strip()]),
+    "backend": ("backend", None),
     "gpus": ("gpus", None),
     "gpus_per_switch": ("gpus_per_switch", None),
     "cables": ("cables", None),
@@ -137,6 +138,7 @@ def cmd_calibrate(args) -> int:
 
 
 def _experiment_options(p) -> None:
+    from testbed import backends
     from testbed.fabric.routing import POLICIES
     from testbed.paths import REPORTS
     from traffic.model import placement, schedule
@@ -146,6 +148,8 @@ def _experiment_options(p) -> None:
     p.add_argument("experiment", nargs="?", metavar="EXPERIMENT.yaml",
                    help="experiment file (default: the built-in defaults, as experiments/default.yaml)")
     p.add_argument("--fabrics", help="comma list, e.g. zcube,roft")
+    p.add_argument("--backend", choices=list(backends.NAMES),
+                   help="what carries the messages: emulated (default; root) or ideal (no fabric, no root)")
     p.add_argument("--pfc", choices=["on", "off"], help="priority flow control")
     p.add_argument("--trace", help="trace file, plain or .gz (relative to the current folder)")
     p.add_argument("--start", help="trace time where the slice starts, e.g. 600s")

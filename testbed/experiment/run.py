@@ -36,7 +36,6 @@ from testbed.errors import EnvironmentProblem, TestbedError
 from testbed.experiment.schema import Resolved, datapath_config, fabric_args, pfc_settings, replay_config
 from testbed.paths import REPO
 
-OVERHEAD_S = 40.0  # per replay: bring-up, agents' start, lead time, teardown, queue sampling and merge
 HEADLINE_KEYS = ("goodput_bps", "fct_p99_ms", "ttft_p99_ms", "ttft_p50_ms", "throughput_tokens_per_s", "pauses",
                  "drops", "kv_slowdown_p99")
 
@@ -78,15 +77,23 @@ def replayed_s(exp) -> float:
     return exp.trace.duration_s / exp.trace.speed
 
 
+def _per_repetition(exp) -> tuple[float, float]:
+    """(wall seconds of the run itself, set-up seconds) of one repetition on the experiment's backend."""
+    from testbed import backends
+
+    b = backends.get(exp.backend)
+    return (replayed_s(exp) if b.realtime else 0.0), b.setup_s
+
+
 def estimate_s(exp) -> float:
     """fabrics x repetitions x (replayed wall time + set-up overhead)."""
-    return len(exp.fabrics) * exp.repetitions * (replayed_s(exp) + OVERHEAD_S)
+    return len(exp.fabrics) * exp.repetitions * sum(_per_repetition(exp))
 
 
 def estimate_text(exp) -> str:
-    return (f"{len(exp.fabrics)} fabric(s) x {exp.repetitions} repetition(s) x "
-            f"({replayed_s(exp):g} s replayed + ~{OVERHEAD_S:g} s set-up) "
-            f"= ~{minutes(estimate_s(exp))}")
+    run_s, setup_s = _per_repetition(exp)
+    each = f"{replayed_s(exp):g} s replayed + ~{setup_s:g} s set-up" if run_s else f"~{setup_s:g} s of computing"
+    return f"{len(exp.fabrics)} fabric(s) x {exp.repetitions} repetition(s) x ({each}) = ~{minutes(estimate_s(exp))}"
 
 
 def minutes(seconds: float) -> str:
@@ -203,12 +210,12 @@ def _write_error(target: Path, text: str) -> None:
     (target / "error.txt").write_text(text)
 
 
-def _replay_once(replay_fn: Callable, exp, t, dp, pfc, target: Path, log: Log) -> None:
-    replay_fn(fabric_args(exp, t.fabric), dp, replay_config(exp, t.rep, t.fabric), out_root=None, log=log,
+def _repetition_once(repetition_fn: Callable, exp, t, dp, pfc, target: Path, log: Log) -> None:
+    repetition_fn(fabric_args(exp, t.fabric), dp, replay_config(exp, t.rep, t.fabric), out_root=None, log=log,
               run_dir=target, pfc=pfc)
 
 
-def execute(resolved: Resolved, run_dir: Path, replay_fn: Callable, log: Log) -> list[dict]:
+def execute(resolved: Resolved, run_dir: Path, repetition_fn: Callable, log: Log) -> list[dict]:
     """Every target in turn. A replay that failed for an environment reason (the machine, not the
     experiment: EnvironmentProblem) is retried once, its first attempt kept beside it as
     ``rep<k>.attempt1/`` and named in ``retried.txt``. A failing replay leaves error.txt in its
@@ -226,7 +233,7 @@ def execute(resolved: Resolved, run_dir: Path, replay_fn: Callable, log: Log) ->
         retried = None
         try:
             try:
-                _replay_once(replay_fn, exp, t, dp, pfc, target, log)
+                _repetition_once(repetition_fn, exp, t, dp, pfc, target, log)
             except EnvironmentProblem as exc:
                 retried = f"{type(exc).__name__}: {exc}"
                 aside = target.with_name(f"{target.name}.attempt1")
@@ -234,7 +241,7 @@ def execute(resolved: Resolved, run_dir: Path, replay_fn: Callable, log: Log) ->
                     target.rename(aside)
                 _write_error(aside, retried + "\n")
                 log(f"{t.fabric} repetition {t.rep} failed for an environment reason ({exc}); retrying once")
-                _replay_once(replay_fn, exp, t, dp, pfc, target, log)
+                _repetition_once(repetition_fn, exp, t, dp, pfc, target, log)
                 (target / "retried.txt").write_text(f"first attempt failed ({aside.name}/): {retried}\n")
         except KeyboardInterrupt:
             _write_error(target, "interrupted (Ctrl-C): this replay did not finish\n")
@@ -372,29 +379,24 @@ def finish(resolved: Resolved, run_dir: Path, outcomes: list[dict], log: Log) ->
 
 
 # ----------------------------------------------------------------- entry
-def real_replay() -> Callable:
-    """testbed.repetition.orchestrate.run_repetition, once root, Open vSwitch and no running fabric are
-    confirmed: each fabric must be built with the experiment's own link settings, which a fabric already up
-    would not have."""
-    from testbed.emulation import fabricctl
+def real_repetition(backend: str) -> Callable:
+    """testbed.repetition.orchestrate.run_repetition, once the backend confirmed it can carry the experiment now
+    (the emulated fabric: root, Open vSwitch and no running fabric, since each fabric must be built with the
+    experiment's own link settings, which a fabric already up would not have)."""
+    from testbed import backends
     from testbed.repetition.orchestrate import run_repetition
 
-    fabricctl.require_root()
-    fabricctl.require_ovs()
-    st = fabricctl.load_state()
-    if st is not None:
-        raise TestbedError(f"a fabric is up ({st['fabric']['kind']}, {st['fabric']['gpus']} GPUs): run "
-                           "'testbed down' first (run builds every fabric itself, with the experiment's link settings)")
+    backends.get(backend).check(build_own=True)
     return run_repetition
 
 
-def run_into(resolved: Resolved, run_dir: Path, replay_fn: Callable, log: Log, versions: dict,
+def run_into(resolved: Resolved, run_dir: Path, repetition_fn: Callable, log: Log, versions: dict,
              extra: dict | None = None) -> tuple[int, dict]:
     """Fill an existing, empty run directory: set-up files, every replay, headline, report."""
     mark_state(run_dir, "running")
     try:
         start_run_dir(resolved, run_dir, versions, log, extra)
-        outcomes = execute(resolved, run_dir, replay_fn, log)
+        outcomes = execute(resolved, run_dir, repetition_fn, log)
         result = finish(resolved, run_dir, outcomes, log)
     except KeyboardInterrupt:
         mark_state(run_dir, "interrupted", "Ctrl-C or SIGTERM: the run stopped before it finished")
@@ -441,7 +443,7 @@ def mark_killed_runs(out_root: Path) -> list[Path]:
     return marked
 
 
-def run_experiment(resolved: Resolved, out_root: Path, replay_fn: Callable | None = None, log: Log = stderr_log,
+def run_experiment(resolved: Resolved, out_root: Path, repetition_fn: Callable | None = None, log: Log = stderr_log,
                    out: Log = print) -> int:
     """The ``run`` verb: check, estimate, run everything, print the headline table and the run directory last."""
     exp = resolved.experiment
@@ -450,10 +452,10 @@ def run_experiment(resolved: Resolved, out_root: Path, replay_fn: Callable | Non
         f"{Path(exp.trace.path).name}, {exp.serving.model} TP {exp.serving.prefill_tp}->{exp.serving.decode_tp}, "
         f"{exp.link.rate / 1e6:g} Mbit/s links, PFC {'on' if exp.pfc.enabled else 'off'}")
     log(f"estimated wall time: {estimate_text(exp)}")
-    replay_fn = replay_fn or real_replay()
+    repetition_fn = repetition_fn or real_repetition(exp.backend)
     run_dir = new_run_dir(Path(out_root), exp.name)
     log(f"run directory {run_dir}")
-    status, heads = run_into(resolved, run_dir, replay_fn, log, collect_versions())
+    status, heads = run_into(resolved, run_dir, repetition_fn, log, collect_versions())
     for line in headline_table(heads):
         out(line)
     out(str(run_dir))

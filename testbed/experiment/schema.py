@@ -33,7 +33,7 @@ from pydantic import (
     field_validator,
 )
 
-from testbed import scale
+from testbed import backends, scale
 from testbed.errors import TestbedError
 from testbed.fabric.routing import DEFAULT_POLICY, POLICIES
 from testbed.paths import DEFAULT_TRACE, REPO
@@ -100,6 +100,7 @@ Connections = Literal[CONNECTION_MODES]
 Driver = Literal["plan", "live"]
 Arrivals = Literal["trace", "closed"]
 Popularity = Literal["uniform", "zipf"]
+BackendName = Literal[backends.NAMES]
 
 
 class _Section(BaseModel):
@@ -240,6 +241,9 @@ class Experiment(_Section):
     name: Optional[str] = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$",
                                 description="run-id suffix; null: the experiment file's stem, or 'default'")
     fabrics: list[FabricName] = Field(["zcube", "roft"], min_length=1, description="run one after the other")
+    backend: BackendName = Field(backends.DEFAULT, description="what carries the messages: emulated (the "
+                                 "emulated fabric: Open vSwitch, namespaces, real TCP; root) or ideal (every "
+                                 "message as fast as its sender's NICs allow; no fabric, no root)")
     gpus: int = Field(32, ge=2)
     gpus_per_switch: int = Field(8, ge=1, description="ZCube k")
     cables: Optional[int] = Field(None, ge=1, description="ZCube parallel cables per odd-even pair; null: k^2/n")
@@ -330,7 +334,8 @@ def replay_config(exp: Experiment, rep: int = 1, kind: str | None = None):
                         decode_batch=s.decode_batch, decode_step_s=s.decode_step_s,
                         prefill_chunk_tokens=s.prefill_chunk_tokens, popularity=s.popularity, zipf_s=s.zipf_s,
                         time_dilation=exp.link.time_dilation, warmup_s=s.warmup_s,
-                        gpus_per_server=exp.gpus_per_server, faults=fault_specs(exp, kind) if kind else ())
+                        gpus_per_server=exp.gpus_per_server, faults=fault_specs(exp, kind) if kind else (),
+                        backend=exp.backend)
 
 
 def fault_specs(exp: Experiment, kind: str) -> tuple:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from testbed import scale
+from testbed import backends, scale
 from testbed.errors import TestbedError
 from testbed.fabric.routing import DEFAULT_POLICY, POLICIES
 from testbed.paths import DEFAULT_TRACE
@@ -53,6 +53,7 @@ class RepetitionConfig:
     warmup_s: float = 0.0
     gpus_per_server: int = 8  # live: servers are whole groups of this many GPUs (NVLink inside)
     faults: tuple = ()  # {at, duration, target, action} dicts (fault_schedule), checked by the schema
+    backend: str = "emulated"  # what carries the messages (testbed.backends)
 
     def validate(self) -> "RepetitionConfig":
         if self.policy not in POLICIES:
@@ -62,6 +63,8 @@ class RepetitionConfig:
         if self.connections not in CONNECTION_MODES:
             raise TestbedError(f"connections {self.connections!r} is unknown: expected one of "
                                f"{', '.join(CONNECTION_MODES)}")
+        if self.backend not in backends.NAMES:
+            raise TestbedError(f"backend {self.backend!r} is unknown: expected one of {', '.join(backends.NAMES)}")
         if self.driver not in DRIVERS:
             raise TestbedError(f"driver {self.driver!r} is unknown: expected one of {', '.join(DRIVERS)}")
         if not self.time_dilation >= 1:
@@ -81,3 +84,8 @@ class RepetitionConfig:
                                "(plain or .gz)")
         return self
 
+    def record(self) -> dict:
+        """As config.json's "replay" records it (every setting by its flat name; the report reads it)."""
+        doc = asdict(self)
+        doc.pop("backend")  # config.json names the backend on its own
+        return doc

@@ -1,4 +1,5 @@
-"""The live driver's summary: the serving figures for summary.json, in real-cluster time."""
+"""The live driver's summary: the serving figures for summary.json, in real-cluster time, and the
+expert-parallel exchanges against their ideal."""
 
 from __future__ import annotations
 
@@ -6,22 +7,23 @@ import csv
 import math
 from pathlib import Path
 
-from testbed.fabric import addressing
-from testbed.repetition.live import LiveRun, LiveSetup
+from testbed import scale
+from testbed.backends.base import LinkSettings, ServingOutcome, ServingTraffic
+from testbed.fabric import Fabric, addressing
+from testbed.fabric.routing import forwarding_tables, links_on_path
+from testbed.repetition.writeup import ep_messages
 from traffic.model.breakdown import decode_step_breakdown, ttft_breakdown
 from traffic.model.metrics import percentile, rounded_percentiles
-from traffic.runtime.records import retry_counts
+from traffic.runtime.agent import HEADER as FRAME_HEADER
+from traffic.runtime.records import retry_counts, sent_pair
 
-HEADER_BYTES = 66 + 24  # per packet (Ethernet, IPv4, TCP with timestamps) + the agent's frame header
-
-
-LINKS_ON_PATH = {"zcube": 3, "roft": 4}  # NIC-switch-switch-NIC; NIC-leaf-spine-leaf-NIC (cross-rail)
+# per packet on the wire: Ethernet, IPv4 and TCP headers, and the agent's frame header (counted per packet,
+# though the agent sends one per message: the ideal errs long by up to 24 B a packet)
+EP_WIRE_OVERHEAD_BYTES = scale.HEADER_BYTES + FRAME_HEADER.size
 
 
 def _message_ports(messages: list[dict]) -> dict[int, tuple[str, str]]:
     """Message id -> ("gpu3:p1", "gpu17:p2"): the NIC ports it went between (the pair last used)."""
-    from traffic.runtime.records import sent_pair
-
     out = {}
     for m in messages:
         ends = [addressing.parse_ip(a) if a else None for a in sent_pair(m)]
@@ -34,36 +36,46 @@ def exchange_ideal_s(messages: list[dict], rate_bps: float, mtu: int, links: int
     """An exchange's ideal span on an otherwise idle fabric: the busiest GPU's bytes (sent or received,
     headers included) at ``ports`` x the link rate, plus the last packet's store-and-forward over the
     other ``links - 1`` links of its path. ``messages``: dicts with src, dst and bytes."""
-    payload = max(1, mtu - 52)
+    payload = scale.payload_bytes(mtu)
     load: dict[tuple[str, str], int] = {}
     for m in messages:
-        wire = m["bytes"] + HEADER_BYTES * -(-m["bytes"] // payload)
+        wire = m["bytes"] + EP_WIRE_OVERHEAD_BYTES * -(-m["bytes"] // payload)
         for end in (("tx", m["src"]), ("rx", m["dst"])):
             load[end] = load.get(end, 0) + wire
-    last_packet = min(max(m["bytes"] for m in messages), payload) + HEADER_BYTES
+    last_packet = min(max(m["bytes"] for m in messages), payload) + EP_WIRE_OVERHEAD_BYTES
     return max(load.values()) * 8 / (ports * rate_bps) + (links - 1) * last_packet * 8 / rate_bps
 
 
-def exchange_vs_ideal(messages: list[dict], rate_bps: float, mtu: int, links: int, ports: int = 2) -> list[float]:
+def longest_path(fabric: Fabric, messages: list[dict], tables=None) -> int:
+    """The most links any of ``messages`` crosses, over the NIC port pair it went over (the routing model's)."""
+    tables = tables or forwarding_tables(fabric)
+    pairs = {tuple(addressing.parse_ip(ip) for ip in sent_pair(m)) for m in messages}
+    return max(links_on_path(fabric, src, dst, tables) for src, dst in pairs)
+
+
+def exchange_vs_ideal(messages: list[dict], rate_bps: float, mtu: int, fabric: Fabric, ports: int = 2) -> list[float]:
     """Per exchange phase (engine, step, dispatch or combine) of the verified messages: its measured
-    span (first order to last byte) over its ideal (``exchange_ideal_s``)."""
+    span (first order to last byte) over its ideal (``exchange_ideal_s``, over the phase's longest path)."""
     phases: dict[tuple, list[dict]] = {}
     for m in messages:
         if m["verified"] and m.get("step") is not None:
             phases.setdefault((m.get("engine"), m["step"], m.get("kind")), []).append(m)
-    return [(max(m["end"] for m in ms) - min(m["start"] for m in ms)) / exchange_ideal_s(ms, rate_bps, mtu, links,
-                                                                                          ports)
-            for ms in phases.values()]
+    tables = forwarding_tables(fabric) if phases else None
+    return [(max(m["end"] for m in ms) - min(m["start"] for m in ms))
+            / exchange_ideal_s(ms, rate_bps, mtu, longest_path(fabric, ms, tables), ports) for ms in phases.values()]
 
 
-def serving_summary(res: LiveRun, setup: LiveSetup, rows: list[dict], messages: list[dict], run_dir: Path,
-                    mtu: int, rate_bps: float | None = None, fabric: str = "zcube") -> dict:
-    """The live run's serving figures for summary.json, in real-cluster time (wall time / dilation)."""
+def serving_summary(outcome: ServingOutcome, traffic: ServingTraffic, engines: dict, rows: list[dict], run_dir: Path,
+                    link: LinkSettings, fabric: Fabric, layout: dict | None = None) -> dict:
+    """The live run's serving figures for summary.json, in real-cluster time (wall time / dilation);
+    ``rows``: every merged row (KV and EP); writes messages.csv (the EP messages)."""
+    from traffic.runtime import records
 
-
-    srv = res.serving
-    spec = setup.config["spec"]
-    dilation = setup.config["dilation"]
+    srv = outcome.results
+    spec = traffic.config["spec"]
+    dilation = traffic.dilation
+    messages = ep_messages(rows)
+    records.write_transfers_csv(messages, run_dir / "messages.csv", extra=("kind", "engine", "step"))
 
     def pct(values: list[float]) -> dict:
         return rounded_percentiles(values, factor=1e3)  # seconds -> ms
@@ -78,13 +90,12 @@ def serving_summary(res: LiveRun, setup: LiveSetup, rows: list[dict], messages: 
     exchange = [float(s["exchange_s"]) for s in steps if s["exchange_s"] and int(s["messages"])]
     decode_step = [float(s["end_s"]) - float(s["start_s"]) for s in steps
                    if s["engine"].startswith("decode") and s["end_s"]]
-    lateness = [r["start"] - r["scheduled_start"] for r in rows + messages
+    lateness = [r["start"] - r["scheduled_start"] for r in rows + messages  # (EP messages twice: as it was)
                 if r["start"] is not None and r["scheduled_start"] is not None]
     lateness_real = [x / dilation for x in lateness]
-    payload = max(1, mtu - 52)
-    packets = [math.ceil(r["bytes"] / payload) for r in rows if r["bytes"]]
+    packets = [math.ceil(r["bytes"] / link.payload_bytes) for r in rows if r["bytes"]]
     util = srv["utilization"]
-    vs_ideal = exchange_vs_ideal(messages, rate_bps, mtu, LINKS_ON_PATH.get(fabric, 4)) if rate_bps else []
+    vs_ideal = exchange_vs_ideal(messages, link.rate_bps, link.mtu, fabric)
     return {
         "driver": "live",
         "closed_loop": spec["arrivals"] == "closed",
@@ -115,8 +126,8 @@ def serving_summary(res: LiveRun, setup: LiveSetup, rows: list[dict], messages: 
         "control_lag_ms": srv["control_lag_ms"],
         "coordinator_cpu_s": srv.get("cpu_s"),
         "serving_failed_messages": srv["failed_messages"],
-        "engines": setup.engines,
-        "serving_layout": setup.layout,
+        "engines": engines,
+        "serving_layout": layout,
         "ttft_breakdown_ms": ttft_breakdown(reqs, lo, end),
         "decode_step_breakdown_ms": decode_step_breakdown(steps, lo, end, _message_ports(messages)),
         "times_note": "ttft, steps, throughput and start lateness are real-cluster time; fct and "

@@ -3,8 +3,8 @@
 Pipeline: trace -> slice (window, first N, speed) -> placement and scheduler
 -> ``traffic.model.schedule`` (KV bytes per rank pair, scaled by the one scale
 model, cut into slices) -> one plan row per transfer (``prepare``) -> a
-``traffic.runtime.agent`` in every GPU namespace sends its plan over real TCP and
-receives the others' (``run_agents``).
+network backend sends each at its start (on the emulated fabric: a ``traffic.runtime.agent`` in
+every GPU namespace sends its plan over real TCP and receives the others').
 
 Times stay real and bytes are scaled (``testbed.scale``): a transfer of B
 real bytes becomes B / bytes_scale emulated bytes, which take as long over
@@ -15,36 +15,34 @@ a GPU pair goes p1 -> dst p2 when k is even and p2 -> dst p1 when odd.
 
 from __future__ import annotations
 
-import os
-import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from testbed import scale
-from testbed.emulation import fabricctl
-from testbed.errors import EnvironmentProblem, TestbedError
-from testbed.fabric import addressing
+from testbed.backends.base import Backend, Carried, FabricSpec, LinkSettings, Log, Network, PlannedTraffic
+from testbed.errors import TestbedError
+from testbed.fabric import Fabric, addressing
 from testbed.fabric.routing import plan_ports
-from testbed.paths import REPO, module_env
-from testbed.repetition import agents
 from testbed.repetition.config import RepetitionConfig
+from testbed.repetition.driver import Driver, conditions
+from testbed.repetition.writeup import write_operating_point
 from traffic.runtime.launcher import AGENT_PORT
 
 
 @dataclass
-class Prepared:
-    schedule: object
-    plan_rows: list[dict]
+class ReplayPlan:
+    """The planned replay's traffic: one plan row per transfer that crosses the network."""
+
+    schedule: object  # traffic.model.schedule.Schedule
+    plan_rows: list[dict]  # traffic.runtime.records.PLAN_KEYS (+ request_id, dst, alt_src_ip, alt_dst_ip)
     offset_s: float  # trace time of plan time 0
     requests: int
     skipped_rows: int
     warnings: list[str] = field(default_factory=list)
-    represents_bps: float = scale.REAL_LINK_BPS
     operating_point: object = None  # traffic.model.schedule.OperatingPoint of the replayed window
 
 
-def prepare(cfg: RepetitionConfig, n_gpus: int, rate_bps: float, mtu: int, fabric=None) -> Prepared:
+def prepare(cfg: RepetitionConfig, n_gpus: int, rate_bps: float, mtu: int, fabric=None) -> ReplayPlan:
     """Everything up to the per-GPU plans: pure computation, no fabric needed. ``fabric``: the
     fabric model (``testbed.fabric.build_fabric``), which the ``adaptive`` port policy needs."""
     from traffic.model import models, placement, schedule, traces
@@ -83,120 +81,41 @@ def prepare(cfg: RepetitionConfig, n_gpus: int, rate_bps: float, mtu: int, fabri
     flag = schedule.overloaded(op)
     if flag:
         warnings.insert(0, flag)
-    return Prepared(sched, rows, offset, len(reqs), read.skipped, warnings, cfg.represents_bps, op)
+    return ReplayPlan(sched, rows, offset, len(reqs), read.skipped, warnings, op)
 
 
-def _count_lines(paths: list[Path]) -> int:
-    total = 0
-    for p in paths:
-        try:
-            with open(p, "rb") as fh:
-                total += fh.read().count(b"\n")
-        except FileNotFoundError:
-            pass
-    return total
+def ttft_proxies(plan: ReplayPlan, rows: list[dict]) -> list[float]:
+    """Each request's time to first token as the planned replay has it: its last KV byte's arrival plus
+    the decode's first step (``traffic.model.schedule.ttft_proxies``)."""
+    from traffic.model import schedule
+
+    ends: dict[int, float] = {}
+    for r in rows:
+        if r["end"] is not None:
+            ends[r["request_id"]] = max(ends.get(r["request_id"], 0.0), r["end"] + plan.offset_s)
+    return list(schedule.ttft_proxies(plan.schedule, ends, allow_missing=True).values())
 
 
-READY_TIMEOUT_S = 60.0  # every agent listening; forked agents take ~2 s for 64 here
+class PlannedDriver(Driver):
+    """Every KV transfer timed from the trace before the run."""
 
+    name = "plan"
 
-START_MARGIN_S = 0.5  # from handing out t0 to the first scheduled start
+    def prepare(self, cfg: RepetitionConfig, net: Network) -> ReplayPlan:
+        return prepare(cfg, net.model.n_gpus, net.link.rate_bps, net.link.mtu, net.model)
 
+    def run(self, prepared: ReplayPlan, backend: Backend, spec: FabricSpec, cfg: RepetitionConfig, run_dir: Path,
+            log: Log) -> Carried:
+        traffic = PlannedTraffic(prepared.plan_rows)
+        return backend.carry(spec, traffic, conditions(cfg, 1 / cfg.speed, traffic.last_start_s), run_dir, log)
 
-@dataclass
-class AgentsRun:
-    """What the agents left after a run: where their records are, and how they fared."""
+    def summarize(self, prepared: ReplayPlan, carried: Carried, rows: list[dict], run_dir: Path, fabric: Fabric,
+                  link: LinkSettings) -> dict:
+        from traffic.model.metrics import rounded_percentiles
 
-    t0: float  # CLOCK_MONOTONIC of plan time 0; the records' times are on this clock
-    agents_dir: Path  # <name>.plan.jsonl, .sent.jsonl, .recv.jsonl (traffic.runtime.records.merge_results)
-    crashed: dict[str, int]  # agent -> exit status, for agents that exited early or badly
-    ready_s: float  # from the fork to every agent listening
-    cpu_s: float  # all agents' CPU seconds, start to stop
-
-
-def _wait_ready(fleet, names: list[str], agents_dir: Path, timeout_s: float) -> float:
-    """Seconds until every agent said it is listening; EnvironmentProblem naming the slow ones."""
-    started = time.monotonic()
-    while True:
-        missing = [n for n in names if not (agents_dir / f"{n}.ready").exists()]
-        if not missing:
-            return time.monotonic() - started
-        dead = {n: rc for n, rc in fleet.exited().items() if n in missing}
-        if dead:
-            n = next(iter(dead))
-            tail = (agents_dir / f"{n}.stderr").read_text(errors="replace").strip().splitlines()[-1:]
-            raise EnvironmentProblem(f"agent {n} exited ({dead[n]}) before it was ready: {tail}")
-        if not fleet.launcher_alive():
-            raise EnvironmentProblem(f"the agent launcher exited ({fleet.proc.returncode}) before "
-                                     f"{len(missing)} agents were ready")
-        if time.monotonic() - started > timeout_s:
-            load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-            raise EnvironmentProblem(f"{len(missing)} of {len(names)} agents were not listening after {timeout_s:g} s "
-                                     f"({', '.join(missing[:8])}{' ...' if len(missing) > 8 else ''}); "
-                                     f"load average {load} on {os.cpu_count()} CPUs")
-        time.sleep(0.02)
-
-
-def run_agents(st, prepared: Prepared, run_dir: Path, timeout_s: float, connections: str, log=print,
-               ready_timeout_s: float = READY_TIMEOUT_S, on_t0=None) -> AgentsRun:
-    """Start one agent per GPU, hand out the common t0 once all listen, wait for the plan, stop them.
-    ``on_t0``: called with t0 once it is handed out (the fault schedule starts its clock there)."""
-    from traffic.runtime import records
-    from traffic.runtime.launcher import Fleet
-
-    agents_dir = run_dir / "agents"
-    gpus = list(fabricctl.fabric_of_state(st).gpus())
-    names = [f"gpu{g}" for g in gpus]
-    plans = records.write_plans(prepared.plan_rows, agents_dir, agents=names)
-    specs = agents.agent_specs(gpus, agents.plan_orders(plans), agents_dir, timeout_s, connections)
-    fleet = Fleet(specs, agents_dir / "launcher.json", cwd=REPO,
-                  env=module_env())
-    crashed: dict[str, int] = {}
-    try:
-        ready_s = _wait_ready(fleet, names, agents_dir, ready_timeout_s)
-        log(f"{len(names)} agents listening after {ready_s:.2f} s")
-        t0 = time.monotonic() + START_MARGIN_S
-        fleet.go(t0)
-        if on_t0 is not None:
-            on_t0(t0)
-        last_start = max(r["start"] for r in prepared.plan_rows)
-        deadline = t0 + last_start + timeout_s + 5
-        sent_files = [agents_dir / f"{n}.sent.jsonl" for n in names]
-        total = len(prepared.plan_rows)
-        log(f"replaying {total} transfers over {last_start:.1f} s")
-        progress = _progress(total)
-        while time.monotonic() < deadline:
-            crashed = fleet.exited()
-            done_names = {n for n in names if (agents_dir / f"{n}.done").exists()}
-            progress(_count_lines(sent_files), time.monotonic() - t0)
-            if len(done_names | set(crashed)) == len(names):
-                break
-            time.sleep(0.5)
-        progress(_count_lines(sent_files), time.monotonic() - t0, final=True)
-        time.sleep(0.5)  # receivers log the last bytes of what the senders saw acked
-    finally:
-        before_stop = set(fleet.exited())
-        exits = fleet.stop()
-        crashed = {n: rc for n, rc in exits.items() if n in before_stop or rc != 0}
-        crashed |= {n: -9 for n in names if n not in exits}
-    return AgentsRun(t0, agents_dir, crashed, round(ready_s, 3), round(sum(fleet.cpu_s.values()), 3))
-
-
-def _progress(total: int):
-    """A one-line progress display (rich when stderr is a terminal, else quiet)."""
-    if not sys.stderr.isatty():
-        return lambda done, elapsed, final=False: None
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-    bar = Progress(TextColumn("replay"), BarColumn(), TextColumn("{task.completed}/{task.total} transfers"),
-                   TimeElapsedColumn(), transient=False)
-    task = bar.add_task("replay", total=total)
-    bar.start()
-
-    def update(done: int, elapsed: float, final: bool = False) -> None:
-        bar.update(task, completed=done)
-        if final:
-            bar.stop()
-
-    return update
-
+        out = {"requests": prepared.requests,
+               "ttft_ms": rounded_percentiles(ttft_proxies(prepared, rows), ("p50", "p99"), 1e3),
+               "kv_bytes": sum(t.kv_bytes for t in prepared.schedule.requests)}
+        if prepared.operating_point is not None:
+            out |= write_operating_point(run_dir, prepared.operating_point)
+        return out

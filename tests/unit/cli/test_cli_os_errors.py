@@ -34,7 +34,7 @@ def no_fabric(monkeypatch):
     for name in ("require_root", "require_ovs", "load_state", "up", "down"):
         monkeypatch.setattr(fabricctl, name, _never)
     monkeypatch.setattr(orchestrate, "run_repetition", _never)
-    monkeypatch.setattr(run, "real_replay", _never)
+    monkeypatch.setattr(run, "real_repetition", _never)
 
 
 def one_line(capsys, argv: list[str], alone: bool = True) -> str:
@@ -152,7 +152,7 @@ def test_plan_graph_on_a_full_disk_png(capsys, tmp_path, monkeypatch):
 
 # ------------------------------------------------------------ a full disk during a run
 def test_run_on_a_full_disk_is_one_line(capsys, tmp_path, monkeypatch):
-    monkeypatch.setattr(run, "real_replay", lambda: _never)
+    monkeypatch.setattr(run, "real_repetition", lambda backend: _never)
     monkeypatch.setattr(run, "collect_versions", lambda: {})
 
     def full_disk(path, doc):
@@ -164,7 +164,7 @@ def test_run_on_a_full_disk_is_one_line(capsys, tmp_path, monkeypatch):
 
 
 def test_an_os_error_naming_a_file_names_it(capsys, tmp_path, monkeypatch):
-    monkeypatch.setattr(run, "real_replay", lambda: _never)
+    monkeypatch.setattr(run, "real_repetition", lambda backend: _never)
     monkeypatch.setattr(run, "collect_versions", lambda: {})
     target = tmp_path / "x" / "experiment.json"
 

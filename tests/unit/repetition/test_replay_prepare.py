@@ -52,7 +52,6 @@ def test_bad_replay_config_is_one_clear_error(change, word):
 def test_standing_for_a_slower_real_link_puts_more_bytes_on_the_emulated_one():
     at400 = prepare(RepetitionConfig(duration_s=15), 16, 3e6, 3000)
     at100 = prepare(RepetitionConfig(duration_s=15, represents_bps=100e9), 16, 3e6, 3000)
-    assert at400.represents_bps == 400e9 and at100.represents_bps == 100e9
     assert {r["start"] for r in at100.plan_rows} == {r["start"] for r in at400.plan_rows}  # times stay real
     assert sum(r["bytes"] for r in at100.plan_rows) == pytest.approx(4 * sum(r["bytes"] for r in at400.plan_rows),
                                                                      rel=0.02)

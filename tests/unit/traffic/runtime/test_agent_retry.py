@@ -421,7 +421,7 @@ def test_a_receiver_reports_whole_frames_only_and_leaves_cut_ones_to_the_sender(
 # --------------------------------------------------------------------------- merge and summary
 
 def test_merged_rows_and_the_replay_summary_count_retried_and_moved_transfers(tmp_path: Path):
-    from testbed.repetition.replay import Prepared
+    from testbed.backends.base import LinkSettings
     from testbed.repetition.writeup import summarize
 
     with _peer(NEAR, resets=99) as near:
@@ -438,6 +438,7 @@ def test_merged_rows_and_the_replay_summary_count_retried_and_moved_transfers(tm
     assert RESET.match(rows[1]["first_error"])
     assert (rows[2]["retried"], rows[2]["moved"], rows[2]["first_error"]) == (False, True, None)
     assert tuple(rows[3]) == COLUMNS  # nothing happened to it: the row is as it always was
-    summary = summarize("zcube", list(rows.values()), Prepared(None, [], 0.0, 3, 0), 1e9, 1500, 0, {}, [])
+    summary = summarize("zcube", list(rows.values()), LinkSettings(1e9, 1500, 18000, 60000, 1_514_000, 400e9), 0,
+                        {}, [])
     assert (summary["verified"], summary["failed"]) == (3, 0)
     assert (summary["transfers_retried"], summary["transfers_moved"]) == (1, 2)

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import threading
 import time
-from pathlib import Path
 
+from testbed.backends.base import QueueCounters, QueueInfo, Snapshot
 from testbed.emulation import fabricctl
+from testbed.emulation.state import FabricState
 from testbed.errors import EnvironmentProblem
 
 
 class QueueSampler:
     """Samples every fabric queue (backlog, drops, bytes sent) through netlink
-    about once a second into queues.csv; keeps the first and last sample for
-    per-link totals and drops.
+    about once a second; keeps every sample (queues.csv; counters going down between
+    two are a measurement invariant of the write-up) and the first and last for
+    per-link totals and drops (``counters``).
 
     Only complete samples count: a queue without its bfifo counters (device or
     namespace already gone) ends the sampling instead of reading as 0, which is
@@ -22,30 +24,26 @@ class QueueSampler:
     counters start from a quiet fabric); ``stop`` waits for the last; a sample
     that finishes after ``stop`` gave up waiting is discarded. Errors (the
     fabric went away under the thread) end the thread quietly and are kept in
-    ``error``; counters that went down between consecutive samples are kept in
-    ``regressions``."""
+    ``error``."""
 
     PERIOD_S = 1.0
     WAIT_S = 30.0  # longest start() waits for the first sample and stop() for the last
 
-    def __init__(self, st: dict, path: Path) -> None:
-        self.st, self.path = st, path
-        self.first: dict[str, dict] = {}
-        self.last: dict[str, dict] = {}
+    def __init__(self, st: FabricState) -> None:
+        self.st = st
+        self.first: Snapshot = {}
+        self.last: Snapshot = {}
         self.t_first = self.t_last = 0.0
         self.read_s = 0.0  # the longest sample read
-        self.samples = 0
+        self.samples: list[tuple[float, Snapshot]] = []
         self.error: str | None = None
-        self.regressions: list[str] = []
         self._closed = False
         self._lock = threading.Lock()
         self._first_done = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="queue-sampler", daemon=True)
 
-    def _sample(self, fh) -> None:
-        from testbed.repetition import invariants
-
+    def _sample(self) -> None:
         t = time.monotonic()
         rows = {q["queue"]: q for q in fabricctl.read_queues(self.st)}
         gone = [q for q, r in rows.items() if "bytes" not in r]
@@ -56,28 +54,22 @@ class QueueSampler:
             if self._closed:
                 return
             self.read_s = max(self.read_s, time.monotonic() - t)
-            if self.last:
-                self.regressions += invariants.counter_regressions(self.last, rows, self.t_last, t)
             if not self.first:
                 self.first, self.t_first = rows, t
             self.last, self.t_last = rows, t
-            self.samples += 1
-            for q in rows.values():
-                fh.write(f"{t:.3f},{q['queue']},{q['towards']},{q['backlog']},{q['drops']},{q['bytes']}\n")
+            self.samples.append((t, rows))
 
     def _run(self) -> None:
         try:
-            with open(self.path, "w") as fh:
-                fh.write("time,queue,towards,backlog_bytes,drops,sent_bytes\n")
-                while True:
-                    self._sample(fh)
-                    self._first_done.set()
-                    if self._stop.wait(self.PERIOD_S):
-                        self._sample(fh)
-                        return
+            while True:
+                self._sample()
+                self._first_done.set()
+                if self._stop.wait(self.PERIOD_S):
+                    self._sample()
+                    return
         except Exception as exc:  # noqa: BLE001 - e.g. FileNotFoundError: /run/netns/tb-gpu1 (fabric gone)
             if not self._closed:
-                self.error = f"sampling stopped after {self.samples} samples: {type(exc).__name__}: {exc}"
+                self.error = f"sampling stopped after {len(self.samples)} samples: {type(exc).__name__}: {exc}"
         finally:
             self._first_done.set()
 
@@ -93,13 +85,9 @@ class QueueSampler:
             if self._thread.is_alive() and self.error is None:
                 self.error = f"the last sample did not finish within {self.WAIT_S:g} s of stop: the counters end early"
 
-    def drops(self, kind: str | None = None) -> int:
-        """Packets the queues (of ``kind``: "switch" or "nic", default all) dropped during the run."""
-        kinds = {q["qid"]: q["kind"] for q in self.st["queues"]}
-        return sum(self.last[q]["drops"] - self.first[q]["drops"] for q in self.last
-                   if q in self.first and kind in (None, kinds.get(q)))
-
-    def link_bytes(self) -> dict[str, tuple[str, int]]:
-        """queue -> (what it feeds, bytes it sent during the run)."""
-        return {q: (r["towards"], r["bytes"] - self.first[q]["bytes"]) for q, r in self.last.items() if q in self.first}
-
+    def counters(self) -> QueueCounters:
+        """What was sampled, for the write-up (after ``stop``)."""
+        with self._lock:
+            return QueueCounters([QueueInfo(q["qid"], q["kind"], q["towards"]) for q in self.st.queues],
+                                 self.first, self.last, self.t_first, self.t_last, list(self.samples), self.error,
+                                 self.read_s)

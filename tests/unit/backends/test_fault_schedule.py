@@ -1,6 +1,6 @@
 """An experiment's faults as timed actions, and what a run says when one was late or not applied."""
 
-from testbed.repetition.fault_schedule import Action, actions
+from testbed.backends.emulated.faults import Action, actions
 from testbed.repetition.writeup import _warn_on_checks
 
 

@@ -8,17 +8,15 @@ import subprocess
 import sys
 import time
 
-from testbed.emulation import fabricctl
 from testbed.emulation.datapath import netns_of
-from testbed.fabric import addressing
+from testbed.fabric import Fabric, addressing
 from testbed.paths import REPO, module_env
 
 CROSS_PORT = 5400
 
 
-def start_cross_traffic(st: dict, n_flows: int, seed: int, seconds: float) -> list:
+def start_cross_traffic(fabric: Fabric, n_flows: int, seed: int, seconds: float) -> list:
     """``n_flows`` iperf3 flows between random GPU pairs (p1 -> dst p2), through the binding."""
-    fabric = fabricctl.fabric_of_state(st)
     rng = random.Random(seed)
     gpus = list(fabric.gpus())
     flows = []
