@@ -265,9 +265,9 @@ class Backend(abc.ABC):
     def refuse_unsupported(self, conditions: Conditions) -> None:
         """A TestbedError when ``conditions`` ask for something this backend does not do."""
         if conditions.cross_flows and CROSS_TRAFFIC not in self.supports:
-            raise TestbedError(f"cross_flows: the {self.name} backend carries no cross traffic: expected 0")
+            raise TestbedError(f"the {self.name} backend carries no cross traffic: expected 0", key="cross_flows")
         if conditions.faults and FAULTS not in self.supports:
-            raise TestbedError(f"faults: the {self.name} backend cannot inject faults: expected none")
+            raise TestbedError(f"the {self.name} backend cannot inject faults: expected none", key="faults")
 
     @abc.abstractmethod
     def network(self, spec: FabricSpec) -> Network:

@@ -168,15 +168,16 @@ def bench(fabric_args: dict, dp, pfc, cfg, out: Path, log) -> dict:
     st = fabricctl.up(fabric_args, dp, log=log, pfc=pfc)
     try:
         t0 = time.monotonic()
-        res = run_plan(list(st.model().gpus()), rows, out / "agents", cfg.transfer_timeout_s, cfg.connections, log)
+        res = run_plan(list(st.model().gpus()), rows, out / "agents", cfg.transfer_timeout_s, cfg.serving.connections,
+                       log)
         wall = time.monotonic() - t0
     finally:
         fabricctl.down()
     merged = records.merge_results(res.agents_dir, t0=res.t0)
     per = ratios(merged, of, rate, dp.mtu, fabric)
     doc = summarize(fabric_args["kind"], per, {
-        "rate_bps": rate, "mtu": dp.mtu, "represents_bps": cfg.represents_bps, "time_dilation": cfg.time_dilation,
-        "concurrency": cfg.concurrency, "model": cfg.model, "crashed_agents": res.crashed,
+        "rate_bps": rate, "mtu": dp.mtu, "represents_bps": cfg.represents_bps, "time_dilation": cfg.link.time_dilation,
+        "concurrency": cfg.serving.concurrency, "model": cfg.serving.model, "crashed_agents": res.crashed,
         "agents_cpu_s": res.cpu_s, "wall_s": round(wall, 1), "dir": str(out)})
     (out / "bench.json").write_text(json.dumps(doc, indent=1) + "\n")
     return doc

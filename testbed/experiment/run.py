@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Callable
 
 from testbed.errors import EnvironmentProblem, TestbedError
-from testbed.experiment.schema import Resolved, datapath_config, fabric_args, pfc_settings, replay_config
+from testbed.experiment.schema import Resolved, datapath_config, fabric_args, pfc_settings, repetition_config
 from testbed.paths import REPO
 
 HEADLINE_KEYS = ("goodput_bps", "fct_p99_ms", "ttft_p99_ms", "ttft_p50_ms", "throughput_tokens_per_s", "pauses",
@@ -211,7 +211,7 @@ def _write_error(target: Path, text: str) -> None:
 
 
 def _repetition_once(repetition_fn: Callable, exp, t, dp, pfc, target: Path, log: Log) -> None:
-    repetition_fn(fabric_args(exp, t.fabric), dp, replay_config(exp, t.rep, t.fabric), out_root=None, log=log,
+    repetition_fn(fabric_args(exp, t.fabric), dp, repetition_config(exp, t.rep, t.fabric), out_root=None, log=log,
               run_dir=target, pfc=pfc)
 
 

@@ -1,91 +1,72 @@
-"""A repetition's settings: what one repetition on one fabric replays, and how (either driver)."""
+"""A repetition's settings: the experiment's sections as they are, and what differs per repetition.
+
+The experiment file's sections (``testbed.repetition.settings``: trace, serving, link) are passed
+through whole and read where they are used (``cfg.trace.speed``, ``cfg.serving.policy``); only the
+seed, the fabric's faults and the backend are the repetition's own. They were checked when the
+experiment was (``testbed.experiment.schema.validate``), so nothing here checks them again.
+"""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from pathlib import Path
+from dataclasses import dataclass, field
 
-from testbed import backends, scale
-from testbed.errors import TestbedError
-from testbed.fabric.routing import DEFAULT_POLICY, POLICIES
-from testbed.paths import DEFAULT_TRACE
-from traffic.runtime.agent import CONNECTION_MODES
+from testbed.backends import DEFAULT as DEFAULT_BACKEND
+from testbed.repetition.settings import Link, Serving, Trace
 
-DRIVERS = ("plan", "live")
+TRANSFER_TIMEOUT_S = 60.0  # a message not delivered by then has failed
+
+# config.json's "replay" record: every setting under the flat name it always had (the report and older run
+# directories read these names), in the order it always had -> (section, key) or a top-level attribute
+RECORD: tuple[tuple[str, str, str | None], ...] = (
+    ("trace", "trace", "path"), ("trace_format", "trace", "format"), ("skip_bad", "trace", "skip_bad"),
+    ("start_s", "trace", "start_s"), ("duration_s", "trace", "duration_s"), ("first_n", "trace", "first_n"),
+    ("speed", "trace", "speed"), ("model", "serving", "model"), ("dtype", "serving", "dtype"),
+    ("prefill_tp", "serving", "prefill_tp"), ("decode_tp", "serving", "decode_tp"),
+    ("prefill_fraction", "serving", "prefill_fraction"), ("scheduler", "serving", "scheduler"),
+    ("seed", "seed", None), ("mode", "serving", "mode"), ("chunk_bytes", "chunk_bytes", None),
+    ("policy", "serving", "policy"), ("transfer_timeout_s", "transfer_timeout_s", None),
+    ("cross_flows", "cross_flows", None), ("represents_bps", "link", "represents"),
+    ("connections", "serving", "connections"), ("driver", "serving", "driver"), ("arrivals", "serving", "arrivals"),
+    ("concurrency", "serving", "concurrency"), ("prefill_ep", "serving", "prefill_ep"),
+    ("layout", "serving", "layout"), ("decode_ep", "serving", "decode_ep"), ("decode_batch", "serving", "decode_batch"),
+    ("decode_step_s", "serving", "decode_step_s"), ("prefill_chunk_tokens", "serving", "prefill_chunk_tokens"),
+    ("popularity", "serving", "popularity"), ("zipf_s", "serving", "zipf_s"),
+    ("time_dilation", "link", "time_dilation"), ("warmup_s", "serving", "warmup_s"),
+    ("gpus_per_server", "gpus_per_server", None), ("faults", "faults", None),
+)
 
 
-@dataclass
+@dataclass(frozen=True)
 class RepetitionConfig:
-    trace: str = str(DEFAULT_TRACE)
-    trace_format: str = "auto"
-    skip_bad: bool = False
-    start_s: float = 0.0  # trace window start (trace seconds)
-    duration_s: float = 120.0  # trace seconds replayed (after speed-up: wall seconds = duration / speed)
-    first_n: int | None = None
-    speed: float = 1.5
-    model: str = "llama-3.1-70b"
-    dtype: str = "bf16"
-    prefill_tp: int = 8
-    decode_tp: int = 2
-    prefill_fraction: float = 0.5
-    scheduler: str = "round_robin"
-    seed: int = 0
-    mode: str = "whole"
-    chunk_bytes: int | None = 65536
-    policy: str = DEFAULT_POLICY
-    transfer_timeout_s: float = 60.0
-    cross_flows: int = 0  # background iperf3 flows (random GPU pairs, seeded) for the whole replay
-    represents_bps: float = scale.REAL_LINK_BPS  # the real link an emulated one stands for
-    connections: str = CONNECTION_MODES[0]  # the agents' --connections: persistent
-    # the live driver (testbed/repetition/live.py): serving with the network in the loop
-    driver: str = "plan"  # plan: every KV transfer timed before the run; live: a coordinator runs the cluster
-    arrivals: str = "trace"  # live: trace-timed arrivals, or closed loop with `concurrency` requests in flight
-    concurrency: int = 64
-    prefill_ep: int | None = None  # live, MoE: GPUs per prefill EP group (None: all prefill GPUs)
-    layout: str | None = None  # live, MoE: a named serving layout (traffic.model.placement.SERVING_LAYOUTS)
-    decode_ep: int | None = None
-    decode_batch: int = 256
-    decode_step_s: float = 0.030
-    prefill_chunk_tokens: int = 512
-    popularity: str = "uniform"
-    zipf_s: float = 1.0
-    time_dilation: float = 1.0
-    warmup_s: float = 0.0
-    gpus_per_server: int = 8  # live: servers are whole groups of this many GPUs (NVLink inside)
-    faults: tuple = ()  # {at, duration, target, action} dicts (fault_schedule), checked by the schema
-    backend: str = "emulated"  # what carries the messages (testbed.backends)
+    trace: Trace = field(default_factory=Trace)
+    serving: Serving = field(default_factory=Serving)
+    link: Link = field(default_factory=Link)
+    seed: int = 0  # the experiment's seed + repetition - 1 (scheduler, expert routing, cross traffic)
+    cross_flows: int = 0  # background bulk flows (random GPU pairs, seeded) for the whole repetition
+    gpus_per_server: int = 8  # servers are whole groups of this many GPUs (NVLink inside)
+    faults: tuple[dict, ...] = ()  # {at, duration, target, action} on this fabric (the schema checked them)
+    backend: str = DEFAULT_BACKEND  # what carries the messages (testbed.backends)
+    transfer_timeout_s: float = TRANSFER_TIMEOUT_S
 
-    def validate(self) -> "RepetitionConfig":
-        if self.policy not in POLICIES:
-            raise TestbedError(f"policy {self.policy!r} is unknown: expected one of {', '.join(POLICIES)}")
-        if not self.duration_s > 0:
-            raise TestbedError(f"duration {self.duration_s:g} s is not positive: expected e.g. 120s")
-        if self.connections not in CONNECTION_MODES:
-            raise TestbedError(f"connections {self.connections!r} is unknown: expected one of "
-                               f"{', '.join(CONNECTION_MODES)}")
-        if self.backend not in backends.NAMES:
-            raise TestbedError(f"backend {self.backend!r} is unknown: expected one of {', '.join(backends.NAMES)}")
-        if self.driver not in DRIVERS:
-            raise TestbedError(f"driver {self.driver!r} is unknown: expected one of {', '.join(DRIVERS)}")
-        if not self.time_dilation >= 1:
-            raise TestbedError(f"time dilation {self.time_dilation:g} is below 1: expected 1 (none) or more")
-        if self.driver == "plan" and (self.arrivals != "trace" or self.time_dilation != 1):
-            raise TestbedError("closed-loop arrivals and time dilation need serving.driver live; the planned replay "
-                               "times every transfer from the trace")
-        if not self.represents_bps > 0:
-            raise TestbedError(f"represents {self.represents_bps:g} bit/s is not positive: expected e.g. 400gbit")
-        if not self.speed > 0:
-            raise TestbedError(f"speed {self.speed:g} is not positive: expected e.g. 1 or 10")
-        if Path(self.trace).is_dir():
-            raise TestbedError(f"trace {self.trace} is a directory: expected a Mooncake JSONL or Azure CSV file "
-                               "(plain or .gz)")
-        if not Path(self.trace).is_file():
-            raise TestbedError(f"trace {self.trace} does not exist: expected a Mooncake JSONL or Azure CSV file "
-                               "(plain or .gz)")
-        return self
+    @property
+    def chunk_bytes(self) -> int | None:
+        """Slice size in emulated bytes; None: no slicing (the file's 0 or null)."""
+        return self.serving.chunk_bytes or None
+
+    @property
+    def represents_bps(self) -> float:
+        return self.link.represents
+
+    @property
+    def wall_per_run_s(self) -> float:
+        """Wall seconds per second of the run's own clock: the live driver's time dilation, the planned
+        replay's 1 / speed (it replays trace time sped up)."""
+        return self.link.time_dilation if self.serving.driver == "live" else 1 / self.trace.speed
 
     def record(self) -> dict:
-        """As config.json's "replay" records it (every setting by its flat name; the report reads it)."""
-        doc = asdict(self)
-        doc.pop("backend")  # config.json names the backend on its own
-        return doc
+        """As config.json's "replay" records it (``RECORD``)."""
+        out = {}
+        for name, where, key in RECORD:
+            value = getattr(getattr(self, where), key) if key else getattr(self, where)
+            out[name] = list(value) if isinstance(value, tuple) else value
+        return out

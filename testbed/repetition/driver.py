@@ -52,4 +52,5 @@ def conditions(cfg: RepetitionConfig, wall_per_run_s: float, cross_s: float) -> 
     """What surrounds a repetition's traffic, from its settings; ``wall_per_run_s``: wall seconds per run
     second (the driver's clock), ``cross_s``: how long cross traffic runs."""
     return Conditions(seed=cfg.seed, cross_flows=cfg.cross_flows, cross_s=cross_s, faults=tuple(cfg.faults),
-                      wall_per_run_s=wall_per_run_s, timeout_s=cfg.transfer_timeout_s, connections=cfg.connections)
+                      wall_per_run_s=wall_per_run_s, timeout_s=cfg.transfer_timeout_s,
+                      connections=cfg.serving.connections)

@@ -38,54 +38,55 @@ class LiveSetup:
         return self.traffic.config
 
 
-def prepare_live(cfg, n_gpus: int, rate_bps: float) -> LiveSetup:
+def prepare_live(cfg: RepetitionConfig, n_gpus: int, rate_bps: float) -> LiveSetup:
     """The coordinator's config from a RepetitionConfig: pure computation, no fabric needed."""
     from traffic.model import models, placement, serving, traces
 
-    read = traces.read_trace(cfg.trace, cfg.trace_format, skip_bad=cfg.skip_bad)
-    end = cfg.start_s + cfg.duration_s
-    if cfg.arrivals == "closed":  # the trace only supplies request sizes, in order, from the window's start
-        reqs = [r for r in read.requests if r.arrival_s >= cfg.start_s][: cfg.first_n or None]
+    tr, s = cfg.trace, cfg.serving
+    read = traces.read_trace(tr.path, tr.format, skip_bad=tr.skip_bad)
+    end = tr.start_s + tr.duration_s
+    if s.arrivals == "closed":  # the trace only supplies request sizes, in order, from the window's start
+        reqs = [r for r in read.requests if r.arrival_s >= tr.start_s][: tr.first_n or None]
     else:
-        reqs = traces.slice_requests(read.requests, start_s=cfg.start_s, end_s=end, first_n=cfg.first_n,
-                                     speed=cfg.speed)
+        reqs = traces.slice_requests(read.requests, start_s=tr.start_s, end_s=end, first_n=tr.first_n,
+                                     speed=tr.speed)
     if not reqs:
-        raise TestbedError(f"the trace window from {cfg.start_s:g} s of {cfg.trace} holds no request")
-    model = models.get_model(cfg.model)
+        raise TestbedError(f"the trace window from {tr.start_s:g} s of {tr.path} holds no request")
+    model = models.get_model(s.model)
     moe = model.expert is not None
-    p_tp, d_tp = (1, 1) if moe else (cfg.prefill_tp, cfg.decode_tp)
-    if cfg.layout is not None:  # a named deployment (docs/serving.md, "Layouts")
-        built = placement.layout_engines(cfg.layout, n_gpus, cfg.gpus_per_server, cfg.prefill_fraction)
+    p_tp, d_tp = (1, 1) if moe else (s.prefill_tp, s.decode_tp)
+    if s.layout is not None:  # a named deployment (docs/serving.md, "Layouts")
+        built = placement.layout_engines(s.layout, n_gpus, cfg.gpus_per_server, s.prefill_fraction)
         prefill, decode = built["prefill"], built["decode"]
     else:
-        place = placement.place(n_gpus, p_tp, d_tp, cfg.prefill_fraction, gpus_per_server=cfg.gpus_per_server)
+        place = placement.place(n_gpus, p_tp, d_tp, s.prefill_fraction, gpus_per_server=cfg.gpus_per_server)
         n_pre = sum(len(i.gpus) for i in place.prefill)
         n_dec = sum(len(i.gpus) for i in place.decode)
-        prefill = serving.build_engines("prefill", place.prefill, (cfg.prefill_ep or n_pre) if moe else None)
-        decode = serving.build_engines("decode", place.decode, (cfg.decode_ep or n_dec) if moe else None)
-    dilation = cfg.time_dilation
+        prefill = serving.build_engines("prefill", place.prefill, (s.prefill_ep or n_pre) if moe else None)
+        decode = serving.build_engines("decode", place.decode, (s.decode_ep or n_dec) if moe else None)
+    dilation = cfg.link.time_dilation
     b_scale = scale.bytes_scale(rate_bps, cfg.represents_bps) / dilation
-    duration = cfg.duration_s if cfg.arrivals == "closed" else cfg.duration_s / cfg.speed
-    spec = dict(model=model.name, dtype=cfg.dtype, gpus_per_server=cfg.gpus_per_server, bytes_scale=b_scale,
-                chunk_bytes=cfg.chunk_bytes, prefill_chunk_tokens=cfg.prefill_chunk_tokens,
-                decode_batch=cfg.decode_batch, decode_step_s=cfg.decode_step_s, popularity=cfg.popularity,
-                zipf_s=cfg.zipf_s, seed=cfg.seed, arrivals=cfg.arrivals, concurrency=cfg.concurrency,
-                duration_s=duration, warmup_s=cfg.warmup_s,
+    duration = tr.duration_s if s.arrivals == "closed" else tr.duration_s / tr.speed
+    spec = dict(model=model.name, dtype=s.dtype, gpus_per_server=cfg.gpus_per_server, bytes_scale=b_scale,
+                chunk_bytes=cfg.chunk_bytes, prefill_chunk_tokens=s.prefill_chunk_tokens,
+                decode_batch=s.decode_batch, decode_step_s=s.decode_step_s, popularity=s.popularity,
+                zipf_s=s.zipf_s, seed=cfg.seed, arrivals=s.arrivals, concurrency=s.concurrency,
+                duration_s=duration, warmup_s=s.warmup_s,
                 prefill=[[list(u.gpus) for u in e] for e in prefill],
                 decode=[[list(u.gpus) for u in e] for e in decode])
     serving.ServingSpec(model=model, prefill=prefill, decode=decode,
                         **{k: v for k, v in spec.items() if k not in ("model", "prefill", "decode")})  # validates
     gpus = range(1, n_gpus + 1)
-    choices = {f"{a},{b}": [[c.src_port, c.dst_port] for c in select_ports(a, b, _static(cfg.policy))]
+    choices = {f"{a},{b}": [[c.src_port, c.dst_port] for c in select_ports(a, b, _static(s.policy))]
                for a in gpus for b in gpus if a != b}
     config = {"spec": spec, "requests": [[r.request_id, r.arrival_s, r.input_tokens, r.output_tokens] for r in reqs],
               "dilation": dilation, "agents": [f"gpu{g}" for g in gpus],
               "ips": {str(g): [addressing.ip_of(g, 1), addressing.ip_of(g, 2)] for g in gpus},
-              "choices": choices, "policy": cfg.policy}
+              "choices": choices, "policy": s.policy}
     engines = {"prefill": [[g for u in e for g in u.gpus] for e in prefill],
                "decode": [[g for u in e for g in u.gpus] for e in decode]}
     return LiveSetup(ServingTraffic(config), len(reqs), b_scale, engines,
-                     serving.layout_summary(cfg.layout, prefill, decode))
+                     serving.layout_summary(s.layout, prefill, decode))
 
 
 def _static(policy: str) -> str:

@@ -37,9 +37,8 @@ def run_repetition(fabric_args: dict, dp: DatapathConfig, cfg: RepetitionConfig,
         from pfc.policy import PfcConfig
 
         pfc = PfcConfig.from_dict(pfc)
-    cfg.validate()
     backend = backends.get(cfg.backend)
-    driver = driver_for(cfg.driver)
+    driver = driver_for(cfg.serving.driver)
     backend.refuse_unsupported(conditions(cfg, 1.0, 0.0))
     spec = FabricSpec(fabric_args, dp, pfc, cfg.represents_bps)
     net = backend.network(spec)

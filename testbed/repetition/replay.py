@@ -47,23 +47,23 @@ def prepare(cfg: RepetitionConfig, n_gpus: int, rate_bps: float, mtu: int, fabri
     fabric model (``testbed.fabric.build_fabric``), which the ``adaptive`` port policy needs."""
     from traffic.model import models, placement, schedule, traces
 
-    read = traces.read_trace(cfg.trace, cfg.trace_format, skip_bad=cfg.skip_bad)
-    end = cfg.start_s + cfg.duration_s
-    reqs = traces.slice_requests(read.requests, start_s=cfg.start_s, end_s=end, first_n=cfg.first_n,
-                                 speed=cfg.speed)
+    tr, s = cfg.trace, cfg.serving
+    read = traces.read_trace(tr.path, tr.format, skip_bad=tr.skip_bad)
+    end = tr.start_s + tr.duration_s
+    reqs = traces.slice_requests(read.requests, start_s=tr.start_s, end_s=end, first_n=tr.first_n, speed=tr.speed)
     if not reqs:
-        raise TestbedError(f"the trace window {cfg.start_s:g} .. {end:g} s of {cfg.trace} holds no request")
-    model = models.get_model(cfg.model)
-    place = placement.place(n_gpus, cfg.prefill_tp, cfg.decode_tp, cfg.prefill_fraction)
-    sched = schedule.build_schedule(reqs, place, placement.Scheduler(cfg.scheduler, cfg.seed), model, cfg.dtype,
-                                    cfg.mode, cfg.chunk_bytes, scale.bytes_scale(rate_bps, cfg.represents_bps),
+        raise TestbedError(f"the trace window {tr.start_s:g} .. {end:g} s of {tr.path} holds no request")
+    model = models.get_model(s.model)
+    place = placement.place(n_gpus, s.prefill_tp, s.decode_tp, s.prefill_fraction)
+    sched = schedule.build_schedule(reqs, place, placement.Scheduler(s.scheduler, cfg.seed), model, s.dtype,
+                                    s.mode, cfg.chunk_bytes, scale.bytes_scale(rate_bps, cfg.represents_bps),
                                     mtu_bytes=mtu)
     if not sched.transfers:
         raise TestbedError("the schedule has no transfer: every request is empty")
     offset = min(t.scheduled_start_s for t in sched.transfers)
     # a GPU's own slice never touches the network
     net = [(i, t) for i, t in enumerate(sched.transfers) if t.src_gpu != t.dst_gpu]
-    picks = plan_ports([(t.src_gpu, t.dst_gpu, t.bytes, t.scheduled_start_s) for _, t in net], cfg.policy, fabric,
+    picks = plan_ports([(t.src_gpu, t.dst_gpu, t.bytes, t.scheduled_start_s) for _, t in net], s.policy, fabric,
                        rate_bps)
     rows = []
     for (i, t), c in zip(net, picks):
@@ -77,7 +77,7 @@ def prepare(cfg: RepetitionConfig, n_gpus: int, rate_bps: float, mtu: int, fabri
         warnings.append(f"{sched.fidelity_warnings} of {sched.checked_chunks} KV chunks are under "
                         f"{sched.fidelity_threshold_bytes} emulated bytes (a few packets): TCP dynamics barely "
                         "matter for them")
-    op = schedule.operating_point(sched, cfg.duration_s / cfg.speed)
+    op = schedule.operating_point(sched, tr.duration_s / tr.speed)
     flag = schedule.overloaded(op)
     if flag:
         warnings.insert(0, flag)
@@ -107,7 +107,7 @@ class PlannedDriver(Driver):
     def run(self, prepared: ReplayPlan, backend: Backend, spec: FabricSpec, cfg: RepetitionConfig, run_dir: Path,
             log: Log) -> Carried:
         traffic = PlannedTraffic(prepared.plan_rows)
-        return backend.carry(spec, traffic, conditions(cfg, 1 / cfg.speed, traffic.last_start_s), run_dir, log)
+        return backend.carry(spec, traffic, conditions(cfg, cfg.wall_per_run_s, traffic.last_start_s), run_dir, log)
 
     def summarize(self, prepared: ReplayPlan, carried: Carried, rows: list[dict], run_dir: Path, fabric: Fabric,
                   link: LinkSettings) -> dict:

@@ -14,7 +14,7 @@ from testbed.backends.base import Conditions, FabricSpec, PlannedTraffic
 from testbed.cli import main
 from testbed.emulation.datapath import DatapathConfig
 from testbed.errors import TestbedError
-from testbed.experiment.schema import EXAMPLES_DIR, fabric_args, replay_config, validate
+from testbed.experiment.schema import EXAMPLES_DIR, fabric_args, repetition_config, validate
 from testbed.fabric import build_fabric
 from testbed.paths import AZURE_TRACE
 from testbed.repetition.orchestrate import run_repetition
@@ -34,7 +34,7 @@ def no_fabric(monkeypatch):
 
 def _repetition(tmp_path, raw: dict, kind: str = "zcube"):
     exp = validate(raw | {"backend": "ideal", "gpus": 16}, "test")
-    cfg = replay_config(exp, 1, kind)
+    cfg = repetition_config(exp, 1, kind)
     run_dir = run_repetition(fabric_args(exp, kind), DatapathConfig().validate(), cfg, run_dir=tmp_path / "rep",
                              log=lambda m: None)
     return run_dir, json.loads((run_dir / "summary.json").read_text())
@@ -84,8 +84,9 @@ def test_what_the_ideal_network_cannot_do_is_refused_before_anything_is_written(
                                "faults": [{"at": 1, "target": {"zcube": "link sw1:1", "roft": "link leaf1:1"}}]})
     assert not (tmp_path / "rep").exists()
     spec = FabricSpec({"kind": "zcube", "gpus": 16, "gpus_per_switch": 8}, DatapathConfig().validate())
-    with pytest.raises(TestbedError, match="cross_flows"):
+    with pytest.raises(TestbedError, match="carries no cross traffic") as info:
         backends.get("ideal").carry(spec, PlannedTraffic([]), Conditions(cross_flows=1), tmp_path, print)
+    assert info.value.key == "cross_flows"
 
 
 def test_an_unknown_backend_is_one_line():

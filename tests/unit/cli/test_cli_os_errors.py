@@ -106,10 +106,10 @@ def test_bench_pfc_checks_logs_before_root(capsys, tmp_path, a_file):
 def test_bench_logs_may_be_new_or_existing(tmp_path):
     from argparse import Namespace
 
-    from testbed.cli.bench import check_bench_outputs
+    from testbed.cli.bench.common import new_logs_dir
 
-    check_bench_outputs(Namespace(bench="pfc", logs=str(tmp_path / "new")))
-    check_bench_outputs(Namespace(bench="pfc", logs=str(tmp_path)))
+    new_logs_dir(Namespace(logs=str(tmp_path / "new")))
+    new_logs_dir(Namespace(logs=str(tmp_path)))
     assert not (tmp_path / "new").exists()  # checked, not made: bench makes it when it has logs
 
 

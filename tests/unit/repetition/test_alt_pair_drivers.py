@@ -10,8 +10,8 @@ from testbed import scale
 from testbed.bench import exchange as ex
 from testbed.fabric import addressing, build_fabric
 from testbed.fabric.describe import path_json
-from testbed.repetition.config import RepetitionConfig
 from testbed.repetition.replay import prepare
+from tests.support.settings import repetition
 from tests.unit.traffic.runtime.test_coordinator import config
 from traffic.model.serving import Message
 from traffic.runtime import agent as ag
@@ -31,7 +31,7 @@ def test_alt_ips_is_the_other_port_of_both_ends():
 
 
 def test_replay_plan_lines_name_the_other_pair_and_the_agent_reads_them():
-    p = prepare(RepetitionConfig(duration_s=15), 16, scale.DEFAULT_RATE_BPS, scale.DEFAULT_MTU)
+    p = prepare(repetition({"trace": {"duration_s": 15}}), 16, scale.DEFAULT_RATE_BPS, scale.DEFAULT_MTU)
     assert p.plan_rows and all(_is_other_pair(r) for r in p.plan_rows)
     row = p.plan_rows[0]
     t = ag.parse_plan_line("plan:1", json.dumps(row), row["src"])

@@ -5,14 +5,15 @@ import pytest
 from testbed.fabric import build_fabric
 from testbed.paths import AZURE_TRACE
 from testbed.repetition import live, live_summary
-from testbed.repetition.config import RepetitionConfig
+from tests.support.settings import repetition
 from traffic.runtime import coordinator
 
 
-def cfg(**kw) -> RepetitionConfig:
-    base = dict(trace=str(AZURE_TRACE), driver="live", arrivals="closed", concurrency=16, model="glm-5",
-                duration_s=4, time_dilation=4, gpus_per_server=4)
-    return RepetitionConfig(**(base | kw)).validate()
+def cfg(**serving):
+    return repetition({"trace": {"path": str(AZURE_TRACE), "duration_s": 4}, "link": {"time_dilation": 4},
+                       "gpus": 16, "gpus_per_switch": 4, "gpus_per_server": 4,
+                       "serving": {"driver": "live", "arrivals": "closed", "concurrency": 16, "model": "glm-5"}
+                       | serving})
 
 
 def test_prepare_live_groups_each_kind_into_one_ep_group_and_scales_bytes_by_dilation():

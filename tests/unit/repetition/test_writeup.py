@@ -21,9 +21,9 @@ from testbed.backends.base import (
 from testbed.emulation.datapath import DatapathConfig
 from testbed.fabric import build_fabric
 from testbed.repetition import link_traffic
-from testbed.repetition.config import RepetitionConfig
 from testbed.repetition.replay import PlannedDriver, prepare
 from testbed.repetition.writeup import write_up
+from tests.support.settings import repetition
 
 T0 = 1000.0  # the backend's own clock (a simulator's: anything)
 
@@ -64,7 +64,7 @@ def _carried(fabric, rows: list[dict], dp: DatapathConfig) -> Carried:
 def test_the_write_up_takes_counters_and_pauses_from_the_backends_objects(tmp_path):
     fabric = build_fabric("zcube", gpus=16, gpus_per_switch=8)
     dp = DatapathConfig().validate()
-    cfg = RepetitionConfig(duration_s=10)
+    cfg = repetition({"trace": {"duration_s": 10}})
     plan = prepare(cfg, 16, dp.rate_bps, dp.mtu, fabric)
     carried = _carried(fabric, plan.plan_rows, dp)
     net = Network(fabric, LinkSettings.of(dp, cfg.represents_bps))
