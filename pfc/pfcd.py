@@ -53,6 +53,7 @@ import numpy as np
 from pfc import bpfmaps, tbfmsg
 from pfc.analysis import percentiles
 from pfc.bpfmaps import F
+from pfc.files import GAPS_FILE, LATENCY_FILE
 from traffic.model import metrics
 
 MEASURE_AFTER_NS = 30_000_000  # look at departures 30 ms after a pause/resume
@@ -606,8 +607,7 @@ class PauseDaemon:
             self.gaps.note("netlink", took, at)
         Transmitter.slow_changes.clear()
         doc = self.status()
-        logs = {os.path.basename(self.policy["log"]): self.log, "pfc_latency.txt": self.lat_log,
-                "pfc_gaps.txt": self.gaps.lines}
+        logs = {os.path.basename(self.policy["log"]): self.log, LATENCY_FILE: self.lat_log, GAPS_FILE: self.gaps.lines}
         self.log, self.lat_log, self.gaps.lines = [], [], []
         writer.put(doc, logs)
 

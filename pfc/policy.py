@@ -49,12 +49,6 @@ MAX_DYNAMIC_ALPHA = 8.0
 MIN_DYNAMIC_ALPHA = 1 / 128  # the kernel keeps alpha in 1/256 steps
 HEADROOM_ROUND = 1000
 ETH_HEADER = 14
-# The pause daemon's files, in the fabric's state directory (one spelling for everything that reads them)
-POLICY_FILE = "pfc_policy.json"  # what the daemon executes (controller.pfc_launch writes it)
-STATUS_FILE = "pfc_status.json"  # its live figures, rewritten once a second
-LOG_FILE = "pfc.txt"  # the pause log: time_ns node node_type port event cause (pfc.analysis); a run's slice too
-LATENCY_FILE = "pfc_latency.txt"
-GAPS_FILE = "pfc_gaps.txt"
 
 
 @dataclass

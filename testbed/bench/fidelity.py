@@ -28,6 +28,7 @@ import subprocess
 import time
 from statistics import median
 
+from testbed import scale
 from testbed.bench import ecmp_probe, iperf3_result
 from testbed.emulation import fabricctl
 from testbed.emulation.datapath import DatapathConfig, netns_of
@@ -48,7 +49,7 @@ HOST_IDLE_MIN = 0.03  # of the whole machine
 
 def payload_efficiency(mtu: int) -> float:
     """TCP payload per byte on the wire (IPv4 + TCP with timestamps: 52 B; Ethernet 14 B)."""
-    return (mtu - 52) / (mtu + 14)
+    return scale.payload_bytes(mtu) / (mtu + scale.ETHERNET_HEADER_BYTES)
 
 
 def permutation(fabric: Fabric, rate_bps: float) -> tuple[list[tuple[int, int]], dict]:

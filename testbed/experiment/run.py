@@ -48,8 +48,8 @@ def stderr_log(message: str) -> None:
 
 # ------------------------------------------------------------ planning
 @dataclass(frozen=True)
-class Target:
-    """One replay of the experiment: which fabric, which repetition, its seed and folder."""
+class PlannedRepetition:
+    """One repetition of the experiment: which fabric, which repetition, its seed and folder."""
 
     fabric: str
     rep: int
@@ -63,9 +63,10 @@ class Target:
         return {"fabric": self.fabric, "rep": self.rep, "seed": self.seed, "dir": str(self.rel)}
 
 
-def targets(exp) -> list[Target]:
+def targets(exp) -> list[PlannedRepetition]:
     """Repetition-major, so an interrupted run still has every fabric of the first repetitions."""
-    return [Target(kind, rep, exp.seed + rep - 1) for rep in range(1, exp.repetitions + 1) for kind in exp.fabrics]
+    return [PlannedRepetition(kind, rep, exp.seed + rep - 1) for rep in range(1, exp.repetitions + 1)
+            for kind in exp.fabrics]
 
 
 def replayed_s(exp) -> float:
@@ -408,16 +409,17 @@ def run_into(resolved: Resolved, run_dir: Path, repetition_fn: Callable, log: Lo
     return result
 
 
-STATE_FILE = "state.json"
+LIFECYCLE_FILE = "lifecycle.json"  # a run directory's state (not the fabric's state.json)
+OLD_LIFECYCLE_FILE = "state.json"  # its name in run directories written before issue 23
 
 
 def mark_state(run_dir: Path, state: str, why: str | None = None) -> None:
-    """``state.json``: running (with our pid), finished, failed or interrupted. A run killed outright
+    """``lifecycle.json``: running (with our pid), finished, failed or interrupted. A run killed outright
     leaves "running" with a dead pid, which ``testbed clean`` turns into "interrupted"."""
     doc = {"state": state, "pid": os.getpid(), "updated": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     if why:
         doc["why"] = why
-    _write_state(run_dir / STATE_FILE, doc)
+    _write_state(run_dir / LIFECYCLE_FILE, doc)
 
 
 def _write_state(path: Path, doc: dict) -> None:
@@ -431,7 +433,8 @@ def mark_killed_runs(out_root: Path) -> list[Path]:
     """Run directories under ``out_root`` (and their sweep points) still "running" whose process is gone:
     marked "interrupted" so no killed run passes for one in progress."""
     marked = []
-    for path in sorted(Path(out_root).glob(f"**/{STATE_FILE}")):
+    paths = [p for name in (LIFECYCLE_FILE, OLD_LIFECYCLE_FILE) for p in Path(out_root).glob(f"**/{name}")]
+    for path in sorted(paths):
         try:
             doc = json.loads(path.read_text())
         except (OSError, ValueError):

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from pfc.policy import LOG_FILE
+from pfc.files import LOG_FILE
 from testbed import scale
 from testbed.backends.base import Carried, LinkSettings, Network, PauseLog, QueueCounters
 from testbed.fabric import Fabric

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from pfc.policy import LOG_FILE, STATUS_FILE
+from pfc.files import LOG_FILE, STATUS_FILE
 from testbed.backends.base import (
     CROSS_TRAFFIC,
     FAULTS,

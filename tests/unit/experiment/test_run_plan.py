@@ -332,12 +332,12 @@ def test_cli_errors_are_one_line_exit_2(capsys):
 
 def test_run_state_is_running_then_finished_or_interrupted(tmp_path, no_real_fabric):
     status, lines, _ = go(smoke(), tmp_path, FakeReplay())
-    assert json.loads((Path(lines[-1]) / "state.json").read_text())["state"] == "finished"
+    assert json.loads((Path(lines[-1]) / "lifecycle.json").read_text())["state"] == "finished"
     replay = FakeReplay(fail={("roft", 0): KeyboardInterrupt()})
     with pytest.raises(KeyboardInterrupt):
         go(smoke(), tmp_path / "b", replay)
     (run_dir,) = (tmp_path / "b").iterdir()
-    assert json.loads((run_dir / "state.json").read_text())["state"] == "interrupted"
+    assert json.loads((run_dir / "lifecycle.json").read_text())["state"] == "interrupted"
 
 
 def test_clean_marks_runs_whose_process_was_killed(tmp_path):
@@ -345,13 +345,13 @@ def test_clean_marks_runs_whose_process_was_killed(tmp_path):
     for d in (killed, alive, done):
         d.mkdir()
     dead_pid = _dead_pid()
-    (killed / "state.json").write_text(json.dumps({"state": "running", "pid": dead_pid}))
-    (alive / "state.json").write_text(json.dumps({"state": "running", "pid": os.getpid()}))
-    (done / "state.json").write_text(json.dumps({"state": "finished", "pid": dead_pid}))
+    (killed / "state.json").write_text(json.dumps({"state": "running", "pid": dead_pid}))  # an older run's name
+    (alive / "lifecycle.json").write_text(json.dumps({"state": "running", "pid": os.getpid()}))
+    (done / "lifecycle.json").write_text(json.dumps({"state": "finished", "pid": dead_pid}))
     assert run.mark_killed_runs(tmp_path) == [killed]
     doc = json.loads((killed / "state.json").read_text())
     assert doc["state"] == "interrupted" and str(dead_pid) in doc["why"]
-    assert json.loads((alive / "state.json").read_text())["state"] == "running"
+    assert json.loads((alive / "lifecycle.json").read_text())["state"] == "running"
     assert run.mark_killed_runs(tmp_path) == []
 
 
