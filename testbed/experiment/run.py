@@ -2,14 +2,14 @@
 after the other, into one run directory.
 
 One directory because the report compares fabrics on exactly the same
-traffic: it needs all their replays, the resolved config and the versions side
+traffic: it needs all their repetitions, the resolved config and the versions side
 by side. Layout (what ``testbed.report`` reads):
 
     reports/<YYYYmmdd-HHMMSS>-<name>/
       experiment.json    resolved config, its source file, the CLI overrides, the planned runs
       versions.json      project, git, OVS, os-ken, kernel, python
       plan/<fabric>.png, plan/<fabric>.json, plan/cost.json
-      runs/<fabric>/rep<k>/   one replay run directory each (summary.json, ...) or error.txt
+      runs/<fabric>/rep<k>/   one repetition's run directory each (summary.json, ...) or error.txt
       headline.json      per fabric: headline numbers of every repetition and their spread
       report.html, summary.json   written by testbed.report.build_report
 
@@ -70,7 +70,7 @@ def targets(exp) -> list[PlannedRepetition]:
 
 
 def replayed_s(exp) -> float:
-    """Wall seconds one replay runs: the trace slice sped up, or (live, closed loop) the cluster time
+    """Wall seconds one repetition runs: the trace slice sped up, or (live, closed loop) the cluster time
     stretched by the time dilation."""
     if exp.serving.driver == "live":
         cluster_s = exp.trace.duration_s if exp.serving.arrivals == "closed" else exp.trace.duration_s / exp.trace.speed
@@ -193,7 +193,7 @@ def write_plan(exp, run_dir: Path, log: Log) -> None:
 
 
 def start_run_dir(resolved: Resolved, run_dir: Path, versions: dict, log: Log, extra: dict | None = None) -> None:
-    """experiment.json, versions.json and plan/ before the first replay starts."""
+    """experiment.json, versions.json and plan/ before the first repetition starts."""
     exp = resolved.experiment
     doc = resolved.as_dict() | {"runs": [t.as_dict() for t in targets(exp)], "estimate_s": round(estimate_s(exp)),
                                 "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "argv": sys.argv[1:]}
@@ -217,9 +217,9 @@ def _repetition_once(repetition_fn: Callable, exp, t, dp, pfc, target: Path, log
 
 
 def execute(resolved: Resolved, run_dir: Path, repetition_fn: Callable, log: Log) -> list[dict]:
-    """Every target in turn. A replay that failed for an environment reason (the machine, not the
+    """Every target in turn. A repetition that failed for an environment reason (the machine, not the
     experiment: EnvironmentProblem) is retried once, its first attempt kept beside it as
-    ``rep<k>.attempt1/`` and named in ``retried.txt``. A failing replay leaves error.txt in its
+    ``rep<k>.attempt1/`` and named in ``retried.txt``. A failing repetition leaves error.txt in its
     folder and the loop goes on; Ctrl-C leaves a note there too and stops."""
     exp = resolved.experiment
     dp = datapath_config(exp)
@@ -245,7 +245,7 @@ def execute(resolved: Resolved, run_dir: Path, repetition_fn: Callable, log: Log
                 _repetition_once(repetition_fn, exp, t, dp, pfc, target, log)
                 (target / "retried.txt").write_text(f"first attempt failed ({aside.name}/): {retried}\n")
         except KeyboardInterrupt:
-            _write_error(target, "interrupted (Ctrl-C): this replay did not finish\n")
+            _write_error(target, "interrupted (Ctrl-C): this repetition did not finish\n")
             raise
         except Exception as exc:
             _write_error(target, f"{type(exc).__name__}: {exc}\n\n{traceback.format_exc()}")
@@ -272,7 +272,7 @@ def _pauses(s: dict):
 
 
 def headline(run_dir: Path) -> dict:
-    """The headline numbers of one replay directory, from its summary.json ({} if it has none)."""
+    """The headline numbers of one repetition's directory, from its summary.json ({} if it has none)."""
     try:
         s = json.loads((Path(run_dir) / "summary.json").read_text())
     except (OSError, json.JSONDecodeError):
@@ -359,12 +359,12 @@ def build_report(run_dir: Path, log: Log) -> bool | None:
         raise
     except Exception as exc:
         (run_dir / "report-error.txt").write_text(f"{type(exc).__name__}: {exc}\n\n{traceback.format_exc()}")
-        log(f"WARNING: the report failed: {exc} (report-error.txt); the replays' results are kept")
+        log(f"WARNING: the report failed: {exc} (report-error.txt); the repetitions' results are kept")
         return False
 
 
 def finish(resolved: Resolved, run_dir: Path, outcomes: list[dict], log: Log) -> tuple[int, dict]:
-    """headline.json, the report; exit status 1 if a replay failed, lost transfers or the report failed."""
+    """headline.json, the report; exit status 1 if a repetition failed, lost transfers or the report failed."""
     exp = resolved.experiment
     heads = fabric_headlines(exp, run_dir)
     _write_json(run_dir / "headline.json", {"fabrics": heads, "outcomes": outcomes})
@@ -372,10 +372,10 @@ def finish(resolved: Resolved, run_dir: Path, outcomes: list[dict], log: Log) ->
     failed = [o for o in outcomes if o["status"] != "ok"]
     unverified = sum(h["unverified"] for h in heads.values())
     if failed:
-        log(f"{len(failed)} of {len(outcomes)} replays failed: "
+        log(f"{len(failed)} of {len(outcomes)} repetitions failed: "
             + "; ".join(f"{o['dir']}: {o['error']}" for o in failed))
     if unverified:
-        log(f"{unverified} replay(s) did not verify every transfer (see their summary.json)")
+        log(f"{unverified} repetition(s) did not verify every transfer (see their summary.json)")
     return (1 if failed or unverified or report is False else 0), heads
 
 
@@ -393,7 +393,7 @@ def real_repetition(backend: str) -> Callable:
 
 def run_into(resolved: Resolved, run_dir: Path, repetition_fn: Callable, log: Log, versions: dict,
              extra: dict | None = None) -> tuple[int, dict]:
-    """Fill an existing, empty run directory: set-up files, every replay, headline, report."""
+    """Fill an existing, empty run directory: set-up files, every repetition, headline, report."""
     mark_state(run_dir, "running")
     try:
         start_run_dir(resolved, run_dir, versions, log, extra)

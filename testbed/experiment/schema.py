@@ -85,7 +85,7 @@ class Experiment(_Section):
                                                          "this experiment's load was chosen from (relative to the "
                                                          "experiment file's folder); the report shows it first")
     faults: list[Fault] = Field([], description="failures injected while each replay runs: cables, switches, "
-                                                "the controller (testbed.repetition.fault_schedule)")
+                                                "the controller (testbed.backends.emulated.faults)")
     load_curve: Optional[str] = Field(None, description="load_curve.json written by `testbed sweep` over one key "
                                                         "(relative to the experiment file's folder); the report "
                                                         "shows it after the headline, marking this run's level")

@@ -1,6 +1,6 @@
 """``testbed sweep``: one ``run`` per point of a grid over one or two experiment keys.
 
-Every point is resolved and validated before the first replay starts (a typo
+Every point is resolved and validated before the first repetition starts (a typo
 in the last value must not surface an hour in). Layout:
 
     reports/<YYYYmmdd-HHMMSS>-sweep-<name>/

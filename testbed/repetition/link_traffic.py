@@ -57,7 +57,6 @@ from traffic.runtime.records import sent_pair
 
 COLUMNS = ("queue", "towards", "kv_bytes", "ep_bytes", "share", "top", "measured_bytes", "model_vs_measured")
 FILE = "link_traffic.csv"
-EP_KINDS = ("dispatch", "combine")
 TOP_PER_CLASS = 2  # contributors listed per class (KV, EP) in ``top``
 
 

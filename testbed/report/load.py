@@ -2,7 +2,7 @@
 
 The layout is a contract with the ``run`` command: ``experiment.json``,
 ``versions.json``, ``plan/``, and ``runs/<fabric>/rep<k>/`` replay run
-directories (see ``testbed.repetition.replay``). Everything the report shows comes from
+directories (see ``testbed.repetition.writeup``). Everything the report shows comes from
 these files, so loading is the one place that checks them: a missing or
 unreadable essential file is a ``TestbedError`` naming the path and what was
 expected; a missing optional file (PFC, queues, the serving operating point's

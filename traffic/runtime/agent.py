@@ -146,11 +146,6 @@ def frame_header(transfer_id: int, nbytes: int, crc: int | None = None) -> bytes
     return HEADER.pack(MAGIC, transfer_id, nbytes, payload_crc(transfer_id, nbytes) if crc is None else crc)
 
 
-def build_frame(transfer_id: int, nbytes: int, crc: int | None = None) -> bytes:
-    """A whole frame as bytes (tests and small tools; the sender never builds one)."""
-    return frame_header(transfer_id, nbytes, crc) + b"".join(payload_pieces(transfer_id, nbytes))
-
-
 @dataclass(slots=True)
 class Received:
     """One frame as the receiver saw it (possibly cut short)."""

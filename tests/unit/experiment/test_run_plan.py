@@ -44,8 +44,8 @@ def no_real_fabric(monkeypatch):
 
 
 class FakeReplay:
-    """Stands for testbed.repetition.replay.replay(fabric_args, dp, cfg, out_root=None, log=..., run_dir=...,
-    pfc=...)."""
+    """Stands for testbed.repetition.orchestrate.run_repetition(fabric_args, dp, cfg, out_root=None, log=...,
+    run_dir=..., pfc=...)."""
 
     def __init__(self, fail: dict | None = None):
         self.calls: list[dict] = []

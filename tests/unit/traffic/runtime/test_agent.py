@@ -22,6 +22,7 @@ import pytest
 
 from testbed.errors import TestbedError
 from testbed.paths import REPO as ROOT
+from tests.support.frames import build_frame
 from traffic.model.metrics import percentile
 from traffic.runtime import agent as ag
 from traffic.runtime.records import (
@@ -123,7 +124,7 @@ def test_payload_is_deterministic_and_crc_is_incremental():
 
 
 def test_decoder_verifies_frames_split_anywhere():
-    stream = ag.build_frame(1, 100_000) + ag.build_frame(2, 0) + ag.build_frame(3, 7)
+    stream = build_frame(1, 100_000) + build_frame(2, 0) + build_frame(3, 7)
     dec, got = ag.FrameDecoder(), []
     for i in range(0, len(stream), 977):           # odd cuts through headers and payloads
         got += dec.feed(stream[i:i + 977], now=float(i))
@@ -134,13 +135,13 @@ def test_decoder_verifies_frames_split_anywhere():
 
 def test_wrong_crc_is_flagged_not_verified():
     good = ag.payload_crc(9, 50_000)
-    [r] = ag.FrameDecoder().feed(ag.build_frame(9, 50_000, crc=good ^ 1), now=0.0)
+    [r] = ag.FrameDecoder().feed(build_frame(9, 50_000, crc=good ^ 1), now=0.0)
     assert (r.id, r.received, r.crc_ok, r.verified) == (9, 50_000, False, False)
 
 
 def test_truncated_frame_and_bad_magic():
     dec = ag.FrameDecoder()
-    assert dec.feed(ag.build_frame(4, 10_000)[:5_000], now=1.0) == []
+    assert dec.feed(build_frame(4, 10_000)[:5_000], now=1.0) == []
     cut = dec.close(2.0, "connection closed")
     assert cut is not None and not cut.verified and cut.id == 4 and cut.received == 5_000 - ag.HEADER.size
     assert "of 10000 payload bytes" in cut.error
@@ -155,7 +156,7 @@ def test_receiver_acks_a_bad_crc_and_records_it(tmp_path: Path):
         [address] = await agent.bind()
         host, port = address.split(":")
         reader, writer = await asyncio.open_connection(host, int(port))
-        writer.write(ag.build_frame(77, 3_000, crc=123))
+        writer.write(build_frame(77, 3_000, crc=123))
         ack = await reader.readexactly(ag.ACK.size)
         writer.close()
         await agent.shutdown(asyncio.create_task(asyncio.sleep(0)))

@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from testbed.paths import REPO as ROOT
+from tests.support.frames import build_frame
 from traffic.model.errors import TrafficError
 from traffic.runtime import agent as ag
 from traffic.runtime.records import COLUMNS, merge_results, read_jsonl, write_plans
@@ -403,10 +404,10 @@ def test_a_receiver_reports_whole_frames_only_and_leaves_cut_ones_to_the_sender(
 
     async def clients() -> None:
         _, cut = await asyncio.open_connection(FAR, port)
-        cut.write(ag.build_frame(5, 100_000)[:30_000])
+        cut.write(build_frame(5, 100_000)[:30_000])
         cut.close()
         reader, whole = await asyncio.open_connection(FAR, port)
-        whole.write(ag.build_frame(6, 1000))
+        whole.write(build_frame(6, 1000))
         await reader.readexactly(ag.ACK.size)
         whole.close()
         await asyncio.sleep(0.1)
