@@ -14,8 +14,8 @@ from testbed.fabric.routing import forwarding_tables, links_on_path
 from testbed.repetition.writeup import ep_messages
 from traffic.model.breakdown import decode_step_breakdown, ttft_breakdown
 from traffic.model.metrics import percentile, rounded_percentiles
-from traffic.runtime.agent import HEADER as FRAME_HEADER
 from traffic.runtime.records import retry_counts, sent_pair
+from traffic.runtime.wire import HEADER as FRAME_HEADER
 
 # per packet on the wire: Ethernet, IPv4 and TCP headers, and the agent's frame header (counted per packet,
 # though the agent sends one per message: the ideal errs long by up to 24 B a packet)

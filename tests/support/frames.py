@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from traffic.runtime.agent import frame_header, payload_pieces
+from traffic.runtime.wire import frame_header, payload_pieces
 
 
 def build_frame(transfer_id: int, nbytes: int, crc: int | None = None) -> bytes:
