@@ -15,6 +15,8 @@ import os
 from collections.abc import Callable
 from typing import Protocol
 
+from pfc.files import POLICY_FILE, STATUS_FILE
+
 
 class Process(Protocol):
     """What is needed of the started daemon (a ``subprocess.Popen``)."""
@@ -41,7 +43,7 @@ class Adopted:
 
 def running_daemon(state_dir: str) -> int | None:
     """The pid of a pause daemon running on ``state_dir``'s policy file, if any."""
-    want = os.path.join(state_dir, "pfc_policy.json").encode()
+    want = os.path.join(state_dir, POLICY_FILE).encode()
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -60,7 +62,7 @@ class PauseDaemonSupervisor:
 
     def __init__(self, state_dir: str, start: Callable[[], Process], logger: logging.Logger) -> None:
         self.state_dir = state_dir
-        self.status_path = os.path.join(state_dir, "pfc_status.json")
+        self.status_path = os.path.join(state_dir, STATUS_FILE)
         self._start = start
         self.logger = logger
         self.proc: Process | None = None

@@ -15,6 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from pfc import files
 from pfc import policy as pfc_policy
 from testbed.paths import REPO, module_env
 
@@ -61,7 +62,7 @@ def daemon_policy(fabric, datapath: dict, pfc: dict, state_dir: str) -> dict:
     nics = {f"gpu{g}:p{p}": addressing.ip_of(g, p) for g, p in sorted(fabric.attachment)}
     return {"rate_bps": dp.rate_bps, "nics": nics, "burst_bytes": dp.burst_bytes, "mtu": dp.mtu,
             "poll_us": resolved.poll_us,
-            "log": os.path.join(state_dir, "pfc.txt"), "status": os.path.join(state_dir, "pfc_status.json"),
+            "log": os.path.join(state_dir, files.LOG_FILE), "status": os.path.join(state_dir, files.STATUS_FILE),
             "resolved": pfc_policy.policy_doc(fabric, resolved).get("config"), "queues": queues}
 
 
@@ -69,7 +70,7 @@ def start(fabric, config: dict) -> subprocess.Popen:
     """Write the policy next to the controller's files and start pfcd on it (its output to pfcd.log)."""
     sdir = config["state_dir"]
     doc = daemon_policy(fabric, config["datapath"], config["pfc"], sdir)
-    path = Path(sdir) / "pfc_policy.json"
+    path = Path(sdir) / files.POLICY_FILE
     path.write_text(json.dumps(doc, indent=1))
     log = open(Path(sdir) / "pfcd.log", "ab")
     return subprocess.Popen([sys.executable, "-m", "pfc.pfcd", "--policy", str(path)], stdout=log,

@@ -117,7 +117,3 @@ def switch_program(fabric: Fabric, switch: str, tables: ForwardingTables | None 
     return SwitchProgram(switch=switch, dpid=fabric.switches[switch].dpid, flows=flows, groups=groups)
 
 
-def fabric_programs(fabric: Fabric, dead: Dead | None = None) -> dict[str, SwitchProgram]:
-    """Every switch's program, from one routing computation (``dead``: the repaired programs)."""
-    tables = forwarding_tables(fabric)
-    return {name: switch_program(fabric, name, tables, dead) for name in fabric.switches}

@@ -78,14 +78,6 @@ def percentiles(values) -> dict:
 
 
 # ---------------------------------------------------------------------- I/O
-def write_events(path, events) -> Path:
-    path = Path(path)
-    with path.open("w") as fh:
-        for e in events:
-            fh.write(e.line() + "\n")
-    return path
-
-
 def _int_field(path, number: int, name: str, text: str, allowed=None) -> int:
     try:
         value = int(text)
@@ -378,13 +370,3 @@ def victim_flows(events, transfers, fabric: Fabric) -> list[dict]:
     return rows
 
 
-def victim_summary(events, transfers, fabric: Fabric, victims: list[dict] | None = None) -> dict:
-    """{"victim_flows": victim transfers, "flows": transfers with both times (the ones judged),
-    "ambiguous": victims whose path had ECMP alternatives}. Pass ``victims`` (from
-    ``victim_flows``) to avoid computing them again."""
-    transfers = list(transfers)
-    if victims is None:
-        victims = victim_flows(events, transfers, fabric)
-    judged = sum(1 for r in transfers if _number(r.get("start_ns")) is not None
-                 and _number(r.get("end_ns")) is not None)
-    return {"victim_flows": len(victims), "flows": judged, "ambiguous": sum(1 for v in victims if v["ambiguous"])}

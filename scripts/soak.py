@@ -75,8 +75,8 @@ def one_run(i: int, fabric: str, action: str, out: Path, baseline: dict) -> dict
         cleaned = c.stdout.strip().splitlines()[0] if c.stdout.strip() else c.stderr.strip()
     left = inventory.leftovers(baseline)
     dirs = [p for p in run_out.iterdir() if p.is_dir()]
-    states = [json.loads((d / "state.json").read_text()).get("state") if (d / "state.json").is_file() else None
-              for d in dirs]
+    states = [json.loads((d / "lifecycle.json").read_text()).get("state") if (d / "lifecycle.json").is_file()
+              else None for d in dirs]
     return {"run": i, "fabric": fabric, "action": action, "hit_mid_replay": hit, "rc": rc,
             "wall_s": round(time.monotonic() - t0, 1), "leftovers": left, "run_dirs": len(dirs),
             "states": states, "clean": cleaned}

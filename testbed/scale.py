@@ -24,8 +24,18 @@ DEFAULT_BUFFER_BYTES = 60000
 # as a NIC carries more than ~10 flows (measured: all-to-all n=16, 61k drops).
 DEFAULT_NIC_QUEUE_PACKETS = 1000
 DEFAULT_BURST_BYTES = 18000
+# A packet on the wire: Ethernet 14 B around IPv4 20 B and TCP with timestamps 32 B, so a full packet
+# carries mtu - 52 B of payload in mtu + 14 B of frame.
+ETHERNET_HEADER_BYTES = 14
+TCP_IP_HEADER_BYTES = 52
+HEADER_BYTES = ETHERNET_HEADER_BYTES + TCP_IP_HEADER_BYTES  # per packet: 66
 
 
 def bytes_scale(rate_bps: float = DEFAULT_RATE_BPS, real_bps: float = REAL_LINK_BPS) -> float:
     """Real bytes per emulated byte."""
     return real_bps / rate_bps
+
+
+def payload_bytes(mtu: int) -> int:
+    """TCP payload of a full packet (the MSS) at this MTU."""
+    return max(1, mtu - TCP_IP_HEADER_BYTES)

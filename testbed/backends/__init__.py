@@ -1,1 +1,39 @@
-"""Network backends: what carries a repetition's messages and returns their arrivals and the fabric's counters."""
+"""Network backends: what carries a repetition's messages and returns their arrivals and the fabric's
+counters (the seam: ``testbed.backends.base``).
+
+* ``emulated``: the emulated fabric (Open vSwitch, namespaces, real TCP; root), ``testbed.backends.emulated``;
+* ``ideal``: the ideal network (no fabric, no root), ``testbed.backends.ideal``.
+
+``get(name)`` returns one; a new backend adds its name and loader here.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from testbed.backends.base import Backend
+from testbed.errors import TestbedError
+
+
+def _emulated() -> Backend:
+    from testbed.backends.emulated.backend import EmulatedBackend
+
+    return EmulatedBackend()
+
+
+def _ideal() -> Backend:
+    from testbed.backends.ideal import IdealBackend
+
+    return IdealBackend()
+
+
+_LOADERS: dict[str, Callable[[], Backend]] = {"emulated": _emulated, "ideal": _ideal}
+NAMES = tuple(_LOADERS)
+DEFAULT = "emulated"
+
+
+def get(name: str) -> Backend:
+    """The backend called ``name``."""
+    if name not in _LOADERS:
+        raise TestbedError(f"backend {name!r} is unknown: expected one of {', '.join(NAMES)}")
+    return _LOADERS[name]()

@@ -1,4 +1,6 @@
-"""Benchmarks of the emulated fabric: fidelity (goodput vs the model) and PFC."""
+"""Benchmarks of the emulated fabric, one module each: fidelity (goodput vs the model), pfc (pause latency,
+spreading), replay (does the live replay keep time as the load rises), exchange (expert-parallel exchanges
+against their ideal), failover (recovery from cut cables and a controller restart)."""
 
 from __future__ import annotations
 

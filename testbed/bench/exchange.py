@@ -7,8 +7,9 @@ real exchanges of the experiment (per phase: engine, step, dispatch or combine; 
 sizes the model and the expert routing give at that load), a sample of them is laid out one
 after the other with idle gaps, and the planned replay's agents send them over the fabric.
 Per exchange: its span (from the order, the plan's start, to the last byte) over its ideal
-(``testbed.repetition.live.exchange_ideal_s``: the busiest GPU's bytes at both NIC ports' rate plus the
-last packet's store-and-forward). The goal is a median within 1.1x.
+(``testbed.repetition.live_summary.exchange_ideal_s``: the busiest GPU's bytes at both NIC ports' rate plus
+the last packet's store-and-forward over the exchange's longest path in the routing model). The goal is a
+median within 1.1x.
 
 The links' token buckets hold ``burst_bytes`` each, so an exchange whose busiest port sends
 less than that leaves at the veth's speed and can beat the ideal (a ratio under 1).
@@ -21,7 +22,9 @@ import statistics
 import time
 from pathlib import Path
 
-from testbed.fabric import addressing
+from testbed.fabric import Fabric, addressing
+from testbed.fabric.routing import forwarding_tables
+from testbed.repetition.live_summary import exchange_ideal_s, longest_path
 from traffic.runtime.launcher import AGENT_PORT
 
 GOAL = 1.1
@@ -34,12 +37,9 @@ def ideal_phases(setup, port_bps: float) -> dict[tuple, list]:
     """(engine, step, kind) -> the messages of that exchange, from the serving loop run against an ideal
     network for the experiment's duration (KV transfers left out)."""
     from traffic.model import serving
-    from traffic.model.traces import Request
-    from traffic.runtime.coordinator import spec_from_config
 
-    spec = spec_from_config(setup.config)
-    cluster = serving.Cluster(spec, [Request(*r) for r in setup.config["requests"]])
-    serving.run_ideal(cluster, port_bps, until_s=spec.duration_s)
+    cluster = setup.traffic.cluster()
+    serving.run_ideal(cluster, port_bps, until_s=setup.traffic.duration_s)
     phases: dict[tuple, list] = {}
     for m in cluster.messages.values():
         if m.kind != "kv" and m.step is not None:
@@ -63,22 +63,18 @@ def sample(phases: dict[tuple, list]) -> list[tuple]:
     return out
 
 
-def _rows(messages: list) -> list[dict]:
-    return [{"src": f"gpu{m.src_gpu}", "dst": f"gpu{m.dst_gpu}", "bytes": m.bytes} for m in messages]
-
-
 def plan(phases: dict[tuple, list], keys: list[tuple], choices: dict, rate_bps: float, mtu: int,
-         links: int) -> tuple[list[dict], dict[int, tuple]]:
+         fabric: Fabric) -> tuple[list[dict], dict[int, tuple]]:
     """Plan rows, one exchange after the other (every message of an exchange at its start), and the
     exchange each row id belongs to. A pair's messages alternate over its port choices, as the
     coordinator's static policies do."""
     rows, of = [], {}
-    from testbed.repetition.live import exchange_ideal_s
-
+    tables = forwarding_tables(fabric)
     t = LEAD_S
     next_id = 0
     for key in keys:
         used: dict[tuple, int] = {}
+        first = len(rows)
         for m in sorted(phases[key], key=lambda m: m.id):
             pair = (m.src_gpu, m.dst_gpu)
             options = choices[f"{pair[0]},{pair[1]}"]
@@ -90,21 +86,21 @@ def plan(phases: dict[tuple, list], keys: list[tuple], choices: dict, rate_bps: 
                          **addressing.alt_ips(m.src_gpu, sp, m.dst_gpu, dp)})
             of[next_id] = key
             next_id += 1
-        t += max(GAP_S, 3 * exchange_ideal_s(_rows(phases[key]), rate_bps, mtu, links))
+        mine = rows[first:]
+        t += max(GAP_S, 3 * exchange_ideal_s(mine, rate_bps, mtu, longest_path(fabric, mine, tables)))
     return rows, of
 
 
-def ratios(rows: list[dict], of: dict[int, tuple], rate_bps: float, mtu: int, links: int) -> list[dict]:
+def ratios(rows: list[dict], of: dict[int, tuple], rate_bps: float, mtu: int, fabric: Fabric) -> list[dict]:
     """Per exchange: its ideal, its span from the order and from the first byte sent, over the ideal."""
-    from testbed.repetition.live import exchange_ideal_s
-
+    tables = forwarding_tables(fabric)
     by: dict[tuple, list[dict]] = {}
     for r in rows:
         by.setdefault(of[r["id"]], []).append(r)
     out = []
     for key, ms in by.items():
         ok = all(m["verified"] for m in ms)
-        ideal = exchange_ideal_s(ms, rate_bps, mtu, links)
+        ideal = exchange_ideal_s(ms, rate_bps, mtu, longest_path(fabric, ms, tables))
         end = max(m["end"] for m in ms) if ok else None
 
         def over_ideal(first: str) -> float | None:
@@ -145,13 +141,14 @@ def summarize(fabric: str, per_exchange: list[dict], extra: dict) -> dict:
 
 def bench(fabric_args: dict, dp, pfc, cfg, out: Path, log) -> dict:
     """Bring the fabric up, replay the sampled exchanges, bring it down; the summary document."""
+    from testbed.backends.emulated.agents import run_plan
     from testbed.emulation import fabricctl
-    from testbed.repetition.live import LINKS_ON_PATH, prepare_live
-    from testbed.repetition.replay import Prepared, run_agents
+    from testbed.fabric import build_fabric
+    from testbed.repetition.live import prepare_live
     from traffic.runtime import records
 
     rate = dp.rate_bps
-    links = LINKS_ON_PATH.get(fabric_args["kind"], 4)
+    fabric = build_fabric(**fabric_args)
     setup = prepare_live(cfg, fabric_args["gpus"], rate)
     port_bps = cfg.represents_bps  # the real cluster's NIC port: the ideal network of the serving loop
     phases = ideal_phases(setup, port_bps)
@@ -160,27 +157,28 @@ def bench(fabric_args: dict, dp, pfc, cfg, out: Path, log) -> dict:
         from testbed.errors import TestbedError
 
         raise TestbedError("the serving loop produced no expert-parallel exchange: bench exchange needs an MoE model")
-    rows, of = plan(phases, keys, setup.config["choices"], rate, dp.mtu, links)
+    rows, of = plan(phases, keys, setup.config["choices"], rate, dp.mtu, fabric)
     log(f"{len(keys)} exchanges, {len(rows)} messages, {rows[-1]['start']:.1f} s of plan")
     out.mkdir(parents=True, exist_ok=True)
     fabricctl.require_root()
-    if isinstance(pfc, dict):  # the experiment's pfc settings, as testbed.repetition.replay takes them
+    if isinstance(pfc, dict):  # the experiment's pfc settings, as a repetition takes them
         from pfc.policy import PfcConfig
 
         pfc = PfcConfig.from_dict(pfc)
     st = fabricctl.up(fabric_args, dp, log=log, pfc=pfc)
     try:
         t0 = time.monotonic()
-        res = run_agents(st, Prepared(None, rows, 0.0, 0, 0), out, cfg.transfer_timeout_s, cfg.connections, log)
+        res = run_plan(list(st.model().gpus()), rows, out / "agents", cfg.transfer_timeout_s, cfg.serving.connections,
+                       log)
         wall = time.monotonic() - t0
     finally:
         fabricctl.down()
-    merged = records.merge_results(res["agents_dir"], t0=res["t0"])
-    per = ratios(merged, of, rate, dp.mtu, links)
+    merged = records.merge_results(res.agents_dir, t0=res.t0)
+    per = ratios(merged, of, rate, dp.mtu, fabric)
     doc = summarize(fabric_args["kind"], per, {
-        "rate_bps": rate, "mtu": dp.mtu, "represents_bps": cfg.represents_bps, "time_dilation": cfg.time_dilation,
-        "concurrency": cfg.concurrency, "model": cfg.model, "crashed_agents": res["crashed"],
-        "agents_cpu_s": res["agents_cpu_s"], "wall_s": round(wall, 1), "dir": str(out)})
+        "rate_bps": rate, "mtu": dp.mtu, "represents_bps": cfg.represents_bps, "time_dilation": cfg.link.time_dilation,
+        "concurrency": cfg.serving.concurrency, "model": cfg.serving.model, "crashed_agents": res.crashed,
+        "agents_cpu_s": res.cpu_s, "wall_s": round(wall, 1), "dir": str(out)})
     (out / "bench.json").write_text(json.dumps(doc, indent=1) + "\n")
     return doc
 

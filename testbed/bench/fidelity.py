@@ -28,9 +28,11 @@ import subprocess
 import time
 from statistics import median
 
+from testbed import scale
 from testbed.bench import ecmp_probe, iperf3_result
 from testbed.emulation import fabricctl
 from testbed.emulation.datapath import DatapathConfig, netns_of
+from testbed.emulation.state import FabricState
 from testbed.errors import TestbedError
 from testbed.fabric import Fabric, addressing, build_fabric
 from testbed.fabric.maxmin import all_link_capacities, flow_links, max_min
@@ -47,7 +49,7 @@ HOST_IDLE_MIN = 0.03  # of the whole machine
 
 def payload_efficiency(mtu: int) -> float:
     """TCP payload per byte on the wire (IPv4 + TCP with timestamps: 52 B; Ethernet 14 B)."""
-    return (mtu - 52) / (mtu + 14)
+    return scale.payload_bytes(mtu) / (mtu + scale.ETHERNET_HEADER_BYTES)
 
 
 def permutation(fabric: Fabric, rate_bps: float) -> tuple[list[tuple[int, int]], dict]:
@@ -169,13 +171,13 @@ def _pattern_summary(flows: list[dict], cpu: dict, retransmits: int | None) -> d
             "cpu": cpu, "cpu_saturated": _saturated(cpu)}
 
 
-def run_permutation(st: dict, duration: int, omit: int, ecmp: str = "spread",
+def run_permutation(st: FabricState, duration: int, omit: int, ecmp: str = "spread",
                     log=print) -> tuple[list[dict], dict, None]:
     """iperf3, one client and server per flow; returns (flows, cpu, None: retransmits are per flow)."""
-    fabric = fabricctl.fabric_of_state(st)
-    rate = st["config"]["rate_bps"]
+    fabric = st.model()
+    rate = st.config["rate_bps"]
     pairs, ideal = permutation(fabric, rate)
-    eff = payload_efficiency(st["config"]["mtu"])
+    eff = payload_efficiency(st.config["mtu"])
     cport = {(src, sp): CLIENT_PORT + 2 * i + sp for i, (src, _) in enumerate(pairs) for sp in (1, 2)}
     known = fabric.kind == "zcube"
     if not known:  # ECMP: choose (spread) or learn (hashed) each flow's path from OVS before the flow exists
@@ -213,14 +215,14 @@ def run_permutation(st: dict, duration: int, omit: int, ecmp: str = "spread",
     return flows, _cpu_between(c1, c2), None
 
 
-def run_all_to_all(st: dict, duration: int, omit: int) -> tuple[list[dict], dict, int]:
+def run_all_to_all(st: FabricState, duration: int, omit: int) -> tuple[list[dict], dict, int]:
     """Every GPU to every other on both NIC ports (2n(n-1) TCP flows), one
     bulk.py process per GPU; returns (flows, cpu, retransmits of all GPUs)."""
-    fabric = fabricctl.fabric_of_state(st)
+    fabric = st.model()
     gpus = list(fabric.gpus())
     flows = {f"{s}>{d}:p{sp}": ((s, sp), (d, 3 - sp)) for s in gpus for d in gpus if s != d for sp in (1, 2)}
-    ideal = ideal_rates(fabric, flows, st["config"]["rate_bps"])
-    eff = payload_efficiency(st["config"]["mtu"])
+    ideal = ideal_rates(fabric, flows, st.config["rate_bps"])
+    eff = payload_efficiency(st.config["mtu"])
     start = time.monotonic() + 2.0 + 0.05 * len(gpus)
     procs = {}
     try:
@@ -277,17 +279,17 @@ def bench(fabric_args: dict, config: DatapathConfig, duration: int = 16, omit: i
         raise TestbedError(f"pattern {unknown[0] if unknown else ''!r} is unknown: expected {', '.join(PATTERNS)}")
     st = fabricctl.load_state()
     own = st is None
-    if not own and (st["fabric"]["kind"] != fabric_args["kind"] or st["fabric"]["gpus"] != fabric_args["gpus"]):
-        raise TestbedError(f"a different fabric is up ({st['fabric']['kind']}, {st['fabric']['gpus']} GPUs): "
+    if not own and (st.fabric["kind"] != fabric_args["kind"] or st.fabric["gpus"] != fabric_args["gpus"]):
+        raise TestbedError(f"a different fabric is up ({st.fabric['kind']}, {st.fabric['gpus']} GPUs): "
                            "run 'testbed down' first")
     result: dict = {"flows": [], "summary": {}}
     summary = result["summary"]
     try:
         if own:
             st = fabricctl.up(fabric_args, config, log=log)
-        summary.update(rate_bps=st["config"]["rate_bps"], mtu=st["config"]["mtu"], duration_s=duration,
-                       fabric=st["fabric"], bringup_s=st["timings"].get("up_s"),
-                       ecmp=ecmp if st["fabric"]["kind"] != "zcube" else None)
+        summary.update(rate_bps=st.config["rate_bps"], mtu=st.config["mtu"], duration_s=duration,
+                       fabric=st.fabric, bringup_s=st.timings.get("up_s"),
+                       ecmp=ecmp if st.fabric["kind"] != "zcube" else None)
         for pattern in patterns:
             log(f"{pattern}: {duration} s of TCP traffic")
             before = fabricctl.total_drops(st)

@@ -30,6 +30,7 @@ import numpy as np
 
 from pfc import analysis
 from pfc.analysis import percentiles
+from pfc.files import GAPS_FILE, LATENCY_FILE, LOG_FILE, POLICY_FILE, STATUS_FILE
 from testbed.bench import iperf3_result
 from testbed.emulation import fabricctl
 from testbed.emulation.datapath import DatapathConfig, netns_of
@@ -210,10 +211,10 @@ def save_logs(sdir: Path, out: Path, t0_ns: int, t1_ns: int) -> dict:
     import shutil
 
     out.mkdir(parents=True, exist_ok=True)
-    for name in ("pfc.txt", "pfc_latency.txt", "pfc_gaps.txt", "pfc_status.json", "pfc_policy.json"):
+    for name in (LOG_FILE, LATENCY_FILE, GAPS_FILE, STATUS_FILE, POLICY_FILE):
         if (sdir / name).exists():
             shutil.copy(sdir / name, out / name)
-    events = analysis.read_events(out / "pfc.txt")
+    events = analysis.read_events(out / LOG_FILE)
     analysis.write_port_stats_csv(out / "pfc_ports.csv", analysis.port_stats(events, t0_ns, t1_ns))
     sp = analysis.spread(events)
     return {"max_hops": sp["max_hops"], "roots": sp["roots"]}
@@ -225,7 +226,7 @@ def phase(fabric_args: dict, config: DatapathConfig, pfc, victim: tuple[int, int
     """Bring the fabric up with ``pfc``, run the incast, read counters and logs, bring it down."""
     st = fabricctl.up(fabric_args, config, log=log, pfc=pfc)
     try:
-        sdir = Path(st["state_dir"])
+        sdir = st.directory
         before = fabricctl.total_drops(st)
         t0, cpu0 = time.monotonic_ns(), cpu_times()
         result = run_incast(victim, senders, seconds)
@@ -233,24 +234,24 @@ def phase(fabric_args: dict, config: DatapathConfig, pfc, victim: tuple[int, int
         result["vcpu_steal_pct"] = steal_pct(cpu0, cpu_times())
         time.sleep(1.5)  # the helper writes its status and logs once a second
         result["drops"] = fabricctl.total_drops(st) - before
-        status = json.loads((sdir / "pfc_status.json").read_text()) if pfc.enabled else {}
-        events = analysis.read_events(sdir / "pfc.txt") if pfc.enabled else []
+        status = json.loads((sdir / STATUS_FILE).read_text()) if pfc.enabled else {}
+        events = analysis.read_events(sdir / LOG_FILE) if pfc.enabled else []
         result.update(pauses=status.get("pauses", 0), resumes=status.get("resumes", 0),
                       resume_stalls=status.get("resume_stalls", 0), netlink_errors=status.get("netlink_errors", 0),
                       paused_nodes=paused_nodes(events))
         if pfc.enabled:  # the microbenchmark is the incast alone: latencies before the spreading demo
-            result["latency"] = read_latencies(sdir / "pfc_latency.txt")
+            result["latency"] = read_latencies(sdir / LATENCY_FILE)
             result["helper"] = helper_health(status)
             result["xoff_threshold_bytes"] = status.get("xoff_threshold_bytes")
             if out is not None:
                 result["spread"] = save_logs(sdir, out / "incast", t0, t1)
-        result["bringup_s"] = st["timings"].get("up_s")
+        result["bringup_s"] = st.timings.get("up_s")
         if bystanders:
             log(f"congestion spreading: {len(bystanders)} bystander flows alone, then beside the incast")
             skip = len(events)
             result["spreading"] = spreading(victim, senders, bystanders, seconds, hot_dsts)
             time.sleep(1.5)
-            paused = paused_queues(analysis.read_events(sdir / "pfc.txt")[skip:])
+            paused = paused_queues(analysis.read_events(sdir / LOG_FILE)[skip:])
             if out is not None:
                 save_logs(sdir, out / "spreading", t1, time.monotonic_ns())
             nics = {f"gpu{s[0]}:p{s[1]}" for s, _ in bystanders}

@@ -35,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     plan.register(sub)  # plan, path, cost
     fabric.register(sub)  # up, down, exec, cli, status
     fault.register(sub)  # fault link|switch|controller
-    bench.register(sub)  # bench fidelity|pfc
+    bench.register(sub)  # bench fidelity|pfc|replay|exchange|failover
     fabric.register_clean(sub)  # clean
     replay.register(sub)  # replay
     run.register(sub)  # run, sweep, calibrate

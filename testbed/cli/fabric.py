@@ -26,11 +26,11 @@ def cmd_up(args) -> int:
         raise TestbedError(f"--miswire {args.miswire!r}: expected two switch ports, e.g. sw1-eth9,sw1-eth11")
     st = fabricctl.up(fabric_kwargs(args) | {"kind": args.fabric}, datapath_config(args), miswire,
                       log=lambda m: print(m, file=sys.stderr), pfc=pfc_config(args), failover=args.failover)
-    t = st["timings"]
+    t = st.timings
     print(f"{args.fabric} with {args.gpus} GPUs is up in {t['up_s']:.1f} s "
-          f"({len(st['queues'])} queues at {st['config']['rate_bps'] / 1e6:g} Mbit/s, "
-          f"controller pid {st['controller_pid']})")
-    for w in st["warnings"]:
+          f"({len(st.queues)} queues at {st.config['rate_bps'] / 1e6:g} Mbit/s, "
+          f"controller pid {st.controller_pid})")
+    for w in st.warnings:
         print(f"WARNING: {w}", file=sys.stderr)
     return 0
 

@@ -2,8 +2,8 @@
 ``run`` / ``sweep`` / ``calibrate``.
 
 Flags override file values, and only the flags the user actually gave: every
-flag defaults to None (also the fabric and link options these verbs share with
-the others), so an absent flag never overwrites a file value with a default.
+flag (``testbed.cli.flags``: one table of flag -> key path, shared with ``replay``)
+defaults to None, so an absent flag never overwrites a file value with a default.
 Each applied flag is recorded as an override in experiment.json.
 """
 
@@ -12,67 +12,14 @@ from __future__ import annotations
 import json
 import sys
 
-from testbed.cli.options import add_fabric_and_link_options, print_result
+from testbed.cli import flags
+from testbed.cli.options import print_result
 from testbed.errors import TestbedError
-from testbed.experiment.schema import Override, cli_value
-
-# argparse dest -> (experiment key path, conversion of the flag's value)
-FLAGS: dict[str, tuple[str, object]] = {
-    "fabrics": ("fabrics", lambda v: [x.strip() for x in v.split(",") if x.strip()]),
-    "gpus": ("gpus", None),
-    "gpus_per_switch": ("gpus_per_switch", None),
-    "cables": ("cables", None),
-    "gpus_per_server": ("gpus_per_server", None),
-    "radix": ("radix", None),
-    "rate": ("link.rate", None),
-    "represents": ("link.represents", None),
-    "buffer": ("link.buffer_bytes", None),
-    "nic_buffer": ("link.nic_buffer_bytes", None),
-    "burst": ("link.burst_bytes", None),
-    "mtu": ("link.mtu", None),
-    "pfc": ("pfc.enabled", lambda v: v == "on"),
-    "trace": ("trace.path", None),
-    "start": ("trace.start_s", None),
-    "duration": ("trace.duration_s", None),
-    "first": ("trace.first_n", None),
-    "speed": ("trace.speed", None),
-    "model": ("serving.model", None),
-    "prefill_tp": ("serving.prefill_tp", None),
-    "decode_tp": ("serving.decode_tp", None),
-    "prefill_fraction": ("serving.prefill_fraction", None),
-    "scheduler": ("serving.scheduler", None),
-    "mode": ("serving.mode", None),
-    "chunk": ("serving.chunk_bytes", None),
-    "policy": ("serving.policy", None),
-    "connections": ("serving.connections", None),
-    "driver": ("serving.driver", None),
-    "arrivals": ("serving.arrivals", None),
-    "concurrency": ("serving.concurrency", None),
-    "dilation": ("link.time_dilation", None),
-    "seed": ("seed", None),
-    "reps": ("repetitions", None),
-    "cross": ("cross_flows", None),
-    "name": ("name", None),
-}
 
 
-def overrides_from_args(args) -> list[Override]:
-    """The flags the user gave, as overrides (in FLAGS order), then every --set in order."""
-    out = []
-    for dest in getattr(args, "_shared", ()):
-        if dest not in FLAGS and getattr(args, dest, None) is not None:
-            raise TestbedError(f"--{dest.replace('_', '-')} is not an experiment setting of run/sweep: "
-                               "use --set KEY=VALUE (see experiments/schema.json)")
-    for dest, (key, convert) in FLAGS.items():
-        value = getattr(args, dest, None)
-        if value is not None:
-            out.append(Override(key, convert(value) if convert else value, f"--{dest.replace('_', '-')}"))
-    for text in getattr(args, "set", None) or []:
-        key, sep, value = text.partition("=")
-        if not sep or not key.strip():
-            raise TestbedError(f"--set {text!r}: expected KEY=VALUE, e.g. --set pfc.xoff_bytes=30000")
-        out.append(Override(key.strip(), cli_value(key.strip(), value.strip()), "--set"))
-    return out
+def overrides_from_args(args) -> list:
+    """The flags the user gave, as overrides (``testbed.cli.flags.RUN`` order), then every --set in order."""
+    return flags.overrides(args, flags.RUN)
 
 
 def _stderr(message: str) -> None:
@@ -137,46 +84,14 @@ def cmd_calibrate(args) -> int:
 
 
 def _experiment_options(p) -> None:
-    from testbed.fabric.routing import POLICIES
     from testbed.paths import REPORTS
-    from traffic.model import placement, schedule
-    from traffic.runtime.agent import CONNECTION_MODES
 
-    shared = add_fabric_and_link_options(p)
     p.add_argument("experiment", nargs="?", metavar="EXPERIMENT.yaml",
                    help="experiment file (default: the built-in defaults, as experiments/default.yaml)")
-    p.add_argument("--fabrics", help="comma list, e.g. zcube,roft")
-    p.add_argument("--pfc", choices=["on", "off"], help="priority flow control")
-    p.add_argument("--trace", help="trace file, plain or .gz (relative to the current folder)")
-    p.add_argument("--start", help="trace time where the slice starts, e.g. 600s")
-    p.add_argument("--duration", help="trace time replayed, e.g. 120s")
-    p.add_argument("--first", type=int, help="at most this many requests")
-    p.add_argument("--speed", type=float, help="replay the trace this many times faster")
-    p.add_argument("--model")
-    p.add_argument("--prefill-tp", type=int)
-    p.add_argument("--decode-tp", type=int)
-    p.add_argument("--prefill-fraction", type=float, help="share of the servers running prefill")
-    p.add_argument("--scheduler", choices=list(placement.POLICIES))
-    p.add_argument("--mode", choices=list(schedule.MODES))
-    p.add_argument("--chunk", help="slice size in emulated bytes (0: no slicing)")
-    p.add_argument("--policy", choices=list(POLICIES))
-    p.add_argument("--connections", choices=list(CONNECTION_MODES),
-                   help="agents' TCP connections: one per NIC port pair (default) or one per transfer")
-    p.add_argument("--driver", choices=["plan", "live"],
-                   help="plan: KV transfers timed from the trace; live: serving with the network in the loop")
-    p.add_argument("--arrivals", choices=["trace", "closed"], help="live: trace-timed or closed-loop arrivals")
-    p.add_argument("--concurrency", type=int, help="live, closed loop: requests in flight")
-    p.add_argument("--dilation", type=float, help="live: the emulated world runs this many times slower")
-    p.add_argument("--seed", type=int, help="seed of repetition 1 (repetition r: seed + r - 1)")
-    p.add_argument("--reps", type=int, help="repetitions")
-    p.add_argument("--cross", type=int, metavar="N", help="background iperf3 flows")
-    p.add_argument("--represents", help="the real link one emulated link stands for, e.g. 100gbit (default 400gbit)")
-    p.add_argument("--name", help="run-id suffix (default: the experiment file's name)")
-    p.add_argument("--set", action="append", metavar="KEY=VALUE",
-                   help="any experiment key, e.g. --set pfc.xoff_bytes=30000 (repeatable; applied last)")
+    flags.add_flags(p, flags.RUN)
+    flags.add_set(p)
     p.add_argument("--out", default=str(REPORTS), help="an existing folder where run directories go (default reports/)")
     p.add_argument("--dry-run", action="store_true", help="print the resolved experiment and exit")
-    p.set_defaults(_shared=shared, **dict.fromkeys(shared))
 
 
 def register(sub) -> None:

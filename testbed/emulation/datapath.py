@@ -54,20 +54,22 @@ class DatapathConfig:
 
     def validate(self) -> "DatapathConfig":
         if not 1e4 <= self.rate_bps <= 1e9:
-            raise TestbedError(f"rate {self.rate_bps:g} bit/s is out of range: expected 10kbit .. 1gbit")
+            raise TestbedError(f"rate {self.rate_bps:g} bit/s is out of range: expected 10kbit .. 1gbit",
+                               key="rate_bps")
         if not 576 <= self.mtu <= MAX_AFXDP_MTU:
             raise TestbedError(f"mtu {self.mtu} is out of range: expected 576 .. {MAX_AFXDP_MTU} "
-                               "(AF_XDP frames in OVS are 4 KB)")
+                               "(AF_XDP frames in OVS are 4 KB)", key="mtu")
         if self.burst_bytes < self.mtu + 14:
-            raise TestbedError(f"burst {self.burst_bytes} B is smaller than one frame ({self.mtu + 14} B)")
+            raise TestbedError(f"burst {self.burst_bytes} B is smaller than one frame ({self.mtu + 14} B)",
+                               key="burst_bytes")
         if self.buffer_bytes < 2 * (self.mtu + 14):
             raise TestbedError(f"buffer {self.buffer_bytes} B holds fewer than two frames of "
-                               f"{self.mtu + 14} B: expected at least {2 * (self.mtu + 14)}")
+                               f"{self.mtu + 14} B: expected at least {2 * (self.mtu + 14)}", key="buffer_bytes")
         if not self.nic_buffer_bytes:
             object.__setattr__(self, "nic_buffer_bytes", scale.DEFAULT_NIC_QUEUE_PACKETS * (self.mtu + 14))
         if self.nic_buffer_bytes < 2 * (self.mtu + 14):
             raise TestbedError(f"NIC buffer {self.nic_buffer_bytes} B holds fewer than two frames of "
-                               f"{self.mtu + 14} B: expected at least {2 * (self.mtu + 14)}")
+                               f"{self.mtu + 14} B: expected at least {2 * (self.mtu + 14)}", key="nic_buffer_bytes")
         if not self.tcp_limit_output_bytes:
             object.__setattr__(self, "tcp_limit_output_bytes", 2 * (self.mtu + 50))
         return self
@@ -163,7 +165,8 @@ def plan_datapath(fabric: Fabric, config: DatapathConfig | None = None) -> Datap
         plan.bridges[f"{name}-rx"].append(f"{name}-rxa")
     for dev in plan.root_devices:
         if len(dev) > 15:
-            raise TestbedError(f"interface name {dev!r} is longer than 15 characters: fabric too large to emulate")
+            raise TestbedError(f"interface name {dev!r} is longer than 15 characters: fabric too large to emulate",
+                               key="interface")
     return plan
 
 

@@ -21,6 +21,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+from pfc import files as pfc_files
 from testbed.emulation import build, inventory, netns
 from testbed.emulation.datapath import ALIAS, NETNS_PREFIX, DatapathConfig, DatapathPlan, plan_datapath
 from testbed.emulation.state import Created, FabricState
@@ -32,8 +33,8 @@ READY_TIMEOUT_S = 60
 FAULT_LOG, FAULTS_IN_FORCE = "faults.jsonl", "faults.json"  # testbed.emulation.faults writes them
 FAILOVER_MODES = ("fast", "controller")
 # files of an earlier fabric that a new one would otherwise append to or be misread by
-_LEFTOVER_FILES = ("status.json", "controller.log", "pfc.txt", "pfc_latency.txt", "pfc_gaps.txt", "pfc_status.json",
-                   "pfcd.log", FAULTS_IN_FORCE, FAULT_LOG)
+_LEFTOVER_FILES = ("status.json", "controller.log", pfc_files.LOG_FILE, pfc_files.LATENCY_FILE, pfc_files.GAPS_FILE,
+                   pfc_files.STATUS_FILE, "pfcd.log", FAULTS_IN_FORCE, FAULT_LOG)
 
 
 def state_dir() -> Path:
@@ -530,7 +531,7 @@ def pfc_state(st: FabricState) -> dict:
     if not st.pfc_enabled:
         return {"enabled": False}
     try:
-        doc = json.loads((st.directory / "pfc_status.json").read_text())
+        doc = json.loads((st.directory / pfc_files.STATUS_FILE).read_text())
     except (OSError, ValueError):
         return {"enabled": True, "alive": False}
     return {"enabled": True, "alive": _alive(doc.get("pid")), "age_s": round(time.time() - doc.get("updated", 0), 1),
@@ -606,7 +607,7 @@ def _our_process(cmdline: list[bytes], sdir: Path) -> str | None:
     return what
 
 
-STATE_FILE_OF = {"controller": "controller.json", "PFC helper": "pfc_policy.json"}
+STATE_FILE_OF = {"controller": "controller.json", "PFC helper": pfc_files.POLICY_FILE}
 
 
 def _stop_our_processes() -> list[str]:

@@ -97,17 +97,6 @@ class FabricState:
             doc[key] = value.as_dict() if key == "created" else value
         return doc | self.extra
 
-    # ------------------------------------------- read-only dict compatibility
-    # Callers outside testbed.emulation (replay, live, bench, integration tests) still index the
-    # state as the dict it used to be; these give them the same values until they move to attributes.
-    def __getitem__(self, key: str):
-        """``state["queues"]``: the entry of the JSON document (KeyError if unrecorded)."""
-        return self.as_dict()[key]
-
-    def get(self, key: str, default=None):
-        """``state.get("pfc", {})``: as ``dict.get`` on the JSON document."""
-        return self.as_dict().get(key, default)
-
 
 # Entries in the order the file has them; the _LATE ones appear only once recorded (or when set).
 _ORDER = ("fabric", "config", "controller_port", "controller_pid", "created", "queues", "timings", "warnings",

@@ -2,18 +2,18 @@
 after the other, into one run directory.
 
 One directory because the report compares fabrics on exactly the same
-traffic: it needs all their replays, the resolved config and the versions side
+traffic: it needs all their repetitions, the resolved config and the versions side
 by side. Layout (what ``testbed.report`` reads):
 
     reports/<YYYYmmdd-HHMMSS>-<name>/
       experiment.json    resolved config, its source file, the CLI overrides, the planned runs
       versions.json      project, git, OVS, os-ken, kernel, python
       plan/<fabric>.png, plan/<fabric>.json, plan/cost.json
-      runs/<fabric>/rep<k>/   one replay run directory each (summary.json, ...) or error.txt
+      runs/<fabric>/rep<k>/   one repetition's run directory each (summary.json, ...) or error.txt
       headline.json      per fabric: headline numbers of every repetition and their spread
       report.html, summary.json   written by testbed.report.build_report
 
-The replay function is a parameter (default: ``testbed.repetition.replay.replay`` after a
+The repetition function is a parameter (default: ``testbed.repetition.orchestrate.run_repetition`` after a
 root/OVS/no-fabric-up check) so the loop is tested without a fabric.
 """
 
@@ -33,10 +33,9 @@ from pathlib import Path
 from typing import Callable
 
 from testbed.errors import EnvironmentProblem, TestbedError
-from testbed.experiment.schema import Resolved, datapath_config, fabric_args, pfc_settings, replay_config
+from testbed.experiment.schema import Resolved, datapath_config, fabric_args, pfc_settings, repetition_config
 from testbed.paths import REPO
 
-OVERHEAD_S = 40.0  # per replay: bring-up, agents' start, lead time, teardown, queue sampling and merge
 HEADLINE_KEYS = ("goodput_bps", "fct_p99_ms", "ttft_p99_ms", "ttft_p50_ms", "throughput_tokens_per_s", "pauses",
                  "drops", "kv_slowdown_p99")
 
@@ -49,8 +48,8 @@ def stderr_log(message: str) -> None:
 
 # ------------------------------------------------------------ planning
 @dataclass(frozen=True)
-class Target:
-    """One replay of the experiment: which fabric, which repetition, its seed and folder."""
+class PlannedRepetition:
+    """One repetition of the experiment: which fabric, which repetition, its seed and folder."""
 
     fabric: str
     rep: int
@@ -64,13 +63,14 @@ class Target:
         return {"fabric": self.fabric, "rep": self.rep, "seed": self.seed, "dir": str(self.rel)}
 
 
-def targets(exp) -> list[Target]:
+def targets(exp) -> list[PlannedRepetition]:
     """Repetition-major, so an interrupted run still has every fabric of the first repetitions."""
-    return [Target(kind, rep, exp.seed + rep - 1) for rep in range(1, exp.repetitions + 1) for kind in exp.fabrics]
+    return [PlannedRepetition(kind, rep, exp.seed + rep - 1) for rep in range(1, exp.repetitions + 1)
+            for kind in exp.fabrics]
 
 
 def replayed_s(exp) -> float:
-    """Wall seconds one replay runs: the trace slice sped up, or (live, closed loop) the cluster time
+    """Wall seconds one repetition runs: the trace slice sped up, or (live, closed loop) the cluster time
     stretched by the time dilation."""
     if exp.serving.driver == "live":
         cluster_s = exp.trace.duration_s if exp.serving.arrivals == "closed" else exp.trace.duration_s / exp.trace.speed
@@ -78,15 +78,23 @@ def replayed_s(exp) -> float:
     return exp.trace.duration_s / exp.trace.speed
 
 
+def _per_repetition(exp) -> tuple[float, float]:
+    """(wall seconds of the run itself, set-up seconds) of one repetition on the experiment's backend."""
+    from testbed import backends
+
+    b = backends.get(exp.backend)
+    return (replayed_s(exp) if b.realtime else 0.0), b.setup_s
+
+
 def estimate_s(exp) -> float:
     """fabrics x repetitions x (replayed wall time + set-up overhead)."""
-    return len(exp.fabrics) * exp.repetitions * (replayed_s(exp) + OVERHEAD_S)
+    return len(exp.fabrics) * exp.repetitions * sum(_per_repetition(exp))
 
 
 def estimate_text(exp) -> str:
-    return (f"{len(exp.fabrics)} fabric(s) x {exp.repetitions} repetition(s) x "
-            f"({replayed_s(exp):g} s replayed + ~{OVERHEAD_S:g} s set-up) "
-            f"= ~{minutes(estimate_s(exp))}")
+    run_s, setup_s = _per_repetition(exp)
+    each = f"{replayed_s(exp):g} s replayed + ~{setup_s:g} s set-up" if run_s else f"~{setup_s:g} s of computing"
+    return f"{len(exp.fabrics)} fabric(s) x {exp.repetitions} repetition(s) x ({each}) = ~{minutes(estimate_s(exp))}"
 
 
 def minutes(seconds: float) -> str:
@@ -185,7 +193,7 @@ def write_plan(exp, run_dir: Path, log: Log) -> None:
 
 
 def start_run_dir(resolved: Resolved, run_dir: Path, versions: dict, log: Log, extra: dict | None = None) -> None:
-    """experiment.json, versions.json and plan/ before the first replay starts."""
+    """experiment.json, versions.json and plan/ before the first repetition starts."""
     exp = resolved.experiment
     doc = resolved.as_dict() | {"runs": [t.as_dict() for t in targets(exp)], "estimate_s": round(estimate_s(exp)),
                                 "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "argv": sys.argv[1:]}
@@ -203,15 +211,15 @@ def _write_error(target: Path, text: str) -> None:
     (target / "error.txt").write_text(text)
 
 
-def _replay_once(replay_fn: Callable, exp, t, dp, pfc, target: Path, log: Log) -> None:
-    replay_fn(fabric_args(exp, t.fabric), dp, replay_config(exp, t.rep, t.fabric), out_root=None, log=log,
+def _repetition_once(repetition_fn: Callable, exp, t, dp, pfc, target: Path, log: Log) -> None:
+    repetition_fn(fabric_args(exp, t.fabric), dp, repetition_config(exp, t.rep, t.fabric), out_root=None, log=log,
               run_dir=target, pfc=pfc)
 
 
-def execute(resolved: Resolved, run_dir: Path, replay_fn: Callable, log: Log) -> list[dict]:
-    """Every target in turn. A replay that failed for an environment reason (the machine, not the
+def execute(resolved: Resolved, run_dir: Path, repetition_fn: Callable, log: Log) -> list[dict]:
+    """Every target in turn. A repetition that failed for an environment reason (the machine, not the
     experiment: EnvironmentProblem) is retried once, its first attempt kept beside it as
-    ``rep<k>.attempt1/`` and named in ``retried.txt``. A failing replay leaves error.txt in its
+    ``rep<k>.attempt1/`` and named in ``retried.txt``. A failing repetition leaves error.txt in its
     folder and the loop goes on; Ctrl-C leaves a note there too and stops."""
     exp = resolved.experiment
     dp = datapath_config(exp)
@@ -226,7 +234,7 @@ def execute(resolved: Resolved, run_dir: Path, replay_fn: Callable, log: Log) ->
         retried = None
         try:
             try:
-                _replay_once(replay_fn, exp, t, dp, pfc, target, log)
+                _repetition_once(repetition_fn, exp, t, dp, pfc, target, log)
             except EnvironmentProblem as exc:
                 retried = f"{type(exc).__name__}: {exc}"
                 aside = target.with_name(f"{target.name}.attempt1")
@@ -234,10 +242,10 @@ def execute(resolved: Resolved, run_dir: Path, replay_fn: Callable, log: Log) ->
                     target.rename(aside)
                 _write_error(aside, retried + "\n")
                 log(f"{t.fabric} repetition {t.rep} failed for an environment reason ({exc}); retrying once")
-                _replay_once(replay_fn, exp, t, dp, pfc, target, log)
+                _repetition_once(repetition_fn, exp, t, dp, pfc, target, log)
                 (target / "retried.txt").write_text(f"first attempt failed ({aside.name}/): {retried}\n")
         except KeyboardInterrupt:
-            _write_error(target, "interrupted (Ctrl-C): this replay did not finish\n")
+            _write_error(target, "interrupted (Ctrl-C): this repetition did not finish\n")
             raise
         except Exception as exc:
             _write_error(target, f"{type(exc).__name__}: {exc}\n\n{traceback.format_exc()}")
@@ -264,7 +272,7 @@ def _pauses(s: dict):
 
 
 def headline(run_dir: Path) -> dict:
-    """The headline numbers of one replay directory, from its summary.json ({} if it has none)."""
+    """The headline numbers of one repetition's directory, from its summary.json ({} if it has none)."""
     try:
         s = json.loads((Path(run_dir) / "summary.json").read_text())
     except (OSError, json.JSONDecodeError):
@@ -351,12 +359,12 @@ def build_report(run_dir: Path, log: Log) -> bool | None:
         raise
     except Exception as exc:
         (run_dir / "report-error.txt").write_text(f"{type(exc).__name__}: {exc}\n\n{traceback.format_exc()}")
-        log(f"WARNING: the report failed: {exc} (report-error.txt); the replays' results are kept")
+        log(f"WARNING: the report failed: {exc} (report-error.txt); the repetitions' results are kept")
         return False
 
 
 def finish(resolved: Resolved, run_dir: Path, outcomes: list[dict], log: Log) -> tuple[int, dict]:
-    """headline.json, the report; exit status 1 if a replay failed, lost transfers or the report failed."""
+    """headline.json, the report; exit status 1 if a repetition failed, lost transfers or the report failed."""
     exp = resolved.experiment
     heads = fabric_headlines(exp, run_dir)
     _write_json(run_dir / "headline.json", {"fabrics": heads, "outcomes": outcomes})
@@ -364,36 +372,32 @@ def finish(resolved: Resolved, run_dir: Path, outcomes: list[dict], log: Log) ->
     failed = [o for o in outcomes if o["status"] != "ok"]
     unverified = sum(h["unverified"] for h in heads.values())
     if failed:
-        log(f"{len(failed)} of {len(outcomes)} replays failed: "
+        log(f"{len(failed)} of {len(outcomes)} repetitions failed: "
             + "; ".join(f"{o['dir']}: {o['error']}" for o in failed))
     if unverified:
-        log(f"{unverified} replay(s) did not verify every transfer (see their summary.json)")
+        log(f"{unverified} repetition(s) did not verify every transfer (see their summary.json)")
     return (1 if failed or unverified or report is False else 0), heads
 
 
 # ----------------------------------------------------------------- entry
-def real_replay() -> Callable:
-    """testbed.repetition.replay.replay, once root, Open vSwitch and no running fabric are confirmed: each fabric must
-    be built with the experiment's own link settings, which a fabric already up would not have."""
-    from testbed.emulation import fabricctl
-    from testbed.repetition.replay import replay
+def real_repetition(backend: str) -> Callable:
+    """testbed.repetition.orchestrate.run_repetition, once the backend confirmed it can carry the experiment now
+    (the emulated fabric: root, Open vSwitch and no running fabric, since each fabric must be built with the
+    experiment's own link settings, which a fabric already up would not have)."""
+    from testbed import backends
+    from testbed.repetition.orchestrate import run_repetition
 
-    fabricctl.require_root()
-    fabricctl.require_ovs()
-    st = fabricctl.load_state()
-    if st is not None:
-        raise TestbedError(f"a fabric is up ({st['fabric']['kind']}, {st['fabric']['gpus']} GPUs): run "
-                           "'testbed down' first (run builds every fabric itself, with the experiment's link settings)")
-    return replay
+    backends.get(backend).check(build_own=True)
+    return run_repetition
 
 
-def run_into(resolved: Resolved, run_dir: Path, replay_fn: Callable, log: Log, versions: dict,
+def run_into(resolved: Resolved, run_dir: Path, repetition_fn: Callable, log: Log, versions: dict,
              extra: dict | None = None) -> tuple[int, dict]:
-    """Fill an existing, empty run directory: set-up files, every replay, headline, report."""
+    """Fill an existing, empty run directory: set-up files, every repetition, headline, report."""
     mark_state(run_dir, "running")
     try:
         start_run_dir(resolved, run_dir, versions, log, extra)
-        outcomes = execute(resolved, run_dir, replay_fn, log)
+        outcomes = execute(resolved, run_dir, repetition_fn, log)
         result = finish(resolved, run_dir, outcomes, log)
     except KeyboardInterrupt:
         mark_state(run_dir, "interrupted", "Ctrl-C or SIGTERM: the run stopped before it finished")
@@ -405,16 +409,17 @@ def run_into(resolved: Resolved, run_dir: Path, replay_fn: Callable, log: Log, v
     return result
 
 
-STATE_FILE = "state.json"
+LIFECYCLE_FILE = "lifecycle.json"  # a run directory's state (not the fabric's state.json)
+OLD_LIFECYCLE_FILE = "state.json"  # its name in run directories written before issue 23
 
 
 def mark_state(run_dir: Path, state: str, why: str | None = None) -> None:
-    """``state.json``: running (with our pid), finished, failed or interrupted. A run killed outright
+    """``lifecycle.json``: running (with our pid), finished, failed or interrupted. A run killed outright
     leaves "running" with a dead pid, which ``testbed clean`` turns into "interrupted"."""
     doc = {"state": state, "pid": os.getpid(), "updated": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     if why:
         doc["why"] = why
-    _write_state(run_dir / STATE_FILE, doc)
+    _write_state(run_dir / LIFECYCLE_FILE, doc)
 
 
 def _write_state(path: Path, doc: dict) -> None:
@@ -428,7 +433,8 @@ def mark_killed_runs(out_root: Path) -> list[Path]:
     """Run directories under ``out_root`` (and their sweep points) still "running" whose process is gone:
     marked "interrupted" so no killed run passes for one in progress."""
     marked = []
-    for path in sorted(Path(out_root).glob(f"**/{STATE_FILE}")):
+    paths = [p for name in (LIFECYCLE_FILE, OLD_LIFECYCLE_FILE) for p in Path(out_root).glob(f"**/{name}")]
+    for path in sorted(paths):
         try:
             doc = json.loads(path.read_text())
         except (OSError, ValueError):
@@ -440,7 +446,7 @@ def mark_killed_runs(out_root: Path) -> list[Path]:
     return marked
 
 
-def run_experiment(resolved: Resolved, out_root: Path, replay_fn: Callable | None = None, log: Log = stderr_log,
+def run_experiment(resolved: Resolved, out_root: Path, repetition_fn: Callable | None = None, log: Log = stderr_log,
                    out: Log = print) -> int:
     """The ``run`` verb: check, estimate, run everything, print the headline table and the run directory last."""
     exp = resolved.experiment
@@ -449,10 +455,10 @@ def run_experiment(resolved: Resolved, out_root: Path, replay_fn: Callable | Non
         f"{Path(exp.trace.path).name}, {exp.serving.model} TP {exp.serving.prefill_tp}->{exp.serving.decode_tp}, "
         f"{exp.link.rate / 1e6:g} Mbit/s links, PFC {'on' if exp.pfc.enabled else 'off'}")
     log(f"estimated wall time: {estimate_text(exp)}")
-    replay_fn = replay_fn or real_replay()
+    repetition_fn = repetition_fn or real_repetition(exp.backend)
     run_dir = new_run_dir(Path(out_root), exp.name)
     log(f"run directory {run_dir}")
-    status, heads = run_into(resolved, run_dir, replay_fn, log, collect_versions())
+    status, heads = run_into(resolved, run_dir, repetition_fn, log, collect_versions())
     for line in headline_table(heads):
         out(line)
     out(str(run_dir))

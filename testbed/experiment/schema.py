@@ -3,9 +3,13 @@
 An experiment costs minutes of emulator time per fabric, so everything is
 checked before anything is built: pydantic for keys, types and ranges (unknown
 keys are errors, not silently ignored), then the rules of the modules that
-will consume the values (``DatapathConfig.validate``, ``ReplayConfig.validate``,
-the fabric builders, ``traffic.model.placement``). Every problem becomes one line
-``FILE: key.path: rule (got value)`` as a ``TestbedError``.
+will consume the values (``DatapathConfig.validate``, the fabric builders,
+``traffic.model.placement``, the backend). Every problem becomes one line
+``FILE: key.path: rule (got value)`` as a ``TestbedError`` whose ``key`` is that key path.
+
+The sections (link, pfc, trace, serving, faults) are defined with the repetition that takes them
+(``testbed.repetition.settings``); the experiment adds the fabrics, the repetitions and the run's
+own keys.
 
 The schema holds every key's default (one place; ``experiments/kv-replay.yaml``
 spells them out and a unit test keeps the two equal). ``testbed run`` with no
@@ -19,92 +23,29 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal, Optional, Union
+from typing import Any, Optional, Union
 
 import yaml
-from pydantic import (
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
-    Field,
-    ValidationError,
-    ValidationInfo,
-    WithJsonSchema,
-    field_validator,
-)
+from pydantic import BaseModel, Field, ValidationError, ValidationInfo, field_validator
 
-from testbed import scale
+from testbed import backends
 from testbed.errors import TestbedError
-from testbed.fabric.routing import DEFAULT_POLICY, POLICIES
-from testbed.paths import DEFAULT_TRACE, REPO
-from testbed.units import parse_rate, parse_seconds, parse_size
-from traffic.model import models, placement, schedule, traces
-from traffic.runtime.agent import CONNECTION_MODES
+from testbed.paths import REPO
+from testbed.repetition.settings import (
+    BackendName,
+    FabricName,
+    Fault,
+    Link,
+    Pfc,
+    Serving,
+    Trace,
+    _Section,
+)
+from traffic.model import models, placement
 
 EXAMPLES_DIR = REPO / "experiments"
 SCHEMA_PATH = EXAMPLES_DIR / "schema.json"
 DEFAULT_EXPERIMENT = EXAMPLES_DIR / "default.yaml"  # what `testbed run` runs with no arguments
-FABRIC_NAMES = ("zcube", "roft")
-
-
-# ------------------------------------------------------------ value types
-def _not_bool(v: Any, what: str) -> None:
-    if isinstance(v, bool):
-        raise ValueError(f"expected {what}, not a boolean")
-
-
-def _parse_text(v: Any, what: str, parse) -> Any:
-    """Strings go through the CLI's parser (``testbed.units``; its error becomes a schema error); numbers pass."""
-    _not_bool(v, what)
-    if isinstance(v, str):
-        try:
-            return parse(v)
-        except TestbedError as exc:
-            raise ValueError(str(exc)) from None
-    return v
-
-
-def _rate(v: Any) -> Any:
-    """'3mbit' / '500k' / '2' (Mbit/s, as on the CLI) or a number of bit/s."""
-    return _parse_text(v, "a rate such as 3mbit or a number of bit/s", parse_rate)
-
-
-def _size(v: Any) -> Any:
-    """60000 / '60kb' / '64KiB' -> bytes."""
-    return _parse_text(v, "a size in bytes such as 60000 or 64KiB", parse_size)
-
-
-def _seconds(v: Any) -> Any:
-    """120 / '120s' / '2m' -> seconds."""
-    return _parse_text(v, "a duration such as 120 or 2m", parse_seconds)
-
-
-_UNIT_STRING = {"type": "string", "pattern": r"^\s*[0-9.]+\s*[a-zA-Z]*\s*$"}
-Rate = Annotated[float, BeforeValidator(_rate), WithJsonSchema(
-    {"anyOf": [{"type": "number"}, _UNIT_STRING],
-     "description": "bit/s as a number, or a string with a unit: 3mbit, 500kbit, 1gbit ('3' alone: Mbit/s)"})]
-Size = Annotated[int, BeforeValidator(_size), WithJsonSchema(
-    {"anyOf": [{"type": "integer", "minimum": 0}, _UNIT_STRING],
-     "description": "bytes as an integer, or a string with a unit: 60kb, 64KiB"})]
-Seconds = Annotated[float, BeforeValidator(_seconds), WithJsonSchema(
-    {"anyOf": [{"type": "number", "minimum": 0}, {"type": "string", "pattern": r"^\s*[0-9.]+\s*(s|m|min)?\s*$"}],
-     "description": "seconds as a number, or a string: 120s, 2m"})]
-
-FabricName = Literal[FABRIC_NAMES]
-TraceFormat = Literal[tuple(traces.FORMATS)]
-DType = Literal[tuple(models.DTYPE_BYTES)]
-SchedulerName = Literal[tuple(placement.POLICIES)]
-Mode = Literal[tuple(schedule.MODES)]
-PolicyName = Literal[tuple(POLICIES)]
-Connections = Literal[CONNECTION_MODES]
-Driver = Literal["plan", "live"]
-Arrivals = Literal["trace", "closed"]
-Popularity = Literal["uniform", "zipf"]
-
-
-class _Section(BaseModel):
-    # strict: YAML already types its scalars, so "8" for a TP or yes for a seed is a mistake, not a value
-    model_config = ConfigDict(extra="forbid", validate_default=True, strict=True)
 
 
 def _existing_beside_experiment(v: str, info: ValidationInfo, expected: str) -> Path:
@@ -116,130 +57,15 @@ def _existing_beside_experiment(v: str, info: ValidationInfo, expected: str) -> 
     return p
 
 
-# --------------------------------------------------------------- sections
-class Link(_Section):
-    """Every link of the emulated fabric (switch ports and NIC ports)."""
-
-    rate: Rate = Field(scale.DEFAULT_RATE_BPS, description="emulated link rate")
-    represents: Rate = Field(scale.REAL_LINK_BPS, description="the real link one emulated link stands for "
-                             "(bytes are scaled by represents / rate, times stay real); the seed's ablation "
-                             "is the same experiment at 100gbit and 200gbit")
-    buffer_bytes: Size = Field(scale.DEFAULT_BUFFER_BYTES, description="switch egress buffer per port")
-    mtu: int = Field(scale.DEFAULT_MTU, description="576 .. 3500 (AF_XDP frames in OVS are 4 KB)")
-    nic_buffer_bytes: Optional[Size] = Field(None, description="host NIC queue; null: 1000 frames (txqueuelen)")
-    burst_bytes: Size = Field(scale.DEFAULT_BURST_BYTES, description="shaper burst (link rate token bucket)")
-    time_dilation: float = Field(1.0, ge=1, le=100, description="the emulated world runs this many times slower "
-                                 "(live driver): bytes scaled by represents / (rate x dilation), every modelled "
-                                 "time stretched by it, reported serving times converted back")
-
-
-class Pfc(_Section):
-    """Priority flow control; null thresholds let the datapath compute its defaults."""
-
-    enabled: bool = True
-    xoff_bytes: Optional[Size] = Field(None, description="queue depth that sends PAUSE")
-    xon_bytes: Optional[Size] = Field(None, description="queue depth that sends RESUME (below xoff_bytes)")
-    headroom_bytes: Optional[Size] = Field(None, description="buffer kept for bytes in flight after PAUSE")
-    dynamic_alpha: Optional[float] = Field(None, ge=1 / 128, le=8, description="dynamic threshold: XOFF = alpha x "
-                                           "the switch's free shared buffer; null: static xoff/xon")
-    poll_us: Optional[int] = Field(None, gt=0, description="how often queue depth is polled, microseconds")
-
-
-class Trace(_Section):
-    """Which requests of which trace are replayed."""
-
-    path: Optional[str] = Field(None, description="Mooncake JSONL or Azure CSV, plain or .gz; relative to the "
-                                                  "experiment file's folder; null: the shipped "
-                                                  "data/traces/mooncake_conversation.jsonl.gz")
-    format: TraceFormat = "auto"
-    start_s: Seconds = Field(0.0, ge=0, description="trace time where the slice starts")
-    duration_s: Seconds = Field(120.0, gt=0, description="trace time replayed (wall time = duration / speed)")
-    first_n: Optional[int] = Field(None, ge=1, description="at most this many requests of the slice")
-    speed: float = Field(1.5, gt=0, description="replay the slice this many times faster")
-    skip_bad: bool = False
-
-    @field_validator("path")
-    @classmethod
-    def _resolve(cls, v: Optional[str], info: ValidationInfo) -> str:
-        if v is None:
-            return str(DEFAULT_TRACE)
-        p = Path(v).expanduser()
-        if not p.is_absolute():
-            p = Path((info.context or {}).get("base") or Path.cwd()) / p
-        return os.path.normpath(os.path.abspath(p))
-
-
-class Serving(_Section):
-    """The serving deployment the KV cache moves in: model, placement, transfer timing."""
-
-    model: str = Field("llama-3.1-70b", json_schema_extra={"enum": list(models.MODELS)},
-                       description="GQA models split heads over TP ranks; MLA (deepseek-v3): one prefill rank "
-                                   "sends a full copy to every decode rank")
-    dtype: DType = "bf16"
-    prefill_tp: int = Field(8, ge=1, description="GPUs per prefill instance (a divisor of 8)")
-    decode_tp: int = Field(2, ge=1, description="GPUs per decode instance (a divisor of 8)")
-    prefill_fraction: float = Field(0.5, gt=0, lt=1, description="share of the servers running prefill")
-    scheduler: SchedulerName = "round_robin"
-    mode: Mode = Field("whole", description="whole: after prefill; layerwise: one chunk per layer during it")
-    chunk_bytes: Optional[Size] = Field(65536, description="slice size in emulated bytes; 0 or null: no slicing")
-    policy: PolicyName = Field(DEFAULT_POLICY, description="NIC port selection")
-    connections: Connections = Field(
-        "persistent", description="persistent: one TCP connection per NIC port pair, reused by every transfer "
-                                  "(a transfer engine's queue pair); per-transfer: a new connection each")
-    driver: Driver = Field("plan", description="plan: every KV transfer timed from the trace before the run; "
-                                               "live: a coordinator runs prefill and decode steps with the "
-                                               "network in the loop (MoE models add expert-parallel traffic)")
-    arrivals: Arrivals = Field("trace", description="live: trace-timed arrivals, or closed: `concurrency` "
-                                                    "requests in flight, a new one when one ends")
-    concurrency: int = Field(64, ge=1, description="closed loop: requests in flight in the whole cluster")
-    prefill_ep: Optional[int] = Field(None, ge=1, description="live, MoE: GPUs per prefill EP group; null: all "
-                                                              "prefill GPUs")
-    decode_ep: Optional[int] = Field(None, ge=1, description="live, MoE: GPUs per decode EP group; null: all "
-                                                             "decode GPUs")
-    layout: Optional[Literal[tuple(placement.SERVING_LAYOUTS)]] = Field(
-        None, description="live, MoE: a published deployment's engines (docs/serving.md, Layouts); null: "
-                          "prefill_ep / decode_ep")
-    decode_batch: int = Field(256, ge=1, description="live: requests per decode unit and step at most")
-    decode_step_s: Seconds = Field(0.030, ge=0, description="live: modelled compute of one decode step")
-    prefill_chunk_tokens: int = Field(512, ge=1, description="live: prefill tokens per unit and step at most")
-    popularity: Popularity = Field("uniform", description="live, MoE: expert popularity (zipf: skewed)")
-    zipf_s: float = Field(1.0, ge=0, description="live, MoE: Zipf exponent with popularity zipf")
-    warmup_s: Seconds = Field(0.0, ge=0, description="live: requests arriving earlier are not measured")
-
-    @field_validator("model")
-    @classmethod
-    def _known_model(cls, v: str) -> str:
-        try:
-            return models.get_model(v).name
-        except TestbedError as exc:
-            raise ValueError(str(exc)) from None
-
-
-class Fault(_Section):
-    """One failure during every replay of the run, at the same run time on every fabric."""
-
-    at: Seconds = Field(..., ge=0, description="run time it begins: cluster seconds after the run's start "
-                        "(the planned replay: trace seconds after the slice's start)")
-    duration: Optional[Seconds] = Field(None, gt=0, description="how long it lasts; null: until the run ends "
-                                        "(whatever is still down then is put back)")
-    target: Union[str, dict[FabricName, str]] = Field(
-        ..., description="'link sw1:9' or 'link gpu3:p1' (a cable by either end), 'switch sw3' or 'controller'; "
-                         "or one per fabric, e.g. {zcube: link sw1:9, roft: link leaf1:9}, since switch names "
-                         "differ")
-    action: Literal["down", "stop", "restart"] = Field("down", description="down: a cable or switch; stop or "
-                                                       "restart: the controller")
-
-    def target_on(self, kind: str) -> str | None:
-        """The target on fabric ``kind`` (None: this fault names none there)."""
-        return self.target if isinstance(self.target, str) else self.target.get(kind)
-
-
 class Experiment(_Section):
     """One `testbed run`: the same traffic on every fabric, repeated with seeds seed, seed+1, ..."""
 
     name: Optional[str] = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$",
                                 description="run-id suffix; null: the experiment file's stem, or 'default'")
     fabrics: list[FabricName] = Field(["zcube", "roft"], min_length=1, description="run one after the other")
+    backend: BackendName = Field(backends.DEFAULT, description="what carries the messages: emulated (the "
+                                 "emulated fabric: Open vSwitch, namespaces, real TCP; root) or ideal (every "
+                                 "message as fast as its sender's NICs allow; no fabric, no root)")
     gpus: int = Field(32, ge=2)
     gpus_per_switch: int = Field(8, ge=1, description="ZCube k")
     cables: Optional[int] = Field(None, ge=1, description="ZCube parallel cables per odd-even pair; null: k^2/n")
@@ -259,7 +85,7 @@ class Experiment(_Section):
                                                          "this experiment's load was chosen from (relative to the "
                                                          "experiment file's folder); the report shows it first")
     faults: list[Fault] = Field([], description="failures injected while each replay runs: cables, switches, "
-                                                "the controller (testbed.repetition.fault_schedule)")
+                                                "the controller (testbed.backends.emulated.faults)")
     load_curve: Optional[str] = Field(None, description="load_curve.json written by `testbed sweep` over one key "
                                                         "(relative to the experiment file's folder); the report "
                                                         "shows it after the headline, marking this run's level")
@@ -313,24 +139,14 @@ def datapath_config(exp: Experiment):
                           nic_buffer_bytes=link.nic_buffer_bytes or 0, burst_bytes=link.burst_bytes).validate()
 
 
-def replay_config(exp: Experiment, rep: int = 1, kind: str | None = None):
-    """The replay settings of repetition ``rep`` (1-based): seed + rep - 1; ``kind``: the fabric, whose names
-    the faults take (none without it)."""
-    from testbed.repetition.replay import ReplayConfig
+def repetition_config(exp: Experiment, rep: int = 1, kind: str | None = None):
+    """The settings of repetition ``rep`` (1-based; seed + rep - 1): the experiment's sections passed through;
+    ``kind``: the fabric, whose names the faults take (none without it)."""
+    from testbed.repetition.config import RepetitionConfig
 
-    t, s = exp.trace, exp.serving
-    return ReplayConfig(trace=t.path, trace_format=t.format, skip_bad=t.skip_bad, start_s=t.start_s,
-                        duration_s=t.duration_s, first_n=t.first_n, speed=t.speed, model=s.model, dtype=s.dtype,
-                        prefill_tp=s.prefill_tp, decode_tp=s.decode_tp, prefill_fraction=s.prefill_fraction,
-                        scheduler=s.scheduler, seed=exp.seed + rep - 1, mode=s.mode,
-                        chunk_bytes=s.chunk_bytes or None, policy=s.policy, connections=s.connections,
-                        cross_flows=exp.cross_flows,
-                        represents_bps=exp.link.represents, driver=s.driver, arrivals=s.arrivals,
-                        concurrency=s.concurrency, prefill_ep=s.prefill_ep, decode_ep=s.decode_ep, layout=s.layout,
-                        decode_batch=s.decode_batch, decode_step_s=s.decode_step_s,
-                        prefill_chunk_tokens=s.prefill_chunk_tokens, popularity=s.popularity, zipf_s=s.zipf_s,
-                        time_dilation=exp.link.time_dilation, warmup_s=s.warmup_s,
-                        gpus_per_server=exp.gpus_per_server, faults=fault_specs(exp, kind) if kind else ())
+    return RepetitionConfig(trace=exp.trace, serving=exp.serving, link=exp.link, seed=exp.seed + rep - 1,
+                            cross_flows=exp.cross_flows, gpus_per_server=exp.gpus_per_server,
+                            faults=fault_specs(exp, kind) if kind else (), backend=exp.backend)
 
 
 def fault_specs(exp: Experiment, kind: str) -> tuple:
@@ -479,14 +295,14 @@ def _one_line(label: str, exc: ValidationError, overrides: list[Override]) -> st
 
 
 # ------------------------------------------------- checks beyond the schema
-_FABRIC_KEYS = {"gpus-per-switch": "gpus_per_switch", "gpus-per-server": "gpus_per_server", "cables": "cables",
-                "radix": "radix", "gpus": "gpus", "interface": "gpus"}
-_LINK_KEYS = {"rate": "link.rate", "mtu": "link.mtu", "burst": "link.burst_bytes", "buffer": "link.buffer_bytes",
-              "NIC": "link.nic_buffer_bytes"}
-_PLACEMENT_KEYS = {"prefill_tp": "serving.prefill_tp", "decode_tp": "serving.decode_tp",
-                   "prefill_fraction": "serving.prefill_fraction", "n_gpus": "gpus"}
-_REPLAY_KEYS = {"policy": "serving.policy", "duration": "trace.duration_s", "speed": "trace.speed",
-                "trace": "trace.path"}
+# The rules of the code that consumes the values: its errors name the parameter they are about
+# (TestbedError.key); each call below says which key path fed which parameter.
+_LINK_KEYS = {"rate_bps": "link.rate", "mtu": "link.mtu", "burst_bytes": "link.burst_bytes",
+              "buffer_bytes": "link.buffer_bytes", "nic_buffer_bytes": "link.nic_buffer_bytes"}
+_FABRIC_KEYS = {"gpus": "gpus", "gpus_per_switch": "gpus_per_switch", "cables": "cables",
+                "gpus_per_server": "gpus_per_server", "radix": "radix", "interface": "gpus"}
+_PLACEMENT_KEYS = {"n_gpus": "gpus", "prefill_tp": "serving.prefill_tp", "decode_tp": "serving.decode_tp",
+                   "prefill_fraction": "serving.prefill_fraction", "gpus_per_server": "gpus_per_server"}
 
 
 class _Problem(Exception):
@@ -497,9 +313,13 @@ class _Problem(Exception):
         self.key, self.message = key, message
 
 
-def _key_of(message: str, table: dict, default: str) -> str:
-    head = message.split()[0].split("=")[0] if message.split() else ""
-    return table.get(head, default)
+def _attempt(fn, keys: dict[str, str], default: str):
+    """``fn()``; its TestbedError as a _Problem at the key path of the parameter it names (``default`` when it
+    names none of ``keys``)."""
+    try:
+        return fn()
+    except TestbedError as exc:
+        raise _Problem(keys.get(exc.key, default), str(exc)) from None
 
 
 def semantic_check(exp: Experiment) -> None:
@@ -508,24 +328,18 @@ def semantic_check(exp: Experiment) -> None:
     from testbed.fabric import build_fabric
     from traffic.model import rankmap
 
-    def attempt(fn, table: dict, default: str):
-        try:
-            return fn()
-        except TestbedError as exc:
-            raise _Problem(_key_of(str(exc), table, default), str(exc)) from None
-
-    dp = attempt(lambda: datapath_config(exp), _LINK_KEYS, "link")
+    dp = _attempt(lambda: datapath_config(exp), _LINK_KEYS, "link")
     for kind in exp.fabrics:
         args = fabric_args(exp, kind)
-        fabric = attempt(lambda: build_fabric(**args), _FABRIC_KEYS, "gpus")
-        attempt(lambda: plan_datapath(fabric, dp), _FABRIC_KEYS, "gpus")
+        fabric = _attempt(lambda: build_fabric(**args), _FABRIC_KEYS, "gpus")
+        _attempt(lambda: plan_datapath(fabric, dp), _FABRIC_KEYS, "gpus")
     s = exp.serving
     model = models.get_model(s.model)
-    attempt(lambda: models.check_tp(model, s.prefill_tp), {}, "serving.prefill_tp")
-    attempt(lambda: models.check_tp(model, s.decode_tp), {}, "serving.decode_tp")
-    attempt(lambda: placement.place(exp.gpus, s.prefill_tp, s.decode_tp, s.prefill_fraction),
-            _PLACEMENT_KEYS, "serving")
-    attempt(lambda: rankmap.source_ranks(s.prefill_tp, s.decode_tp, 0), {}, "serving.decode_tp")
+    _attempt(lambda: models.check_tp(model, s.prefill_tp), {}, "serving.prefill_tp")
+    _attempt(lambda: models.check_tp(model, s.decode_tp), {}, "serving.decode_tp")
+    _attempt(lambda: placement.place(exp.gpus, s.prefill_tp, s.decode_tp, s.prefill_fraction),
+             _PLACEMENT_KEYS, "serving")
+    _attempt(lambda: rankmap.source_ranks(s.prefill_tp, s.decode_tp, 0), {}, "serving.decode_tp")
     if s.layout is not None:
         if s.prefill_ep is not None or s.decode_ep is not None:
             raise _Problem("serving.layout", f"{s.layout} sets the EP groups; expected serving.prefill_ep and "
@@ -533,13 +347,30 @@ def semantic_check(exp: Experiment) -> None:
         if model.expert is None:
             raise _Problem("serving.layout", f"{s.layout} is a mixture-of-experts deployment; {s.model} is dense "
                                              "(expected a MoE model, or layout null)")
-        attempt(lambda: placement.layout_engines(s.layout, exp.gpus, exp.gpus_per_server, s.prefill_fraction),
-                {}, "serving.layout")
-    attempt(lambda: replay_config(exp).validate(), _REPLAY_KEYS, "trace")
+        _attempt(lambda: placement.layout_engines(s.layout, exp.gpus, exp.gpus_per_server, s.prefill_fraction),
+                 {}, "serving.layout")
+    if s.driver == "plan" and s.arrivals != "trace":
+        raise _Problem("serving.arrivals", "closed-loop arrivals need serving.driver live: the planned replay "
+                                           "times every transfer from the trace")
+    if s.driver == "plan" and exp.link.time_dilation != 1:
+        raise _Problem("link.time_dilation", "time dilation needs serving.driver live: the planned replay times "
+                                             "every transfer from the trace")
+    _check_backend(exp)
     _check_faults(exp)
     p = exp.pfc
     if p.xon_bytes is not None and p.xoff_bytes is not None and p.xon_bytes >= p.xoff_bytes:
         raise _Problem("pfc.xon_bytes", f"must be < xoff_bytes {p.xoff_bytes} (got {p.xon_bytes})")
+
+
+def _check_backend(exp: Experiment) -> None:
+    """What the experiment asks of its backend beyond carrying messages (cross traffic, faults), it supports."""
+    from testbed.backends.base import Conditions
+
+    try:
+        backends.get(exp.backend).refuse_unsupported(Conditions(cross_flows=exp.cross_flows,
+                                                                faults=tuple(f.model_dump() for f in exp.faults)))
+    except TestbedError as exc:
+        raise _Problem(exc.key or "backend", str(exc)) from None
 
 
 def _check_faults(exp: Experiment) -> None:
@@ -632,14 +463,14 @@ def validate(raw: dict, label: str, base: Path | None = None, overrides: list[Ov
     try:
         exp = Experiment.model_validate(data, context={"base": base})
     except ValidationError as exc:
-        raise TestbedError(_one_line(label, exc, overrides)) from None
+        raise TestbedError(_one_line(label, exc, overrides), key=_loc(tuple(exc.errors()[0]["loc"]))) from None
     if exp.name is None:
         exp = exp.model_copy(update={"name": default_name})
     try:
         semantic_check(exp)
     except _Problem as p:
         origin = next((o.origin for o in reversed(overrides) if o.key == p.key), None)
-        raise TestbedError(f"{label}: {p.key}{f' (from {origin})' if origin else ''}: {p.message}") from None
+        raise TestbedError(f"{label}: {p.key}{f' (from {origin})' if origin else ''}: {p.message}", key=p.key) from None
     return exp
 
 

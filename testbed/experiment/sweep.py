@@ -1,6 +1,6 @@
 """``testbed sweep``: one ``run`` per point of a grid over one or two experiment keys.
 
-Every point is resolved and validated before the first replay starts (a typo
+Every point is resolved and validated before the first repetition starts (a typo
 in the last value must not surface an hour in). Layout:
 
     reports/<YYYYmmdd-HHMMSS>-sweep-<name>/
@@ -99,7 +99,7 @@ def _write(sweep_dir: Path, keys: list[str], doc: dict, rows: list[dict]) -> Non
 
 
 def run_sweep(path: str | Path | None, overrides: list[Override], params: list[tuple[str, list[str]]],
-              out_root: Path, replay_fn: Callable | None = None, log: run.Log = run.stderr_log,
+              out_root: Path, repetition_fn: Callable | None = None, log: run.Log = run.stderr_log,
               out: run.Log = print, name: str | None = None, slo_ttft_ms: float | None = None) -> tuple[int, Path]:
     """The ``sweep`` verb: validate every point, run them in turn, print a table and the sweep directory last;
     (worst exit status, sweep directory)."""
@@ -110,7 +110,9 @@ def run_sweep(path: str | Path | None, overrides: list[Override], params: list[t
     total = sum(run.estimate_s(res.experiment) for _, res in points)
     log(f"sweep over {' x '.join(f'{k} ({len(v)})' for k, v in params)}: {len(points)} points, "
         f"each {run.estimate_text(base)}; estimated wall time ~{run.minutes(total)}")
-    replay_fn = replay_fn or run.real_replay()
+    if repetition_fn is None:
+        for backend in sorted({res.experiment.backend for _, res in points}):  # every point's backend can run
+            repetition_fn = run.real_repetition(backend)
     sweep_dir = run.new_run_dir(Path(out_root), name or f"sweep-{base.name}")
     log(f"sweep directory {sweep_dir}")
     versions = run.collect_versions()
@@ -127,7 +129,7 @@ def run_sweep(path: str | Path | None, overrides: list[Override], params: list[t
         log(f"== point {i + 1}/{len(points)}: {point_name(point)}")
         point_dir = sweep_dir / "points" / point_name(point)
         point_dir.mkdir(parents=True)
-        status, heads = run.run_into(res, point_dir, replay_fn, log, versions,
+        status, heads = run.run_into(res, point_dir, repetition_fn, log, versions,
                                      extra={"sweep": {"dir": str(sweep_dir), "point": dict(point)}})
         worst = max(worst, status)
         doc["points"][i] |= {"status": status, "fabrics": {k: {key: h[key] for key in h if key != "repetitions"}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from testbed.errors import TestbedError
 from testbed.fabric.roft import build_roft
-from testbed.fabric.topology import Cable, Fabric, Switch
+from testbed.fabric.topology import Fabric
 from testbed.fabric.zcube import build_zcube
 
 FABRICS = ("zcube", "roft", "railonly")
@@ -40,4 +40,4 @@ def fabric_args(kind: str, gpus: int, gpus_per_switch: int, cables: int | None, 
             "radix": radix}
 
 
-__all__ = ["Cable", "Fabric", "Switch", "FABRICS", "build_fabric", "build_zcube", "build_roft", "fabric_args"]
+__all__ = ["Fabric", "FABRICS", "build_fabric", "fabric_args"]

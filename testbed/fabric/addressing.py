@@ -23,7 +23,6 @@ import ipaddress
 from testbed.errors import TestbedError
 
 MAX_GPUS = 65535
-PLANE_PREFIX = {1: "10.1.0.0/16", 2: "10.2.0.0/16"}
 PREFIX_LEN = 16
 
 
@@ -65,17 +64,6 @@ def parse_ip(address: str) -> tuple[int, int]:
             f"{address!r} is not a GPU port address: expected 10.<1|2>.<gpu//256>.<gpu%256>"
         )
     return gpu, port
-
-
-def parse_mac(mac: str) -> tuple[int, int]:
-    """(GPU, port) for a MAC of the plan; TestbedError for any other."""
-    parts = mac.lower().split(":")
-    if len(parts) != 6 or parts[:3] != ["02", "00", "0a"] or parts[3] not in ("01", "02"):
-        raise TestbedError(f"{mac!r} is not a GPU port MAC: expected 02:00:0a:0<port>:HH:LL")
-    gpu = int(parts[4], 16) * 256 + int(parts[5], 16)
-    if gpu < 1:
-        raise TestbedError(f"{mac!r} names GPU 0: GPUs are numbered from 1")
-    return gpu, int(parts[3], 16)
 
 
 def host_name(gpu: int) -> str:

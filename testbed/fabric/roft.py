@@ -38,10 +38,10 @@ def roft_shape(n_gpus: int, gpus_per_server: int, radix: int) -> dict:
     r = _positive_int("radix", radix)
     if n % s:
         raise TestbedError(
-            f"gpus={n} does not fill servers of gpus-per-server={s}: expected a multiple of {s}"
+            f"gpus={n} does not fill servers of gpus-per-server={s}: expected a multiple of {s}", key="gpus"
         )
     if r < 2 or r % 2:
-        raise TestbedError(f"radix={r} is invalid: expected an even number >= 2 (half down, half up)")
+        raise TestbedError(f"radix={r} is invalid: expected an even number >= 2 (half down, half up)", key="radix")
     servers = n // s
     nic_ports_per_rail = 2 * servers
     down_max = r // 2
@@ -54,7 +54,7 @@ def roft_shape(n_gpus: int, gpus_per_server: int, radix: int) -> dict:
     if leaves > r:
         raise TestbedError(
             f"gpus={n} needs {leaves} leaves but a spine of radix={r} reaches at most {r}: "
-            "a two-tier ROFT this large needs a bigger radix"
+            "a two-tier ROFT this large needs a bigger radix", key="gpus"
         )
     # fewest spines that take every uplink and split each leaf's uplinks evenly
     spines = next(sp for sp in range(-(-(leaves * down) // r), down + 1) if down % sp == 0)

@@ -259,6 +259,17 @@ def paths(
     return out
 
 
+
+def links_on_path(fabric: Fabric, src: tuple[int, int], dst: tuple[int, int],
+                  tables: ForwardingTables | None = None) -> int:
+    """How many links a packet from NIC port ``src`` = (gpu, port) to NIC port ``dst`` crosses: its NIC's,
+    then one per switch it leaves (the longest of its ECMP alternatives)."""
+    try:
+        walks = walk(fabric, tables or forwarding_tables(fabric), src, dst)
+    except RuntimeError as exc:
+        raise TestbedError(f"no path from gpu{src[0]}:p{src[1]} to gpu{dst[0]}:p{dst[1]}: {exc}") from None
+    return 1 + max(len(hops) for hops, _ in walks)
+
 # ------------------------------------------------------- port choice per transfer
 Link = tuple[str, int]  # a transmitter: (GPU name, NIC port) or (switch name, OpenFlow output port)
 

@@ -19,7 +19,7 @@ from testbed.fabric.topology import Fabric, FabricBuilder
 
 def _positive_int(name: str, value) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise TestbedError(f"{name}={value!r} is invalid: expected a whole number >= 1")
+        raise TestbedError(f"{name}={value!r} is invalid: expected a whole number >= 1", key=name.replace("-", "_"))
     return value
 
 
@@ -44,7 +44,7 @@ def build_zcube(n_gpus: int, gpus_per_switch: int, cables: int | None = None) ->
     k = _positive_int("gpus-per-switch", gpus_per_switch)
     if n % k:
         raise TestbedError(
-            f"gpus={n} is not divisible by gpus-per-switch={k}: ZCube needs n/k whole switches per group"
+            f"gpus={n} is not divisible by gpus-per-switch={k}: ZCube needs n/k whole switches per group", key="gpus"
         )
     groups = n // k  # switches per group; n/k >= 1 holds since n >= k here
     if cables is None:
@@ -54,7 +54,7 @@ def build_zcube(n_gpus: int, gpus_per_switch: int, cables: int | None = None) ->
         if c > k:
             raise TestbedError(
                 f"cables={c} leaves links unused: each odd-even cable carries traffic to k={k} "
-                f"destination ports picked by destination, so at most {k} cables per pair are used"
+                f"destination ports picked by destination, so at most {k} cables per pair are used", key="cables"
             )
     b = FabricBuilder()
     radix = k + groups * c

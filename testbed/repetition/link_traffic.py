@@ -35,7 +35,7 @@ places them). Pairs inside a server ride NVLink and are never put in these CSVs 
 drops same-server EP pairs and never places prefill and decode on one server); whatever a CSV holds
 was on the emulated fabric, so every row is routed.
 
-``testbed.repetition.replay`` writes ``link_traffic.csv`` into every run directory with ``write_run``;
+``testbed.repetition.writeup`` writes ``link_traffic.csv`` into every run directory with ``write_run``;
 ``for_run_dir`` computes the same table from a finished run directory alone.
 """
 
@@ -57,7 +57,6 @@ from traffic.runtime.records import sent_pair
 
 COLUMNS = ("queue", "towards", "kv_bytes", "ep_bytes", "share", "top", "measured_bytes", "model_vs_measured")
 FILE = "link_traffic.csv"
-EP_KINDS = ("dispatch", "combine")
 TOP_PER_CLASS = 2  # contributors listed per class (KV, EP) in ``top``
 
 

@@ -1,6 +1,6 @@
 """The faults of a replay: when each came, what it affected, and how that traffic fared against its neighbours.
 
-A replay with faults (an experiment's ``faults:``, ``testbed.repetition.fault_schedule``) leaves ``faults.jsonl`` in its
+A replay with faults (an experiment's ``faults:``, ``testbed.backends.emulated.faults``) leaves ``faults.jsonl`` in its
 run directory (and the same events in summary.json ``faults``); a replay without has neither, and ``analyze_rep``
 returns None for it. Everything here reads the saved files of one repetition and returns plain dicts:
 

@@ -2,7 +2,7 @@
 
 The layout is a contract with the ``run`` command: ``experiment.json``,
 ``versions.json``, ``plan/``, and ``runs/<fabric>/rep<k>/`` replay run
-directories (see ``testbed.repetition.replay``). Everything the report shows comes from
+directories (see ``testbed.repetition.writeup``). Everything the report shows comes from
 these files, so loading is the one place that checks them: a missing or
 unreadable essential file is a ``TestbedError`` naming the path and what was
 expected; a missing optional file (PFC, queues, the serving operating point's
@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from pfc.files import LOG_FILE
 from testbed.errors import TestbedError
 
 FABRIC_ORDER = ("zcube", "roft")  # ratios are the first over the second
@@ -197,7 +198,7 @@ def load_rep(fabric: str, index: int, path: Path) -> Rep:
         nics=_csv(path / "nics.csv", ("gpu", "port", "sent_bytes", "received_bytes")),
         goodput=_csv(path / "goodput.csv", ("second", "goodput_bps")),
         slowdown_bins=bins if isinstance(bins, list) else None,
-        pfc_events=read_pfc_events(path / "pfc.txt"),
+        pfc_events=read_pfc_events(path / LOG_FILE),
         pfc_ports=_csv(path / "pfc_ports.csv", ("node", "port", "pauses", "paused_fraction")),
         instances=instances, serving_queue=serving_queue, link_traffic=read_link_traffic(path / "link_traffic.csv"),
     )

@@ -16,7 +16,8 @@ def test_bench_exchange_sends_every_sampled_exchange_on_an_idle_fabric(tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     doc = json.loads(proc.stdout)
     assert doc["fabric"] == "zcube" and doc["unverified"] == 0 and doc["crashed_agents"] == {}
-    assert {"decode dispatch", "decode combine", "prefill dispatch", "prefill combine"} <= set(doc["groups"])
+    # the default layout (glm5-recipe) runs prefill as TP instances inside a server: only decode exchanges over EP
+    assert set(doc["groups"]) == {"decode dispatch", "decode combine"}
     for e in doc["exchanges"]:
         assert e["verified"] and e["vs_ideal_from_order"] > 0 and e["vs_ideal_from_order"] >= \
             e["vs_ideal_from_first_send"]  # the order comes before the first send

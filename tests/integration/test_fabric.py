@@ -12,7 +12,7 @@ import pytest
 
 from testbed.bench.ecmp_probe import port_tx
 from testbed.emulation.datapath import netns_of
-from testbed.fabric import addressing, build_fabric
+from testbed.fabric import addressing
 from testbed.fabric.routing import forwarding_tables, walk
 from tests.support.integration import run_testbed, unreachable_pairs
 
@@ -20,8 +20,8 @@ ALL = ["zcube16", "roft16", "zcube32", "roft32"]
 HERE = Path(__file__).resolve().parent
 
 
-def model(st: dict):
-    return build_fabric(**st["fabric"])
+def model(st):
+    return st.model()
 
 
 def send_udp(src_gpu: int, src_port: int, dst_ip: str, count: int, sports: list[int]) -> None:

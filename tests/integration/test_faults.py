@@ -10,7 +10,6 @@ import pytest
 
 from testbed.bench.failover import switch_counters
 from testbed.emulation import fabricctl
-from testbed.fabric import build_fabric
 from tests.support.integration import run_testbed, unreachable_pairs
 
 
@@ -26,7 +25,7 @@ def carrier(dev: str) -> str:
 
 @pytest.mark.parametrize("fabric", ["zcube16", "roft16"], indirect=True)
 def test_a_cut_cable_is_routed_around_and_restored(fabric):
-    f = build_fabric(**fabric["fabric"])
+    f = fabric.model()
     end = first_fabric_cable(f)
     sw, port = end.split(":")
     far_sw, far_port = f.peer(sw, int(port))
@@ -69,4 +68,4 @@ def test_a_restarted_controller_leaves_the_switches_alone(fabric):
     young = [age for br in after.values() for age in br["ages"] if age < span]
     assert young == [], f"{len(young)} flows re-installed by the restart"
     status = json.loads(run_testbed("status", "--json", check=True).stdout)
-    assert status["controller"]["alive"] and status["controller"]["pid"] != fabric["controller_pid"]
+    assert status["controller"]["alive"] and status["controller"]["pid"] != fabric.controller_pid

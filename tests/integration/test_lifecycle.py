@@ -39,7 +39,7 @@ def wait_until_building(proc: subprocess.Popen, what: str, timeout: float = 30) 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         st = fabricctl.load_state()
-        if st and st["created"][what]:
+        if st and getattr(st.created, what):
             return
         assert proc.poll() is None, f"up ended before building {what}: {proc.communicate()}"
         time.sleep(0.02)

@@ -172,7 +172,7 @@ def write_rep(path: Path, fabric: str, seed: int = 0, trace_seed: int = 0, n_tra
     if invariants:
         summary["invariants"] = invariants
     if serving:
-        from testbed.repetition.replay import write_operating_point
+        from testbed.repetition.writeup import write_operating_point
 
         op, flag = operating_point(overloaded)
         summary |= write_operating_point(path, op)
@@ -251,26 +251,23 @@ def write_live_rep(path: Path, fabric: str, exp: dict, seed: int = 0, port_gbps:
     network of ``port_gbps`` per NIC port (real-cluster time), its requests.csv, steps.csv and messages.csv,
     and summary.json's serving keys from the live driver's own ``serving_summary``; the rest (transfers.csv,
     queues, links, ...) from ``write_rep``. Returns the summary."""
-    from dataclasses import asdict, replace
+    from dataclasses import replace
 
-    from testbed.repetition import live
-    from testbed.repetition.replay import ReplayConfig
+    from testbed.backends.base import LinkSettings, ServingOutcome
+    from testbed.experiment.schema import repetition_config, validate
+    from testbed.fabric import build_fabric
+    from testbed.repetition import live, live_summary
     from traffic.model import serving
-    from traffic.runtime import coordinator, records
+    from traffic.runtime import coordinator, records, serving_results
 
-    s, t, link = exp["serving"], exp["trace"], exp["link"]
-    cfg = ReplayConfig(trace=t["path"], driver="live", arrivals="closed", concurrency=s["concurrency"],
-                       model=s["model"], duration_s=t["duration_s"], time_dilation=link["time_dilation"],
-                       warmup_s=s["warmup_s"], layout=s["layout"], prefill_chunk_tokens=s["prefill_chunk_tokens"],
-                       gpus_per_server=exp["gpus_per_server"], represents_bps=link["represents"], seed=seed,
-                       policy=s["policy"]).validate()
+    cfg = repetition_config(validate(exp | {"seed": seed}, "fixture"))
     setup = live.prepare_live(cfg, exp["gpus"], RATE)
     spec = replace(coordinator.spec_from_config(setup.config), seed=seed)
     cluster = serving.run_ideal(serving.Cluster(spec, _requests(setup)), port_gbps * 1e9)
     base = write_rep(path, fabric, seed=seed)
-    coordinator.write_csv(path / "requests.csv", cluster.request_rows())
-    coordinator.write_csv(path / "steps.csv", cluster.step_rows())
-    dil = cfg.time_dilation
+    serving_results.write_csv(path / "requests.csv", cluster.request_rows())
+    serving_results.write_csv(path / "steps.csv", cluster.step_rows())
+    dil = cfg.link.time_dilation
     rows = []
     for m in cluster.messages.values():
         if m.id not in cluster.delivered_at:
@@ -284,14 +281,16 @@ def write_live_rep(path: Path, fabric: str, exp: dict, seed: int = 0, port_gbps:
                      "engine": m.engine, "step": m.step})
     messages = [r for r in rows if r["kind"] != "kv"]
     records.write_transfers_csv(messages, path / "messages.csv", extra=("kind", "engine", "step"))
-    res = {"serving": {k: v for k, v in cluster.results().items() if k not in ("ttft_s", "exchange_s", "decode_step_s")}
-           | {"control_lag_ms": {"p50": 1.0, "p99": 9.0}, "failed_messages": 0, "cpu_s": 5.0}}
-    summary = base | live.serving_summary(res, setup, rows, messages, path, MTU, RATE, fabric)
+    res = {k: v for k, v in cluster.results().items() if k not in ("ttft_s", "exchange_s", "decode_step_s")} \
+        | {"control_lag_ms": {"p50": 1.0, "p99": 9.0}, "failed_messages": 0, "cpu_s": 5.0}
+    link = LinkSettings(RATE, MTU, 18000, 60000, 0, cfg.represents_bps)
+    summary = base | live_summary.serving_summary(ServingOutcome(res), setup.traffic, setup.engines, rows, path, link,
+                                                  build_fabric(**FABRIC_CONFIG[fabric]), setup.layout)
     summary |= {"represents_bps": cfg.represents_bps, "bytes_scale": setup.bytes_scale * dil}
     (path / "summary.json").write_text(json.dumps(summary, indent=1))
     (path / "config.json").write_text(json.dumps({"fabric": FABRIC_CONFIG[fabric],
                                                   "datapath": {"rate_bps": RATE, "mtu": MTU, "buffer_bytes": 60000},
-                                                  "replay": asdict(cfg)}, indent=1))
+                                                  "replay": cfg.record()}, indent=1))
     for stale in ("instances.csv", "queue.csv"):  # the planned replay's operating point: not a live run's
         (path / stale).unlink(missing_ok=True)
     return summary

@@ -24,21 +24,21 @@ def _is_real(value: Any) -> bool:
 def int_at_least(name: str, value: Any, minimum: int) -> int:
     """Return ``value`` if it is an int >= ``minimum``, else raise."""
     if not _is_int(value) or value < minimum:
-        raise TrafficError(f"{name} {value!r} is not allowed; expected an integer >= {minimum}")
+        raise TrafficError(f"{name} {value!r} is not allowed; expected an integer >= {minimum}", key=name)
     return value
 
 
 def real_positive(name: str, value: Any) -> float:
     """Return ``value`` as float if it is finite and > 0, else raise."""
     if not _is_real(value) or value <= 0:
-        raise TrafficError(f"{name} {value!r} is not allowed; expected a finite number > 0")
+        raise TrafficError(f"{name} {value!r} is not allowed; expected a finite number > 0", key=name)
     return float(value)
 
 
 def real_at_least(name: str, value: Any, minimum: float) -> float:
     """Return ``value`` as float if it is finite and >= ``minimum``, else raise."""
     if not _is_real(value) or value < minimum:
-        raise TrafficError(f"{name} {value!r} is not allowed; expected a finite number >= {minimum}")
+        raise TrafficError(f"{name} {value!r} is not allowed; expected a finite number >= {minimum}", key=name)
     return float(value)
 
 
@@ -46,5 +46,5 @@ def one_of(name: str, value: Any, allowed: Iterable[str]) -> str:
     """Return ``value`` if it is one of ``allowed``, else raise listing them."""
     options = list(allowed)
     if value not in options:
-        raise TrafficError(f"{name} {value!r} is not known; expected one of {', '.join(options)}")
+        raise TrafficError(f"{name} {value!r} is not known; expected one of {', '.join(options)}", key=name)
     return value

@@ -15,4 +15,4 @@ class TraceError(TrafficError):
     """A trace file that cannot be read; the message names file and line."""
 
 
-__all__ = ["TestbedError", "TrafficError", "TraceError"]
+__all__ = ["TrafficError", "TraceError"]

@@ -90,7 +90,7 @@ def _check_tp(name: str, tp: int, gpus_per_server: int) -> None:
     int_at_least(name, tp, 1)
     if gpus_per_server % tp:
         raise TrafficError(f"{name} {tp} does not divide gpus_per_server {gpus_per_server}; "
-                           f"expected a divisor of {gpus_per_server}")
+                           f"expected a divisor of {gpus_per_server}", key=name)
 
 
 def place(n_gpus: int, prefill_tp: int, decode_tp: int, prefill_fraction: float = 0.5,
@@ -107,7 +107,7 @@ def place(n_gpus: int, prefill_tp: int, decode_tp: int, prefill_fraction: float 
     int_at_least("n_gpus", n_gpus, 1)
     if n_gpus % gpus_per_server:
         raise TrafficError(f"n_gpus {n_gpus} is not whole servers; expected a multiple of "
-                           f"gpus_per_server {gpus_per_server}")
+                           f"gpus_per_server {gpus_per_server}", key="n_gpus")
     _check_tp("prefill_tp", prefill_tp, gpus_per_server)
     _check_tp("decode_tp", decode_tp, gpus_per_server)
     one_of("layout", layout, LAYOUTS)
@@ -118,13 +118,13 @@ def place(n_gpus: int, prefill_tp: int, decode_tp: int, prefill_fraction: float 
     if n_prefill is None:
         if n_servers < 2:
             raise TrafficError(f"n_gpus {n_gpus} is {n_servers} server; expected at least 2 servers "
-                               "(prefill and decode never share a server)")
+                               "(prefill and decode never share a server)", key="n_gpus")
         fraction = real_positive("prefill_fraction", prefill_fraction)
         p_servers = math.floor(n_servers * fraction + 0.5)
         if not 1 <= p_servers <= n_servers - 1:
             raise TrafficError(f"prefill_fraction {prefill_fraction!r} of {n_servers} servers gives "
                                f"{p_servers} prefill servers; expected 1..{n_servers - 1} "
-                               "(prefill and decode each need a server)")
+                               "(prefill and decode each need a server)", key="prefill_fraction")
         d_servers = n_servers - p_servers
         n_prefill = p_servers * gpus_per_server // prefill_tp
         n_decode = d_servers * gpus_per_server // decode_tp

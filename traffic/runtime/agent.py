@@ -55,178 +55,39 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import collections
-import errno
-import functools
 import json
 import math
 import os
-import random
 import signal
 import socket
-import struct
 import sys
 import time
-import zlib
-from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, TextIO
 
-MAGIC = b"KVT1"
-ACK_MAGIC = b"KVA1"
-HEADER = struct.Struct("!4sQQI")   # magic, transfer id, payload length, crc32 of payload
-ACK = struct.Struct("!4sQQB")      # magic, transfer id, bytes received, crc ok (0/1)
-MAX_U64 = 2**64 - 1
-PATTERN_BYTES = 65_536
-RECV_BUFFER_BYTES = 262_144
+from traffic.runtime.orders import AgentError, PlannedTransfer, order_transfer, parse_listen, read_plan
+from traffic.runtime.receiver import RECV_BUFFER_BYTES, Receiver
+from traffic.runtime.sender import (
+    DEFAULT_DEAD_AFTER_S,
+    IO_MODES,
+    Channel,
+    Route,
+    bound_socket,
+    check_ack,
+    connect,
+    error_text,
+    exchange_sock,
+    exchange_stream,
+    is_dead,
+    release,
+)
+from traffic.runtime.wire import Received
+
 DEFAULT_TRANSFER_TIMEOUT_S = 60.0
-DEFAULT_DEAD_AFTER_S = 1.0
 DEFAULT_DEAD_HOLD_S = 2.0
-# what a dead path looks like to TCP (or our connect bound): worth one more try, elsewhere if possible
-DEAD_ERRNOS = frozenset({errno.ETIMEDOUT, errno.ECONNRESET, errno.ECONNABORTED, errno.EPIPE, errno.EHOSTUNREACH,
-                         errno.ENETUNREACH, errno.ENETDOWN})
-IO_MODES = ("sock", "stream")
-ALT_KEYS = ("alt_src_ip", "alt_dst_ip")  # optional in plan lines and orders: the other NIC port pair
 CONNECTION_MODES = ("persistent", "per-transfer")
-
-PATTERN_WINDOWS = 256
-# One random base shared by all transfers; a transfer's pattern is a 64 KiB window
-# into it at one of 256 offsets picked by its id, so payloads vary with the id and
-# cost no allocation (memoryview slices only), and the crc of a (window, size)
-# pair is computed once: schedules cut into equal 64 KiB slices hit that cache.
-_BASE = random.Random(0x4B56).randbytes(2 * PATTERN_BYTES)
-_BASE_VIEW = memoryview(_BASE)
-_STEP = PATTERN_BYTES // PATTERN_WINDOWS
-
-
-class AgentError(Exception):
-    """Bad arguments or plan; printed as one line, exit status 2."""
-
-
-class FrameError(Exception):
-    """A byte stream that is not a sequence of frames (bad magic)."""
 
 
 # --------------------------------------------------------------------------- payload and frames
-
-def _window(transfer_id: int) -> int:
-    return (transfer_id * 2_654_435_761 >> 8) % PATTERN_WINDOWS  # Knuth's multiplicative hash
-
-
-def _pieces(window: int, nbytes: int) -> list[memoryview]:
-    block = _BASE_VIEW[window * _STEP:window * _STEP + PATTERN_BYTES]
-    full, rest = divmod(nbytes, PATTERN_BYTES)
-    return [block] * full + ([block[:rest]] if rest else [])
-
-
-def pattern(transfer_id: int) -> memoryview:
-    """The 64 KiB block a transfer's payload repeats (a window into the shared base)."""
-    return _pieces(_window(transfer_id), PATTERN_BYTES)[0]
-
-
-def payload_pieces(transfer_id: int, nbytes: int) -> list[memoryview]:
-    """The payload as zero-copy slices: the pattern repeated, the last one truncated."""
-    return _pieces(_window(transfer_id), nbytes)
-
-
-@functools.lru_cache(maxsize=4096)
-def _crc(window: int, nbytes: int) -> int:
-    crc = 0
-    for piece in _pieces(window, nbytes):
-        crc = zlib.crc32(piece, crc)
-    return crc
-
-
-def payload_crc(transfer_id: int, nbytes: int) -> int:
-    """crc32 of the payload, computed incrementally over the repeated pattern (cached)."""
-    return _crc(_window(transfer_id), nbytes)
-
-
-def frame_header(transfer_id: int, nbytes: int, crc: int | None = None) -> bytes:
-    """The header of one frame; ``crc`` defaults to the payload's true crc32."""
-    return HEADER.pack(MAGIC, transfer_id, nbytes, payload_crc(transfer_id, nbytes) if crc is None else crc)
-
-
-def build_frame(transfer_id: int, nbytes: int, crc: int | None = None) -> bytes:
-    """A whole frame as bytes (tests and small tools; the sender never builds one)."""
-    return frame_header(transfer_id, nbytes, crc) + b"".join(payload_pieces(transfer_id, nbytes))
-
-
-@dataclass(slots=True)
-class Received:
-    """One frame as the receiver saw it (possibly cut short)."""
-
-    id: int | None
-    length: int | None
-    received: int
-    crc_ok: bool
-    first_byte: float
-    last_byte: float
-    error: str | None = None
-
-    @property
-    def verified(self) -> bool:
-        """Every announced byte arrived and the crc matches."""
-        return self.error is None and self.received == self.length and self.crc_ok
-
-
-class FrameDecoder:
-    """Incremental frame parser: feed it whatever recv() returned, get finished frames back.
-
-    Pure (no sockets), so the receiver's checks can be tested byte by byte.
-    """
-
-    def __init__(self) -> None:
-        self._head = bytearray()
-        self._id = 0
-        self._length = 0
-        self._expect_crc = 0
-        self._received = 0
-        self._crc = 0
-        self._first = 0.0
-        self._in_payload = False
-
-    def feed(self, data: memoryview | bytes, now: float) -> list[Received]:
-        """Consume ``data`` (arrived at ``now``); return the frames it completed."""
-        view = memoryview(data)
-        done: list[Received] = []
-        while view:
-            if not self._in_payload:
-                if not self._head:
-                    self._first = now
-                take = HEADER.size - len(self._head)
-                self._head += view[:take]
-                view = view[take:]
-                if len(self._head) < HEADER.size:
-                    break
-                magic, self._id, self._length, self._expect_crc = HEADER.unpack(self._head)
-                self._head.clear()
-                if magic != MAGIC:
-                    raise FrameError(f"bad frame magic {magic!r}; expected {MAGIC!r}")
-                self._received = self._crc = 0
-                self._in_payload = True
-            take = min(len(view), self._length - self._received)
-            if take:
-                self._crc = zlib.crc32(view[:take], self._crc)
-                self._received += take
-                view = view[take:]
-            if self._received == self._length:
-                self._in_payload = False
-                done.append(Received(self._id, self._length, self._received,
-                                     self._crc == self._expect_crc, self._first, now))
-        return done
-
-    def close(self, now: float, why: str) -> Received | None:
-        """The frame cut short by the end of the stream, if one was under way."""
-        if self._in_payload:
-            self._in_payload = False
-            return Received(self._id, self._length, self._received, False, self._first, now,
-                            f"{why} after {self._received} of {self._length} payload bytes")
-        if self._head:
-            got = len(self._head)
-            self._head.clear()
-            return Received(None, None, 0, False, self._first, now,
-                            f"{why} after {got} of {HEADER.size} header bytes")
-        return None
 
 
 # --------------------------------------------------------------------------- records
@@ -257,389 +118,15 @@ def _touch(path: str, text: str = "") -> None:
 
 # --------------------------------------------------------------------------- plan
 
-@dataclass(frozen=True, slots=True)
-class PlannedTransfer:
-    """One line of the plan: what to send, where from, where to, when (s after t0), and the other NIC
-    port pair's addresses (None: it has none) for when its own pair is dead."""
-
-    id: int
-    request_id: int | None
-    src: str | None
-    dst: str | None
-    src_ip: str
-    dst_ip: str
-    dst_port: int
-    bytes: int
-    start: float
-    alt_src_ip: str | None = None
-    alt_dst_ip: str | None = None
-
-
-def _want_int(where: str, obj: dict[str, Any], key: str, lo: int, hi: int) -> int:
-    value = obj.get(key)
-    if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
-        raise AgentError(f"{where}: {key} {value!r} is not allowed; expected an integer {lo}..{hi}")
-    return value
-
-
-def _want_ip(where: str, obj: dict[str, Any], key: str) -> str:
-    value = obj.get(key)
-    try:
-        socket.inet_pton(socket.AF_INET, value)  # type: ignore[arg-type]
-    except (OSError, TypeError):
-        raise AgentError(f"{where}: {key} {value!r} is not an IPv4 address") from None
-    return value  # type: ignore[return-value]
-
-
-def _want_alt(where: str, obj: dict[str, Any]) -> tuple[str | None, str | None]:
-    """(alt_src_ip, alt_dst_ip), both or neither: a half pair could not carry a retry."""
-    given = [k for k in ALT_KEYS if obj.get(k) is not None]
-    if not given:
-        return None, None
-    if len(given) == 1:
-        missing, = set(ALT_KEYS) - set(given)
-        raise AgentError(f"{where}: {given[0]} without {missing}; expected both or neither")
-    return _want_ip(where, obj, "alt_src_ip"), _want_ip(where, obj, "alt_dst_ip")
-
-
-def parse_plan_line(where: str, line: str, name: str) -> PlannedTransfer:
-    """Validate one plan line (``where`` names file and line for the error)."""
-    try:
-        obj = json.loads(line)
-    except json.JSONDecodeError as exc:
-        raise AgentError(f"{where}: not JSON ({exc.msg}); expected one transfer object a line") from None
-    if not isinstance(obj, dict):
-        raise AgentError(f"{where}: {type(obj).__name__} is not a transfer; expected a JSON object")
-    if obj.get("src", name) != name:
-        raise AgentError(f"{where}: src {obj.get('src')!r} is not this agent ({name!r})")
-    start = obj.get("start")
-    if not isinstance(start, (int, float)) or isinstance(start, bool) or not math.isfinite(start):
-        raise AgentError(f"{where}: start {start!r} is not allowed; expected seconds after t0")
-    request_id = obj.get("request_id")
-    if request_id is not None and (not isinstance(request_id, int) or isinstance(request_id, bool)):
-        raise AgentError(f"{where}: request_id {request_id!r} is not an integer")
-    alt_src_ip, alt_dst_ip = _want_alt(where, obj)
-    return PlannedTransfer(
-        id=_want_int(where, obj, "id", 0, MAX_U64), request_id=request_id, src=name,
-        dst=obj.get("dst"), src_ip=_want_ip(where, obj, "src_ip"), dst_ip=_want_ip(where, obj, "dst_ip"),
-        dst_port=_want_int(where, obj, "dst_port", 1, 65535),
-        bytes=_want_int(where, obj, "bytes", 0, MAX_U64), start=float(start),
-        alt_src_ip=alt_src_ip, alt_dst_ip=alt_dst_ip)
-
-
-def order_transfer(order: dict[str, Any], name: str) -> PlannedTransfer:
-    """A coordinator's ``send`` order as a transfer due at ``due``; AgentError on a bad alternative pair
-    (the rest is the coordinator's own bookkeeping and trusted as before)."""
-    alt_src_ip, alt_dst_ip = _want_alt(f"order {order.get('id')!r}", order)
-    return PlannedTransfer(order["id"], order.get("request_id"), name, order.get("dst"), order["src_ip"],
-                           order["dst_ip"], order["dst_port"], order["bytes"], order["due"], alt_src_ip, alt_dst_ip)
-
-
-def read_plan(path: str, name: str) -> list[PlannedTransfer]:
-    """All transfers of a plan file, sorted by start; AgentError on any bad line."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            lines = f.readlines()
-    except OSError as exc:
-        raise AgentError(f"cannot read plan {path}: {exc.strerror}") from None
-    plan: list[PlannedTransfer] = []
-    seen: set[int] = set()
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        t = parse_plan_line(f"{path}:{number}", line, name)
-        if t.id in seen:
-            raise AgentError(f"{path}:{number}: transfer id {t.id} appears twice; expected unique ids")
-        seen.add(t.id)
-        plan.append(t)
-    plan.sort(key=lambda t: (t.start, t.id))
-    return plan
-
-
-def parse_listen(text: str) -> tuple[str, int]:
-    """``ip:port`` -> (ip, port); argparse turns the ValueError into a one-line error."""
-    host, sep, port = text.rpartition(":")
-    try:
-        socket.inet_pton(socket.AF_INET, host)
-        number = int(port)
-    except (OSError, ValueError):
-        number = -1
-    if not sep or not 0 <= number <= 65535:
-        raise argparse.ArgumentTypeError(f"{text!r} is not ip:port (IPv4, port 0..65535)")
-    return host, number
-
 
 # --------------------------------------------------------------------------- receiver
-
-class _Receiver(asyncio.BufferedProtocol):
-    """One accepted connection. Reads land in the agent's one shared buffer, which is
-    safe because asyncio calls buffer_updated right after recv_into, and the decoder
-    consumes the bytes before returning (no per-connection buffer to allocate)."""
-
-    def __init__(self, agent: Agent, local: str) -> None:
-        self._agent = agent
-        self._local = local
-        self._decoder = FrameDecoder()
-        self._transport: asyncio.Transport | None = None
-        self._peer = ""
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
-        sock = transport.get_extra_info("socket")
-        if sock is not None:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # acks must not wait for Nagle
-        peer = transport.get_extra_info("peername")
-        self._peer = f"{peer[0]}:{peer[1]}" if peer else "?"
-        self._agent.connections.add(self)
-
-    def get_buffer(self, sizehint: int) -> memoryview:
-        return self._agent.recv_buffer
-
-    def buffer_updated(self, nbytes: int) -> None:
-        now = time.monotonic()
-        try:
-            frames = self._decoder.feed(self._agent.recv_buffer[:nbytes], now)
-        except FrameError as exc:
-            self._agent.record_recv(Received(None, None, 0, False, now, now, str(exc)),
-                                    self._peer, self._local)
-            self.stop("bad frame")
-            return
-        assert self._transport is not None
-        for frame in frames:
-            self._agent.record_recv(frame, self._peer, self._local)
-            self._transport.write(ACK.pack(ACK_MAGIC, frame.id, frame.received, frame.crc_ok))
-
-    def eof_received(self) -> bool:
-        self._finish("connection closed")
-        return False
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._finish(f"connection lost ({exc})" if exc else "connection closed")
-        self._agent.connections.discard(self)
-
-    def stop(self, why: str) -> None:
-        """Record a frame cut short by ``why`` and close the connection."""
-        self._finish(why)
-        if self._transport is not None:
-            self._transport.close()
-
-    def _finish(self, why: str) -> None:
-        cut = self._decoder.close(time.monotonic(), why)
-        if cut is not None:
-            self._agent.record_recv(cut, self._peer, self._local)
 
 
 # --------------------------------------------------------------------------- sender
 
-def _bound_socket(src_ip: str, dead_after: float = DEFAULT_DEAD_AFTER_S) -> socket.socket:
-    """A non-blocking TCP socket bound to ``src_ip`` so routing sends it from that NIC port.
-
-    IP_BIND_ADDRESS_NO_PORT defers the port choice to connect(), so thousands of
-    short transfers do not run out of ephemeral ports held in TIME_WAIT.
-    TCP_USER_TIMEOUT fails the connection (ETIMEDOUT) once sent data stays
-    unacknowledged ``dead_after`` seconds: a cut cable only stalls TCP otherwise.
-    """
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    try:
-        sock.setblocking(False)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # no Nagle stall on the tail
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, max(1, round(dead_after * 1000)))
-        if hasattr(socket, "IP_BIND_ADDRESS_NO_PORT"):
-            sock.setsockopt(socket.IPPROTO_IP, socket.IP_BIND_ADDRESS_NO_PORT, 1)
-        sock.bind((src_ip, 0))
-    except BaseException:
-        sock.close()
-        raise
-    return sock
-
-
-async def _connect(loop: asyncio.AbstractEventLoop, sock: socket.socket, dst: tuple[str, int],
-                   dead_after: float) -> None:
-    """Connect within ``dead_after`` s; a SYN nobody answers is a dead path, not a slow one."""
-    try:
-        async with asyncio.timeout(dead_after):
-            await loop.sock_connect(sock, dst)
-    except TimeoutError as exc:
-        if exc.errno:
-            raise  # the kernel's own ETIMEDOUT
-        raise TimeoutError(errno.ETIMEDOUT, f"connect not done within {dead_after:g} s (--dead-after)") from None
-
-
-def _check_ack(raw: bytes, t: PlannedTransfer) -> tuple[int, str | None]:
-    """(bytes the receiver counted, error or None) from an ack."""
-    magic, transfer_id, nbytes, crc_ok = ACK.unpack(raw)
-    if magic != ACK_MAGIC or transfer_id != t.id:
-        return nbytes, f"bad ack (magic {magic!r}, id {transfer_id}); expected id {t.id}"
-    if nbytes != t.bytes:
-        return nbytes, f"receiver counted {nbytes} of {t.bytes} bytes"
-    if not crc_ok:
-        return nbytes, "receiver reported a crc mismatch"
-    return nbytes, None
-
-
-async def _exchange_sock(loop: asyncio.AbstractEventLoop, sock: socket.socket,
-                         t: PlannedTransfer) -> bytes:
-    """Send header + payload with loop.sock_sendall, read the ack with sock_recv."""
-    await loop.sock_sendall(sock, frame_header(t.id, t.bytes))
-    for piece in payload_pieces(t.id, t.bytes):
-        await loop.sock_sendall(sock, piece)
-    return await _read_ack(loop, sock)
-
-
-async def _read_ack(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> bytes:
-    """One whole ack; ConnectionError if the stream ends inside it."""
-    ack = b""
-    while len(ack) < ACK.size:
-        chunk = await loop.sock_recv(sock, ACK.size - len(ack))
-        if not chunk:
-            raise ConnectionError(f"connection closed after {len(ack)} of {ACK.size} ack bytes")
-        ack += chunk
-    return ack
-
-
-async def _exchange_stream(loop: asyncio.AbstractEventLoop, sock: socket.socket,
-                           t: PlannedTransfer) -> bytes:
-    """The same over asyncio streams (kept to compare start lateness, see --io)."""
-    reader, writer = await asyncio.open_connection(sock=sock)
-    try:  # the transport owns the socket now; abort() unregisters it at once
-        writer.write(frame_header(t.id, t.bytes))
-        for piece in payload_pieces(t.id, t.bytes):
-            writer.write(piece)
-            await writer.drain()
-        try:
-            return await reader.readexactly(ACK.size)
-        except asyncio.IncompleteReadError as exc:
-            raise ConnectionError(f"connection closed after {len(exc.partial)} of {ACK.size} ack bytes") from None
-    finally:
-        writer.transport.abort()
-
 
 Exchange = Callable[[asyncio.AbstractEventLoop, socket.socket, PlannedTransfer], Awaitable[bytes]]
-EXCHANGES: dict[str, Exchange] = {"sock": _exchange_sock, "stream": _exchange_stream}
-
-
-def _release(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> None:
-    """Close a sender socket. A cancelled sock_sendall/sock_recv unregisters its fd only
-    on a later loop turn, so drop the registrations first: a reused fd number must
-    never inherit a stale one."""
-    if sock.fileno() >= 0:
-        loop.remove_reader(sock.fileno())
-        loop.remove_writer(sock.fileno())
-    sock.close()
-
-
-def _error_text(exc: BaseException) -> str:
-    text = str(exc)
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
-def _is_dead(exc: BaseException) -> bool:
-    """A failure of the path, not of the peer's checks, our own timeout or a stop: worth one retry."""
-    return isinstance(exc, OSError) and exc.errno in DEAD_ERRNOS
-
-
-@dataclass(slots=True)
-class _Route:
-    """The port pair a transfer's current attempt uses and what its attempts met, for its sent record."""
-
-    src_ip: str
-    dst_ip: str
-    connected: float | None = None
-    first_error: str | None = None
-
-    def other(self, t: PlannedTransfer) -> tuple[str, str]:
-        """The pair a retry takes: the other of planned/alternative, or the same one when there is no other."""
-        if t.alt_src_ip is None or t.alt_dst_ip is None:
-            return self.src_ip, self.dst_ip
-        if (self.src_ip, self.dst_ip) == (t.src_ip, t.dst_ip):
-            return t.alt_src_ip, t.alt_dst_ip
-        return t.src_ip, t.dst_ip
-
-
-class _Channel:
-    """One persistent TCP connection from a NIC port to a peer's listener, reused by every
-    transfer between them, like a queue pair of a KV transfer engine (Mooncake Transfer
-    Engine, NIXL): transfers queue on it in order, their frames go back to back without
-    waiting for acks, and the acks come back in the same order. A connection that fails
-    fails what is queued or in flight on it; the next transfer opens a new one."""
-
-    def __init__(self, src_ip: str, dst: tuple[str, int], dead_after: float = DEFAULT_DEAD_AFTER_S) -> None:
-        self.src_ip, self.dst, self.dead_after = src_ip, dst, dead_after
-        self.queue: asyncio.Queue[tuple[PlannedTransfer, asyncio.Future[bytes], list[float]]] = asyncio.Queue()
-        self.inflight: collections.deque[tuple[PlannedTransfer, asyncio.Future[bytes]]] = collections.deque()
-        self.sock: socket.socket | None = None
-        self.reader: asyncio.Task[None] | None = None
-        self.closed = False
-        self.writer = asyncio.create_task(self._write())
-
-    def submit(self, t: PlannedTransfer) -> tuple[asyncio.Future[bytes], list[float]]:
-        """Queue ``t``; its ack arrives on the future, the time its header went out in the list."""
-        fut: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
-        on_wire: list[float] = []
-        self.queue.put_nowait((t, fut, on_wire))
-        return fut, on_wire
-
-    async def _write(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            t, fut, on_wire = await self.queue.get()
-            if fut.done():
-                continue  # timed out or cancelled while queued
-            try:
-                if self.sock is None:
-                    self.sock = _bound_socket(self.src_ip, self.dead_after)
-                    await _connect(loop, self.sock, self.dst, self.dead_after)
-                    self.reader = asyncio.create_task(self._read(self.sock))
-                on_wire.append(time.monotonic())
-                self.inflight.append((t, fut))
-                await loop.sock_sendall(self.sock, frame_header(t.id, t.bytes))
-                for piece in payload_pieces(t.id, t.bytes):
-                    await loop.sock_sendall(self.sock, piece)
-            except OSError as exc:
-                if not fut.done() and (t, fut) not in self.inflight:
-                    fut.set_exception(exc)
-                self._fail(exc)
-
-    async def _read(self, sock: socket.socket) -> None:
-        loop = asyncio.get_running_loop()
-        try:
-            while True:
-                ack = await _read_ack(loop, sock)
-                if not self.inflight:
-                    raise ConnectionError("an ack arrived with no transfer in flight")
-                _, fut = self.inflight.popleft()
-                if not fut.done():
-                    fut.set_result(ack)
-        except OSError as exc:
-            if sock is self.sock:
-                self._fail(exc)
-
-    def _fail(self, exc: BaseException) -> None:
-        """Fail everything queued or in flight and drop the connection (the next transfer reconnects):
-        what waits behind a dead connection is as stuck as what is on it."""
-        err = exc if isinstance(exc, OSError) else ConnectionError(str(exc))
-        waiting = [fut for _, fut in self.inflight]
-        self.inflight.clear()
-        while not self.queue.empty():
-            waiting.append(self.queue.get_nowait()[1])
-        for fut in waiting:
-            if not fut.done():
-                fut.set_exception(err)
-        if self.reader is not None and self.reader is not asyncio.current_task():
-            self.reader.cancel()
-        self.reader = None
-        if self.sock is not None:
-            _release(asyncio.get_running_loop(), self.sock)
-            self.sock = None
-        if not self.closed and self.writer is not asyncio.current_task():
-            self.writer.cancel()  # it may wait in a send on the released socket, which nothing will wake
-            self.writer = asyncio.create_task(self._write())
-
-    def close(self) -> None:
-        self.closed = True
-        self.writer.cancel()
-        self._fail(ConnectionError("agent stopped"))
+EXCHANGES: dict[str, Exchange] = {"sock": exchange_sock, "stream": exchange_stream}
 
 
 # --------------------------------------------------------------------------- agent
@@ -667,9 +154,9 @@ class Agent:
         self.transfer_timeout = transfer_timeout
         self.exchange = EXCHANGES[io]
         self.persistent = connections == "persistent"
-        self._channels: dict[tuple[str, str, int], _Channel] = {}
+        self._channels: dict[tuple[str, str, int], Channel] = {}
         self.recv_buffer = memoryview(bytearray(RECV_BUFFER_BYTES))
-        self.connections: set[_Receiver] = set()
+        self.connections: set[Receiver] = set()
         self._servers: list[asyncio.Server] = []
         self._tasks: set[asyncio.Task[None]] = set()
         self._pending = len(plan)
@@ -700,9 +187,9 @@ class Agent:
             self._control_out.write("".join(self._reports).encode())
         self._reports.clear()
 
-    def _record_sent(self, t: PlannedTransfer, route: _Route | None, start: float | None,
+    def _record_sent(self, t: PlannedTransfer, route: Route | None, start: float | None,
                      end: float | None, acked: int | None, error: str | None) -> None:
-        route = route or _Route(t.src_ip, t.dst_ip)
+        route = route or Route(t.src_ip, t.dst_ip)
         retried = route.first_error is not None
         if retried and error is not None:
             error = f"retry failed: {error} (first: {route.first_error})"
@@ -729,7 +216,7 @@ class Agent:
         for host, port in self.listen:
             local = f"{host}:{port}"
             try:
-                server = await loop.create_server(lambda local=local: _Receiver(self, local),
+                server = await loop.create_server(lambda local=local: Receiver(self, local),
                                                   host, port, reuse_address=True, backlog=1024)
             except OSError as exc:
                 raise AgentError(f"cannot listen on {local}: {exc.strerror or exc}") from None
@@ -816,43 +303,43 @@ class Agent:
             async with asyncio.timeout(self.transfer_timeout):
                 ack = await self._with_retry(t, route)
             end = time.monotonic()
-            acked, error = _check_ack(ack, t)
+            acked, error = check_ack(ack, t)
         except (TimeoutError, asyncio.CancelledError, OSError) as exc:
             error = self._failure(exc)
         self._record_sent(t, route, start, end, acked, error)
 
-    def _route(self, t: PlannedTransfer) -> _Route:
+    def _route(self, t: PlannedTransfer) -> Route:
         """The planned pair, or its alternative while the planned one is held dead (and the other is not)."""
         if t.alt_src_ip is not None and t.alt_dst_ip is not None and self._held(t.src_ip, t.dst_ip) \
                 and not self._held(t.alt_src_ip, t.alt_dst_ip):
-            return _Route(t.alt_src_ip, t.alt_dst_ip)
-        return _Route(t.src_ip, t.dst_ip)
+            return Route(t.alt_src_ip, t.alt_dst_ip)
+        return Route(t.src_ip, t.dst_ip)
 
     def _held(self, src_ip: str, dst_ip: str) -> bool:
         """A dead connection on this pair ended less than ``dead_hold`` ago."""
         return time.monotonic() < self._dead_until.get((src_ip, dst_ip), -math.inf)
 
-    async def _with_retry(self, t: PlannedTransfer, route: _Route) -> bytes:
+    async def _with_retry(self, t: PlannedTransfer, route: Route) -> bytes:
         """One attempt; after a dead connection, hold its pair dead and make one more, whole, on a fresh
         connection over the other pair (an RDMA NIC's retry-exceeded, then the engine resubmits elsewhere)."""
         attempt = self._on_channel if self.persistent else self._on_own_connection
         try:
             return await attempt(t, route)
         except OSError as exc:
-            if self._stopping or not _is_dead(exc):
+            if self._stopping or not is_dead(exc):
                 raise
             self._dead_until[(route.src_ip, route.dst_ip)] = time.monotonic() + self.dead_hold
-            route.first_error = _error_text(exc)
+            route.first_error = error_text(exc)
             route.src_ip, route.dst_ip = route.other(t)
             route.connected = None
         return await attempt(t, route)
 
-    async def _on_channel(self, t: PlannedTransfer, route: _Route) -> bytes:
+    async def _on_channel(self, t: PlannedTransfer, route: Route) -> bytes:
         """Queue ``t`` on the persistent connection of ``route``'s pair; its ack."""
         key = (route.src_ip, route.dst_ip, t.dst_port)
         channel = self._channels.get(key)
         if channel is None:
-            channel = self._channels[key] = _Channel(route.src_ip, (route.dst_ip, t.dst_port), self.dead_after)
+            channel = self._channels[key] = Channel(route.src_ip, (route.dst_ip, t.dst_port), self.dead_after)
         fut, on_wire = channel.submit(t)
         try:
             return await asyncio.shield(fut)
@@ -861,16 +348,16 @@ class Agent:
                 fut.cancel()
             route.connected = on_wire[0] if on_wire else None
 
-    async def _on_own_connection(self, t: PlannedTransfer, route: _Route) -> bytes:
+    async def _on_own_connection(self, t: PlannedTransfer, route: Route) -> bytes:
         """Connect from ``route``'s source to its destination, send, read the ack; close."""
         loop = asyncio.get_running_loop()
-        sock = _bound_socket(route.src_ip, self.dead_after)
+        sock = bound_socket(route.src_ip, self.dead_after)
         try:
-            await _connect(loop, sock, (route.dst_ip, t.dst_port), self.dead_after)
+            await connect(loop, sock, (route.dst_ip, t.dst_port), self.dead_after)
             route.connected = time.monotonic()
             return await self.exchange(loop, sock, t)
         finally:
-            _release(loop, sock)
+            release(loop, sock)
 
     def _failure(self, exc: BaseException) -> str:
         """A failed transfer's error text: our timeout (no errno) or the kernel's, a stop, or the OS's."""
@@ -878,7 +365,7 @@ class Agent:
             return "cancelled: agent stopped before the transfer ended"
         if isinstance(exc, TimeoutError) and not exc.errno:
             return f"timeout after {self.transfer_timeout:g} s"
-        return _error_text(exc)
+        return error_text(exc)
 
     async def shutdown(self, dispatcher: asyncio.Task[None]) -> None:
         """Stop listening, record unfinished work as failed, flush."""

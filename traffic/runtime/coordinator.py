@@ -24,7 +24,6 @@ replay); events go to stdout as JSON lines: ``listening``, ``ready``,
 from __future__ import annotations
 
 import asyncio
-import csv
 import json
 import os
 import resource
@@ -35,11 +34,10 @@ from pathlib import Path
 
 from traffic.model import models, serving
 from traffic.model.errors import TrafficError
-from traffic.model.metrics import rounded_percentiles
 from traffic.model.placement import Instance
 from traffic.model.traces import Request
-
-START_MARGIN_S = 0.5
+from traffic.runtime import serving_results
+from traffic.runtime.launcher import START_MARGIN_S
 
 
 @dataclass
@@ -209,29 +207,11 @@ class Coordinator:
         return self.results()
 
     def results(self) -> dict:
-        end = self.spec.duration_s
-        res = self.cluster.results(end)
-        out_dir = Path(self.cfg["run_dir"])
-        write_csv(out_dir / "requests.csv", self.cluster.request_rows())
-        write_csv(out_dir / "steps.csv", self.cluster.step_rows())
-        summary = {k: v for k, v in res.items() if k not in ("ttft_s", "exchange_s", "decode_step_s")}
         usage = resource.getrusage(resource.RUSAGE_SELF)
-        summary |= {"t0": self.t0, "dilation": self.dilation, "cpu_s": round(usage.ru_utime + usage.ru_stime, 3),
-                    "failed_messages": len(self.failed),
-                    "failures": dict(list(self.failed.items())[:10]),
-                    "messages": len(self.cluster.messages), "in_flight_at_end": self.cluster.in_flight,
-                    "control_lag_ms": rounded_percentiles(self.lag_s, factor=1e3)}
-        (out_dir / "serving.json").write_text(json.dumps(summary, indent=1))
-        return summary
-
-
-def write_csv(path: Path, rows: list[dict]) -> None:
-    with open(path, "w", newline="", encoding="utf-8") as fh:
-        if not rows:
-            return
-        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
+        return serving_results.write_results(Path(self.cfg["run_dir"]), self.cluster, t0=self.t0,
+                                             dilation=self.dilation,
+                                             cpu_s=round(usage.ru_utime + usage.ru_stime, 3), failed=self.failed,
+                                             lag_s=self.lag_s)
 
 
 def emit(event: str, **fields) -> None:

@@ -46,6 +46,7 @@ PR_SET_PDEATHSIG = 1
 STOP_TIMEOUT_S = 10.0
 AGENT_PORT = 7000  # every agent listens on both NIC ports' addresses at this port
 AGENT_NICE = -10  # agents wake on time although OVS and the TCP stacks keep both cores busy
+START_MARGIN_S = 0.5  # from handing out t0 (or the coordinator starting its clock) to run time 0
 
 
 @dataclass(frozen=True)

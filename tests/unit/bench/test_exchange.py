@@ -1,11 +1,15 @@
 """bench exchange's plan and figures, without a fabric."""
 
 from testbed.bench import exchange as ex
+from testbed.fabric import build_fabric
 from traffic.model.serving import Message
 
 
 def _m(i, src, dst, nbytes, engine="decode0", step=10, kind="dispatch"):
     return Message(i, kind, src, dst, nbytes, nbytes * 1000, None, engine, step)
+
+
+ZCUBE = build_fabric("zcube", gpus=32, gpus_per_switch=8)  # striped pairs cross 3 links: NIC, switch, switch
 
 
 def test_sample_takes_the_second_half_of_each_engines_steps():
@@ -22,7 +26,7 @@ def test_plan_spaces_exchanges_and_alternates_a_pairs_ports():
     choices = {"1,17": [[1, 2], [2, 1]], "2,18": [[1, 2], [2, 1]]}
     phases = {("decode0", 30, "dispatch"): [_m(1, 1, 17, 3000), _m(2, 1, 17, 3000), _m(3, 2, 18, 100)],
               ("decode0", 31, "dispatch"): [_m(4, 1, 17, 50)]}
-    rows, of = ex.plan(phases, list(phases), choices, 3e6, 3000, 3)
+    rows, of = ex.plan(phases, list(phases), choices, 3e6, 3000, ZCUBE)
     assert [r["start"] for r in rows] == [ex.LEAD_S] * 3 + [ex.LEAD_S + ex.GAP_S]
     assert [(r["src_ip"], r["dst_ip"]) for r in rows[:2]] == [("10.1.0.1", "10.2.0.17"), ("10.2.0.1", "10.1.0.17")]
     assert of == {0: ("decode0", 30, "dispatch"), 1: ("decode0", 30, "dispatch"), 2: ("decode0", 30, "dispatch"),
@@ -31,7 +35,7 @@ def test_plan_spaces_exchanges_and_alternates_a_pairs_ports():
 
 def test_a_long_exchange_gets_three_ideals_of_room():
     big = {("prefill0", 9, "combine"): [_m(1, 1, 9, 600_000)], ("prefill0", 10, "combine"): [_m(2, 1, 9, 10)]}
-    rows, _ = ex.plan(big, list(big), {"1,9": [[1, 1]]}, 3e6, 3000, 3)
+    rows, _ = ex.plan(big, list(big), {"1,9": [[1, 2]]}, 3e6, 3000, ZCUBE)
     # 600,000 B + 204 headers x 90 B = 618,360 B from one GPU at 2 x 3 Mbit/s: 0.82448 s; plus 2 x 3,090 B
     # store-and-forward at 3 Mbit/s: 16.48 ms; x 3
     assert abs(rows[1]["start"] - (ex.LEAD_S + 3 * (0.82448 + 0.01648))) < 1e-3
@@ -39,14 +43,14 @@ def test_a_long_exchange_gets_three_ideals_of_room():
 
 def _row(i, src, dst, nbytes, order, start, end, verified=True):
     return {"id": i, "src": src, "dst": dst, "bytes": nbytes, "scheduled_start": order, "start": start,
-            "end": end, "verified": verified}
+            "end": end, "verified": verified, "src_ip": f"10.1.0.{src[3:]}", "dst_ip": f"10.2.0.{dst[3:]}"}
 
 
 def test_ratios_from_the_order_and_from_the_first_send():
     # one 2,948 B message (one packet + 90 B of headers = 3,038 B): ideal 3,038 x 8 / 6e6 + 2 x 3,038 x 8 / 3e6
     ideal = 3038 * 8 / 6e6 + 2 * 3038 * 8 / 3e6
     rows = [_row(0, "gpu1", "gpu17", 2948, 1.0, 1.0 + ideal, 1.0 + 3 * ideal)]
-    got, = ex.ratios(rows, {0: ("decode0", 5, "dispatch")}, 3e6, 3000, 3)
+    got, = ex.ratios(rows, {0: ("decode0", 5, "dispatch")}, 3e6, 3000, ZCUBE)
     assert got["vs_ideal_from_order"] == 3.0 and got["vs_ideal_from_first_send"] == 2.0
     assert abs(got["ideal_ms"] - ideal * 1e3) < 1e-3
 

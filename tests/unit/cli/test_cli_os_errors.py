@@ -29,12 +29,12 @@ def _never(*args, **kwargs):
 @pytest.fixture(autouse=True)
 def no_fabric(monkeypatch):
     from testbed.emulation import fabricctl
-    from testbed.repetition import replay
+    from testbed.repetition import orchestrate
 
     for name in ("require_root", "require_ovs", "load_state", "up", "down"):
         monkeypatch.setattr(fabricctl, name, _never)
-    monkeypatch.setattr(replay, "replay", _never)
-    monkeypatch.setattr(run, "real_replay", _never)
+    monkeypatch.setattr(orchestrate, "run_repetition", _never)
+    monkeypatch.setattr(run, "real_repetition", _never)
 
 
 def one_line(capsys, argv: list[str], alone: bool = True) -> str:
@@ -106,10 +106,10 @@ def test_bench_pfc_checks_logs_before_root(capsys, tmp_path, a_file):
 def test_bench_logs_may_be_new_or_existing(tmp_path):
     from argparse import Namespace
 
-    from testbed.cli.bench import check_bench_outputs
+    from testbed.cli.bench.common import new_logs_dir
 
-    check_bench_outputs(Namespace(bench="pfc", logs=str(tmp_path / "new")))
-    check_bench_outputs(Namespace(bench="pfc", logs=str(tmp_path)))
+    new_logs_dir(Namespace(logs=str(tmp_path / "new")))
+    new_logs_dir(Namespace(logs=str(tmp_path)))
     assert not (tmp_path / "new").exists()  # checked, not made: bench makes it when it has logs
 
 
@@ -152,7 +152,7 @@ def test_plan_graph_on_a_full_disk_png(capsys, tmp_path, monkeypatch):
 
 # ------------------------------------------------------------ a full disk during a run
 def test_run_on_a_full_disk_is_one_line(capsys, tmp_path, monkeypatch):
-    monkeypatch.setattr(run, "real_replay", lambda: _never)
+    monkeypatch.setattr(run, "real_repetition", lambda backend: _never)
     monkeypatch.setattr(run, "collect_versions", lambda: {})
 
     def full_disk(path, doc):
@@ -164,7 +164,7 @@ def test_run_on_a_full_disk_is_one_line(capsys, tmp_path, monkeypatch):
 
 
 def test_an_os_error_naming_a_file_names_it(capsys, tmp_path, monkeypatch):
-    monkeypatch.setattr(run, "real_replay", lambda: _never)
+    monkeypatch.setattr(run, "real_repetition", lambda backend: _never)
     monkeypatch.setattr(run, "collect_versions", lambda: {})
     target = tmp_path / "x" / "experiment.json"
 

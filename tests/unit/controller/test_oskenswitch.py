@@ -14,8 +14,9 @@ from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as parser
 
 from controller.oskenswitch import OsKenSwitch, flow_stats, group_specs, port_live, port_states
-from controller.rules import FAST_FAILOVER, GroupSpec, fabric_programs
+from controller.rules import FAST_FAILOVER, GroupSpec
 from testbed.fabric import build_fabric
+from tests.support.programs import fabric_programs
 
 
 def datapath(dpid=1):

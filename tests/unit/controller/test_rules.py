@@ -18,12 +18,12 @@ from controller.rules import (
     PROBE_ETHERTYPE,
     SELECT,
     GroupSpec,
-    fabric_programs,
 )
 from testbed.fabric import addressing, build_fabric
 from testbed.fabric.failover import Dead
 from testbed.fabric.routing import forwarding_tables, walk
 from tests.support.fakes.flow_table import FakeFlowTable
+from tests.support.programs import fabric_programs
 
 FABRICS = {
     "zcube16": ("zcube", {"gpus": 16, "gpus_per_switch": 8}),

@@ -13,11 +13,12 @@ import logging
 
 import pytest
 
-from controller.rules import ETH_IPV4, FAST_FAILOVER, PRIO_MISS, PRIO_ROUTE, FlowSpec, GroupSpec, fabric_programs
+from controller.rules import ETH_IPV4, FAST_FAILOVER, PRIO_MISS, PRIO_ROUTE, FlowSpec, GroupSpec
 from controller.session import RESYNC_HOLD_S, FabricSessions, changes
 from testbed.fabric import addressing
 from tests.support.fakes.datapath import FakeDatapath, FakeFabric
 from tests.support.fakes.flow_table import FakeFlowTable
+from tests.support.programs import fabric_programs
 
 FABRICS = {
     "zcube16": {"kind": "zcube", "gpus": 16, "gpus_per_switch": 8},

@@ -23,7 +23,7 @@ from testbed.experiment.schema import (
     datapath_config,
     fabric_args,
     pfc_settings,
-    replay_config,
+    repetition_config,
     resolve,
     schema_text,
     validate,
@@ -240,7 +240,7 @@ def test_cli_trace_path_is_relative_to_the_current_folder(tmp_path, monkeypatch)
 # ------------------------------------------------------------ mapping
 def test_repetitions_get_seeds_seed_seed_plus_one():
     exp = validate({"seed": 7, "repetitions": 3}, "x")
-    assert [replay_config(exp, r).seed for r in (1, 2, 3)] == [7, 8, 9]
+    assert [repetition_config(exp, r).seed for r in (1, 2, 3)] == [7, 8, 9]
 
 
 def test_mapping_onto_the_replay_datapath_and_fabric():
@@ -249,9 +249,10 @@ def test_mapping_onto_the_replay_datapath_and_fabric():
                     "pfc": {"xoff_bytes": 30000}, "cross_flows": 2}, "x")
     dp = datapath_config(exp)
     assert (dp.rate_bps, dp.buffer_bytes, dp.mtu) == (4e6, 90000, 3000) and dp.nic_buffer_bytes > 0
-    cfg = replay_config(exp)
-    assert (cfg.model, cfg.decode_tp, cfg.chunk_bytes, cfg.cross_flows) == ("llama-3.1-70b", 2, None, 2)
-    assert cfg.trace == str(DEFAULT_TRACE) and cfg.duration_s == 120
+    cfg = repetition_config(exp)
+    assert cfg.serving is exp.serving and cfg.trace is exp.trace and cfg.link is exp.link  # passed through
+    assert (cfg.serving.model, cfg.serving.decode_tp, cfg.chunk_bytes, cfg.cross_flows) == ("llama-3.1-70b", 2, None, 2)
+    assert cfg.trace.path == str(DEFAULT_TRACE) and cfg.trace.duration_s == 120
     assert fabric_args(exp, "zcube") == {"kind": "zcube", "gpus": 16, "gpus_per_switch": 8, "cables": 2}
     assert fabric_args(exp, "roft")["kind"] == "roft" and "cables" not in fabric_args(exp, "roft")
     assert pfc_settings(exp) == {"enabled": True, "xoff_bytes": 30000, "xon_bytes": None, "headroom_bytes": None,
@@ -259,19 +260,38 @@ def test_mapping_onto_the_replay_datapath_and_fabric():
 
 
 def test_replay_verb_defaults_are_the_schema_defaults():
-    """`replay` with no flags replays what `run` and an empty experiment file would (one home for defaults)."""
-    from testbed.cli import options
+    """`replay` with no flags replays what an empty experiment file would on its one fabric, PFC off (one home
+    for defaults; the same flags as `run`)."""
     from testbed.cli.replay import replay_settings
 
-    exp = validate({}, "defaults")
-    args = build_parser().parse_args(["replay", "zcube"])
-    assert replay_settings(args) == replay_config(exp)
-    assert options.datapath_config(args) == datapath_config(exp)
-    assert options.fabric_kwargs(args) == fabric_args(exp, "zcube")
-    given = replay_settings(build_parser().parse_args(["replay", "roft", "--speed", "3", "--chunk", "0",
-                                                       "--represents", "100gbit", "--start", "1m"]))
-    assert (given.speed, given.chunk_bytes, given.represents_bps, given.start_s) == (3, None, 100e9, 60)
-    assert given.decode_tp == exp.serving.decode_tp  # not given: still the schema's
+    exp, cfg = replay_settings(build_parser().parse_args(["replay", "zcube"]))
+    empty = validate({"fabrics": ["zcube"], "pfc": {"enabled": False}}, "defaults")
+    assert exp == empty and cfg == repetition_config(empty, 1, "zcube")
+    exp, given = replay_settings(build_parser().parse_args(["replay", "roft", "--speed", "3", "--chunk", "0",
+                                                            "--represents", "100gbit", "--start", "1m", "--pfc", "on"]))
+    assert (given.trace.speed, given.chunk_bytes, given.represents_bps, given.trace.start_s) == (3, None, 100e9, 60)
+    assert given.serving.decode_tp == exp.serving.decode_tp == 2 and exp.pfc.enabled and exp.fabrics == ["roft"]
+
+
+def test_run_and_replay_take_the_same_flags_for_the_same_keys():
+    """One table: every experiment flag of replay is run's, with the same key, type and choices."""
+    import argparse
+
+    from testbed.cli import flags
+
+    def actions(verb: str) -> dict:
+        sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+        return {a.option_strings[0]: a for a in sub.choices[verb]._actions if a.option_strings}
+
+    run, replay = actions("run"), actions("replay")
+    table = {f.name: f for f in flags.RUN}
+    shared = [name for name in replay if name in table]
+    assert set(shared) == {f.name for f in flags.REPETITION} and set(table) - set(shared) == {"--fabrics", "--reps",
+                                                                                             "--name"}
+    for name in shared:
+        assert (run[name].dest, run[name].type, run[name].choices) == (replay[name].dest, replay[name].type,
+                                                                       replay[name].choices), name
+    assert run["--mode"].choices == ["whole", "layerwise"] and run["--chunk"].type is None  # text: 64KiB works
 
 
 def test_schema_forbids_unknown_keys_in_every_section():
@@ -281,13 +301,25 @@ def test_schema_forbids_unknown_keys_in_every_section():
     assert set(doc["properties"]) == set(Experiment.model_fields)
 
 
-def test_replay_config_defaults_are_the_schema_defaults():
-    """ReplayConfig's own defaults (used by code that builds it directly) never drift from the schema."""
-    from dataclasses import asdict, fields
+@pytest.mark.parametrize("doc, key", [({"link": {"mtu": 9000}}, "link.mtu"), ({"gpus": 30}, "gpus"),
+                                      ({"link": {"buffer_bytes": 1000}}, "link.buffer_bytes"),
+                                      ({"serving": {"prefill_fraction": 0.95}}, "serving.prefill_fraction"),
+                                      ({"gpus_per_switch": 5}, "gpus"), ({"trace": {"speed": 0}}, "trace.speed"),
+                                      ({"backend": "ideal", "cross_flows": 1}, "cross_flows")])
+def test_errors_carry_their_key_path(doc, key):
+    """The key comes from the check that failed (the consumer names its parameter), not from the message."""
+    with pytest.raises(TestbedError) as info:
+        validate(doc, "x")
+    assert info.value.key == key and str(info.value).startswith(f"x: {key}")
 
-    from testbed.repetition.replay import ReplayConfig
 
-    schema = asdict(replay_config(validate({}, "defaults")))
-    own = asdict(ReplayConfig())
-    differ = {f.name: (own[f.name], schema[f.name]) for f in fields(ReplayConfig) if own[f.name] != schema[f.name]}
-    assert differ == {}
+def test_config_json_records_every_setting_under_its_old_flat_name():
+    """config.json's "replay" is read by the report and by older tools: the same names, from the sections."""
+    exp = validate({"trace": {"speed": 2}, "link": {"time_dilation": 1}, "serving": {"chunk_bytes": 0},
+                    "gpus_per_server": 4, "gpus": 16, "gpus_per_switch": 4}, "x")
+    rec = repetition_config(exp, 2).record()
+    assert list(rec)[:3] == ["trace", "trace_format", "skip_bad"] and list(rec)[-2:] == ["gpus_per_server", "faults"]
+    assert len(rec) == 36 and "backend" not in rec
+    assert (rec["speed"], rec["seed"], rec["chunk_bytes"], rec["represents_bps"], rec["gpus_per_server"]) == \
+        (2, 1, None, exp.link.represents, 4)
+    assert (rec["driver"], rec["time_dilation"], rec["warmup_s"], rec["faults"]) == ("plan", 1, 0, [])

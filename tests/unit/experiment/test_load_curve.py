@@ -159,10 +159,10 @@ def test_the_figure_and_the_document_are_written(curve):
 @pytest.fixture
 def no_real_fabric(monkeypatch):
     """As in test_run_plan: the real replay unreachable, a stub report, fixed versions."""
-    def refuse():
+    def refuse(*args):
         raise AssertionError("a unit test reached the real replay")
 
-    monkeypatch.setattr(run, "real_replay", refuse)
+    monkeypatch.setattr(run, "real_repetition", refuse)
     monkeypatch.setattr(run, "_command_output", lambda argv, cwd=None: None)
     monkeypatch.setattr(run, "report_builder", lambda: (lambda run_dir: Path(run_dir) / "report.html"))
 
@@ -183,7 +183,7 @@ def test_a_one_key_sweep_writes_its_load_curve_and_the_csv_its_new_columns(tmp_p
     smoke = EXAMPLES_DIR / "smoke.yaml"
     log = []
     status, sweep_dir = sweep.run_sweep(smoke, [Override("fabrics", ["zcube", "roft"], "--fabrics")],
-                                        [("seed", ["10", "2"])], tmp_path, replay_fn=fake_replay,
+                                        [("seed", ["10", "2"])], tmp_path, repetition_fn=fake_replay,
                                         log=log.append, out=lambda line: None)
     assert status == 0
     doc = json.loads((sweep_dir / "load_curve.json").read_text())
@@ -200,7 +200,7 @@ def test_a_one_key_sweep_writes_its_load_curve_and_the_csv_its_new_columns(tmp_p
 
 def test_a_two_key_sweep_writes_no_load_curve(tmp_path, no_real_fabric):
     status, sweep_dir = sweep.run_sweep(EXAMPLES_DIR / "smoke.yaml", [Override("fabrics", ["roft"], "--fabrics")],
-                                        [("seed", ["1"]), ("trace.speed", ["2"])], tmp_path, replay_fn=fake_replay,
+                                        [("seed", ["1"]), ("trace.speed", ["2"])], tmp_path, repetition_fn=fake_replay,
                                         log=lambda m: None, out=lambda line: None)
     assert status == 0 and (sweep_dir / "sweep.csv").is_file() and not (sweep_dir / "load_curve.json").exists()
 

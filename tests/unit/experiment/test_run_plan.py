@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from testbed.backends.emulated.backend import EmulatedBackend
 from testbed.cli import main
 from testbed.errors import EnvironmentProblem, TestbedError
 from testbed.experiment import run, sweep
@@ -25,10 +26,10 @@ SMOKE = EXAMPLES_DIR / "smoke.yaml"
 @pytest.fixture(autouse=True)
 def no_real_fabric(monkeypatch):
     """The real replay would build a fabric (these tests may run as root): make it unreachable."""
-    def refuse():
+    def refuse(*args):
         raise AssertionError("a unit test reached the real replay")
 
-    monkeypatch.setattr(run, "real_replay", refuse)
+    monkeypatch.setattr(run, "real_repetition", refuse)
     monkeypatch.setattr(run, "_command_output", lambda argv, cwd=None: {
         "git": "abc1234\n", "ovs-vsctl": "ovs-vsctl (Open vSwitch) 3.1.0\nDB Schema 8.3.1\n"}.get(argv[0]))
     reports = []
@@ -43,8 +44,8 @@ def no_real_fabric(monkeypatch):
 
 
 class FakeReplay:
-    """Stands for testbed.repetition.replay.replay(fabric_args, dp, cfg, out_root=None, log=..., run_dir=...,
-    pfc=...)."""
+    """Stands for testbed.repetition.orchestrate.run_repetition(fabric_args, dp, cfg, out_root=None, log=...,
+    run_dir=..., pfc=...)."""
 
     def __init__(self, fail: dict | None = None):
         self.calls: list[dict] = []
@@ -71,7 +72,7 @@ def smoke(*overrides: Override):
 
 def go(resolved, tmp_path, replay):
     lines, log = [], []
-    status = run.run_experiment(resolved, tmp_path, replay_fn=replay, log=log.append, out=lines.append)
+    status = run.run_experiment(resolved, tmp_path, repetition_fn=replay, log=log.append, out=lines.append)
     return status, lines, log
 
 
@@ -86,7 +87,7 @@ def test_targets_are_repetition_major_with_seeds_seed_plus_r_minus_one():
 def test_wall_time_estimate_of_the_default_fits_fifteen_minutes():
     exp = resolve(None).experiment
     replayed = exp.trace.duration_s * exp.link.time_dilation  # live, closed loop: cluster time x dilation
-    assert run.estimate_s(exp) == 2 * exp.repetitions * (replayed + run.OVERHEAD_S) <= 15 * 60
+    assert run.estimate_s(exp) == 2 * exp.repetitions * (replayed + EmulatedBackend.setup_s) <= 15 * 60
     assert "min" in run.estimate_text(exp)
 
 
@@ -284,7 +285,7 @@ def test_sweep_runs_every_point_and_writes_csv_and_json(tmp_path, no_real_fabric
     replay = FakeReplay()
     lines, log = [], []
     status, returned_dir = sweep.run_sweep(SMOKE, [Override("fabrics", ["zcube", "roft"], "--fabrics")],
-                                           [("link.rate", ["3mbit", "4mbit"])], tmp_path, replay_fn=replay,
+                                           [("link.rate", ["3mbit", "4mbit"])], tmp_path, repetition_fn=replay,
                                            log=log.append, out=lines.append)
     sweep_dir = Path(lines[-1])
     assert returned_dir == sweep_dir
@@ -307,7 +308,7 @@ def test_sweep_runs_every_point_and_writes_csv_and_json(tmp_path, no_real_fabric
 # -------------------------------------------------------------------- CLI
 def test_cli_run_prints_the_run_directory_last(tmp_path, monkeypatch, capsys):
     replay = FakeReplay()
-    monkeypatch.setattr(run, "real_replay", lambda: replay)
+    monkeypatch.setattr(run, "real_repetition", lambda backend: replay)
     status = main(["run", str(SMOKE), "--out", str(tmp_path), "--fabrics", "zcube", "--name", "cli"])
     out, err = capsys.readouterr()
     last = out.strip().splitlines()[-1]
@@ -331,12 +332,12 @@ def test_cli_errors_are_one_line_exit_2(capsys):
 
 def test_run_state_is_running_then_finished_or_interrupted(tmp_path, no_real_fabric):
     status, lines, _ = go(smoke(), tmp_path, FakeReplay())
-    assert json.loads((Path(lines[-1]) / "state.json").read_text())["state"] == "finished"
+    assert json.loads((Path(lines[-1]) / "lifecycle.json").read_text())["state"] == "finished"
     replay = FakeReplay(fail={("roft", 0): KeyboardInterrupt()})
     with pytest.raises(KeyboardInterrupt):
         go(smoke(), tmp_path / "b", replay)
     (run_dir,) = (tmp_path / "b").iterdir()
-    assert json.loads((run_dir / "state.json").read_text())["state"] == "interrupted"
+    assert json.loads((run_dir / "lifecycle.json").read_text())["state"] == "interrupted"
 
 
 def test_clean_marks_runs_whose_process_was_killed(tmp_path):
@@ -344,13 +345,13 @@ def test_clean_marks_runs_whose_process_was_killed(tmp_path):
     for d in (killed, alive, done):
         d.mkdir()
     dead_pid = _dead_pid()
-    (killed / "state.json").write_text(json.dumps({"state": "running", "pid": dead_pid}))
-    (alive / "state.json").write_text(json.dumps({"state": "running", "pid": os.getpid()}))
-    (done / "state.json").write_text(json.dumps({"state": "finished", "pid": dead_pid}))
+    (killed / "state.json").write_text(json.dumps({"state": "running", "pid": dead_pid}))  # an older run's name
+    (alive / "lifecycle.json").write_text(json.dumps({"state": "running", "pid": os.getpid()}))
+    (done / "lifecycle.json").write_text(json.dumps({"state": "finished", "pid": dead_pid}))
     assert run.mark_killed_runs(tmp_path) == [killed]
     doc = json.loads((killed / "state.json").read_text())
     assert doc["state"] == "interrupted" and str(dead_pid) in doc["why"]
-    assert json.loads((alive / "state.json").read_text())["state"] == "running"
+    assert json.loads((alive / "lifecycle.json").read_text())["state"] == "running"
     assert run.mark_killed_runs(tmp_path) == []
 
 

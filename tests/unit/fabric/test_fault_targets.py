@@ -84,7 +84,7 @@ def test_a_switch_target_is_dead_as_a_switch(zcube):
 
 
 def test_cut_switches_are_the_ends_of_what_went_down(zcube):
-    from testbed.repetition.replay import cut_switches
+    from testbed.repetition.writeup import cut_switches
 
     events = [{"action": "down", "target": "link sw1:9 sw2:9"}, {"action": "up", "target": "link sw1:9 sw2:9"},
               {"action": "restart", "target": "controller"}]

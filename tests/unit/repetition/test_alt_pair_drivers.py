@@ -10,11 +10,11 @@ from testbed import scale
 from testbed.bench import exchange as ex
 from testbed.fabric import addressing, build_fabric
 from testbed.fabric.describe import path_json
-from testbed.repetition.replay import ReplayConfig, prepare
+from testbed.repetition.replay import prepare
+from tests.support.settings import repetition
 from tests.unit.traffic.runtime.test_coordinator import config
 from traffic.model.serving import Message
-from traffic.runtime import agent as ag
-from traffic.runtime import coordinator
+from traffic.runtime import coordinator, orders
 
 
 def _is_other_pair(row: dict) -> bool:
@@ -30,10 +30,10 @@ def test_alt_ips_is_the_other_port_of_both_ends():
 
 
 def test_replay_plan_lines_name_the_other_pair_and_the_agent_reads_them():
-    p = prepare(ReplayConfig(duration_s=15), 16, scale.DEFAULT_RATE_BPS, scale.DEFAULT_MTU)
+    p = prepare(repetition({"trace": {"duration_s": 15}}), 16, scale.DEFAULT_RATE_BPS, scale.DEFAULT_MTU)
     assert p.plan_rows and all(_is_other_pair(r) for r in p.plan_rows)
     row = p.plan_rows[0]
-    t = ag.parse_plan_line("plan:1", json.dumps(row), row["src"])
+    t = orders.parse_plan_line("plan:1", json.dumps(row), row["src"])
     assert (t.alt_src_ip, t.alt_dst_ip) == (row["alt_src_ip"], row["alt_dst_ip"])
 
 
@@ -47,7 +47,7 @@ def test_bench_exchange_rows_name_the_other_pair():
     choices = {"1,17": [[1, 2], [2, 1]]}
     phases = {("decode0", 30, "dispatch"): [Message(i, "dispatch", 1, 17, 3000, 3e6, None, "decode0", 30)
                                             for i in (1, 2)]}
-    rows, _ = ex.plan(phases, list(phases), choices, 3e6, 3000, 3)
+    rows, _ = ex.plan(phases, list(phases), choices, 3e6, 3000, build_fabric("zcube", gpus=32, gpus_per_switch=8))
     assert [(r["alt_src_ip"], r["alt_dst_ip"]) for r in rows] == [("10.2.0.1", "10.1.0.17"), ("10.1.0.1", "10.2.0.17")]
 
 
@@ -60,5 +60,5 @@ def test_coordinator_orders_name_the_other_pair_and_log_it_in_the_plan(tmp_path)
     assert name == "gpu1" and (order["src_ip"], order["dst_ip"]) == (f"127.0.{sp}.1", f"127.0.{dp}.2")
     assert (order["alt_src_ip"], order["alt_dst_ip"]) == (f"127.0.{3 - sp}.1", f"127.0.{3 - dp}.2")
     assert json.loads(log.getvalue())["alt_src_ip"] == order["alt_src_ip"]
-    t = ag.order_transfer(order, "gpu1")
+    t = orders.order_transfer(order, "gpu1")
     assert (t.alt_src_ip, t.alt_dst_ip) == (order["alt_src_ip"], order["alt_dst_ip"])

@@ -2,16 +2,18 @@
 
 import pytest
 
+from testbed.fabric import build_fabric
 from testbed.paths import AZURE_TRACE
-from testbed.repetition import live
-from testbed.repetition.replay import ReplayConfig
+from testbed.repetition import live, live_summary
+from tests.support.settings import repetition
 from traffic.runtime import coordinator
 
 
-def cfg(**kw) -> ReplayConfig:
-    base = dict(trace=str(AZURE_TRACE), driver="live", arrivals="closed", concurrency=16, model="glm-5",
-                duration_s=4, time_dilation=4, gpus_per_server=4)
-    return ReplayConfig(**(base | kw)).validate()
+def cfg(**serving):
+    return repetition({"trace": {"path": str(AZURE_TRACE), "duration_s": 4}, "link": {"time_dilation": 4},
+                       "gpus": 16, "gpus_per_switch": 4, "gpus_per_server": 4,
+                       "serving": {"driver": "live", "arrivals": "closed", "concurrency": 16, "model": "glm-5"}
+                       | serving})
 
 
 def test_prepare_live_groups_each_kind_into_one_ep_group_and_scales_bytes_by_dilation():
@@ -32,19 +34,36 @@ def test_a_dense_model_keeps_its_tp_instances_as_engines():
     assert setup.engines["decode"] == [[9, 10], [11, 12], [13, 14], [15, 16]]
 
 
+ZCUBE = build_fabric("zcube", gpus=16, gpus_per_switch=8)  # p1 -> p2 between servers: NIC, switch, switch
+ROFT = build_fabric("roft", gpus=16, gpus_per_switch=8, gpus_per_server=8)
+
+
 def test_exchange_vs_ideal_of_one_packet_is_serialization_plus_store_and_forward():
     # one full packet (2948 B payload at MTU 3000) A -> B: 3038 B on the wire at 2 x 3 Mbit/s = 4.051 ms,
     # plus two more links of store-and-forward at 3 Mbit/s = 16.203 ms: ideal 20.253 ms
     msg = {"verified": True, "step": 1, "engine": "decode0", "kind": "dispatch", "src": "gpu1", "dst": "gpu9",
-           "bytes": 2948, "start": 1.0, "end": 1.0 + 2 * 0.0202533}
-    assert live.exchange_vs_ideal([msg], 3e6, 3000, links=3) == [pytest.approx(2.0, rel=1e-3)]
+           "bytes": 2948, "start": 1.0, "end": 1.0 + 2 * 0.0202533, "src_ip": "10.1.0.1", "dst_ip": "10.2.0.9"}
+    assert live_summary.exchange_vs_ideal([msg], 3e6, 3000, ZCUBE) == [pytest.approx(2.0, rel=1e-3)]
+
+
+def test_the_ideals_path_is_the_routing_models():
+    """ROFT: rail 1 to rail 1 of the other server stays on its leaf (2 links), rail 1 to rail 2 crosses a
+    spine (4 links): the store-and-forward term has 1 or 3 more packets."""
+    msg = {"verified": True, "step": 1, "engine": "decode0", "kind": "dispatch", "src": "gpu1", "bytes": 2948,
+           "start": 0.0, "end": 1.0, "src_ip": "10.1.0.1"}
+    rail, cross = (msg | {"dst": f"gpu{g}", "dst_ip": f"10.2.0.{g}"} for g in (9, 10))
+    assert live_summary.longest_path(ROFT, [rail]) == 2 and live_summary.longest_path(ROFT, [rail, cross]) == 4
+    wire = 3038 * 8
+    (same,) = live_summary.exchange_vs_ideal([rail], 3e6, 3000, ROFT)
+    assert same == pytest.approx(1.0 / (wire / 6e6 + 1 * wire / 3e6))
 
 
 def test_exchange_vs_ideal_takes_the_busiest_gpu_of_each_phase():
-    base = {"verified": True, "engine": "decode0", "bytes": 1000, "start": 0.0}
-    ms = [base | {"step": 1, "kind": "combine", "src": f"gpu{i}", "dst": "gpu9", "end": 0.1} for i in (1, 2, 3)]
-    ms.append(base | {"step": 2, "kind": "combine", "src": "gpu1", "dst": "gpu9", "end": 0.1})
-    one, three = sorted(live.exchange_vs_ideal(ms, 3e6, 3000, links=3), reverse=True)
+    base = {"verified": True, "engine": "decode0", "bytes": 1000, "start": 0.0, "dst_ip": "10.2.0.9"}
+    ms = [base | {"step": 1, "kind": "combine", "src": f"gpu{i}", "dst": "gpu9", "end": 0.1, "src_ip": f"10.1.0.{i}"}
+          for i in (1, 2, 3)]
+    ms.append(base | {"step": 2, "kind": "combine", "src": "gpu1", "dst": "gpu9", "end": 0.1, "src_ip": "10.1.0.1"})
+    one, three = sorted(live_summary.exchange_vs_ideal(ms, 3e6, 3000, ZCUBE), reverse=True)
     wire = (1000 + 90) * 8
     assert one == pytest.approx(0.1 / (wire / 6e6 + 2 * wire / 3e6))
     assert three == pytest.approx(0.1 / (3 * wire / 6e6 + 2 * wire / 3e6))

@@ -22,8 +22,10 @@ import pytest
 
 from testbed.errors import TestbedError
 from testbed.paths import REPO as ROOT
+from tests.support.frames import build_frame
 from traffic.model.metrics import percentile
 from traffic.runtime import agent as ag
+from traffic.runtime import orders, sender, wire
 from traffic.runtime.records import (
     COLUMNS,
     NEVER_COMPLETED,
@@ -115,16 +117,16 @@ def _random_transfers(count: int, span_s: float, seed: int = 7):
 def test_payload_is_deterministic_and_crc_is_incremental():
     import zlib
     for tid, n in [(1, 0), (2, 1), (3, 65_536), (4, 200_000)]:
-        data = b"".join(ag.payload_pieces(tid, n))
+        data = b"".join(wire.payload_pieces(tid, n))
         assert len(data) == n
-        assert data == b"".join(ag.payload_pieces(tid, n))
-        assert ag.payload_crc(tid, n) == zlib.crc32(data)
-    assert bytes(ag.pattern(1)) != bytes(ag.pattern(2))
+        assert data == b"".join(wire.payload_pieces(tid, n))
+        assert wire.payload_crc(tid, n) == zlib.crc32(data)
+    assert bytes(wire.pattern(1)) != bytes(wire.pattern(2))
 
 
 def test_decoder_verifies_frames_split_anywhere():
-    stream = ag.build_frame(1, 100_000) + ag.build_frame(2, 0) + ag.build_frame(3, 7)
-    dec, got = ag.FrameDecoder(), []
+    stream = build_frame(1, 100_000) + build_frame(2, 0) + build_frame(3, 7)
+    dec, got = wire.FrameDecoder(), []
     for i in range(0, len(stream), 977):           # odd cuts through headers and payloads
         got += dec.feed(stream[i:i + 977], now=float(i))
     assert [(r.id, r.received, r.verified) for r in got] == [(1, 100_000, True), (2, 0, True), (3, 7, True)]
@@ -133,19 +135,19 @@ def test_decoder_verifies_frames_split_anywhere():
 
 
 def test_wrong_crc_is_flagged_not_verified():
-    good = ag.payload_crc(9, 50_000)
-    [r] = ag.FrameDecoder().feed(ag.build_frame(9, 50_000, crc=good ^ 1), now=0.0)
+    good = wire.payload_crc(9, 50_000)
+    [r] = wire.FrameDecoder().feed(build_frame(9, 50_000, crc=good ^ 1), now=0.0)
     assert (r.id, r.received, r.crc_ok, r.verified) == (9, 50_000, False, False)
 
 
 def test_truncated_frame_and_bad_magic():
-    dec = ag.FrameDecoder()
-    assert dec.feed(ag.build_frame(4, 10_000)[:5_000], now=1.0) == []
+    dec = wire.FrameDecoder()
+    assert dec.feed(build_frame(4, 10_000)[:5_000], now=1.0) == []
     cut = dec.close(2.0, "connection closed")
-    assert cut is not None and not cut.verified and cut.id == 4 and cut.received == 5_000 - ag.HEADER.size
+    assert cut is not None and not cut.verified and cut.id == 4 and cut.received == 5_000 - wire.HEADER.size
     assert "of 10000 payload bytes" in cut.error
-    with pytest.raises(ag.FrameError):
-        ag.FrameDecoder().feed(b"XXXX" + bytes(ag.HEADER.size), now=0.0)
+    with pytest.raises(wire.FrameError):
+        wire.FrameDecoder().feed(b"XXXX" + bytes(wire.HEADER.size), now=0.0)
 
 
 def test_receiver_acks_a_bad_crc_and_records_it(tmp_path: Path):
@@ -155,16 +157,16 @@ def test_receiver_acks_a_bad_crc_and_records_it(tmp_path: Path):
         [address] = await agent.bind()
         host, port = address.split(":")
         reader, writer = await asyncio.open_connection(host, int(port))
-        writer.write(ag.build_frame(77, 3_000, crc=123))
-        ack = await reader.readexactly(ag.ACK.size)
+        writer.write(build_frame(77, 3_000, crc=123))
+        ack = await reader.readexactly(wire.ACK.size)
         writer.close()
         await agent.shutdown(asyncio.create_task(asyncio.sleep(0)))
         return ack
 
     ack = asyncio.run(scenario())
-    assert ag.ACK.unpack(ack) == (ag.ACK_MAGIC, 77, 3_000, 0)
-    plan = ag.PlannedTransfer(77, None, "gpu2", "gpu1", "127.0.0.1", "127.0.0.1", 1, 3_000, 0.0)
-    assert ag._check_ack(ack, plan) == (3_000, "receiver reported a crc mismatch")
+    assert wire.ACK.unpack(ack) == (wire.ACK_MAGIC, 77, 3_000, 0)
+    plan = orders.PlannedTransfer(77, None, "gpu2", "gpu1", "127.0.0.1", "127.0.0.1", 1, 3_000, 0.0)
+    assert sender.check_ack(ack, plan) == (3_000, "receiver reported a crc mismatch")
     [rec] = read_jsonl(tmp_path / "gpu1.recv.jsonl")
     assert (rec["id"], rec["bytes"], rec["crc_ok"], rec["verified"]) == (77, 3_000, False, False)
 

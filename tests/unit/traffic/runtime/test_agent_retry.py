@@ -26,8 +26,10 @@ from pathlib import Path
 import pytest
 
 from testbed.paths import REPO as ROOT
+from tests.support.frames import build_frame
 from traffic.model.errors import TrafficError
 from traffic.runtime import agent as ag
+from traffic.runtime import orders, sender, wire
 from traffic.runtime.records import COLUMNS, merge_results, read_jsonl, write_plans
 
 SENDER, NEAR = "127.0.0.1", "127.0.0.1"  # the planned port pair
@@ -111,12 +113,12 @@ class _Peer:
         conn.close()
 
     def _ack(self, conn: socket.socket) -> None:
-        decoder = ag.FrameDecoder()
+        decoder = wire.FrameDecoder()
         with conn:
             while data := conn.recv(262_144):
                 for f in decoder.feed(data, time.monotonic()):
                     self.acked.append(f.id)
-                    conn.sendall(ag.ACK.pack(ag.ACK_MAGIC, f.id, f.received, f.crc_ok and self.crc_ok))
+                    conn.sendall(wire.ACK.pack(wire.ACK_MAGIC, f.id, f.received, f.crc_ok and self.crc_ok))
 
     def close(self) -> None:
         self._stop.set()
@@ -134,12 +136,12 @@ def _peer(host: str, resets: int = 0, crc_ok: bool = True, eofs: int = 0):
 
 
 def _transfer(tid: int, port: int, nbytes: int = 2_000_000, start: float = 0.0,
-              alt: tuple[str, str] | None = None) -> ag.PlannedTransfer:
+              alt: tuple[str, str] | None = None) -> orders.PlannedTransfer:
     """A transfer planned SENDER -> NEAR:port, with ``alt`` as its other port pair."""
-    return ag.PlannedTransfer(tid, None, "gpu1", "gpu2", SENDER, NEAR, port, nbytes, start, *(alt or (None, None)))
+    return orders.PlannedTransfer(tid, None, "gpu1", "gpu2", SENDER, NEAR, port, nbytes, start, *(alt or (None, None)))
 
 
-async def _run(tmp: Path, plan: list[ag.PlannedTransfer], receiver_port: int | None = None,
+async def _run(tmp: Path, plan: list[orders.PlannedTransfer], receiver_port: int | None = None,
                **kw) -> None:
     """Run a sender agent over ``plan`` until it is done (a receiver agent on FAR:receiver_port if given)."""
     receiver = None
@@ -206,22 +208,22 @@ LINE = {"id": 3, "src": "gpu1", "src_ip": "10.1.0.1", "dst_ip": "10.2.0.2", "dst
 
 def test_plan_lines_and_orders_carry_the_other_port_pair():
     alt = {"alt_src_ip": "10.2.0.1", "alt_dst_ip": "10.1.0.2"}
-    t = ag.parse_plan_line("p:1", json.dumps(LINE | alt), "gpu1")
+    t = orders.parse_plan_line("p:1", json.dumps(LINE | alt), "gpu1")
     assert (t.src_ip, t.dst_ip, t.alt_src_ip, t.alt_dst_ip) == ("10.1.0.1", "10.2.0.2", "10.2.0.1", "10.1.0.2")
-    assert ag.parse_plan_line("p:1", json.dumps(LINE), "gpu1").alt_src_ip is None
-    o = ag.order_transfer(LINE | alt | {"op": "send", "due": 12.5}, "gpu1")
+    assert orders.parse_plan_line("p:1", json.dumps(LINE), "gpu1").alt_src_ip is None
+    o = orders.order_transfer(LINE | alt | {"op": "send", "due": 12.5}, "gpu1")
     assert (o.start, o.alt_src_ip, o.alt_dst_ip) == (12.5, "10.2.0.1", "10.1.0.2")
-    assert ag.order_transfer(LINE | {"due": 1.0}, "gpu1").alt_dst_ip is None
+    assert orders.order_transfer(LINE | {"due": 1.0}, "gpu1").alt_dst_ip is None
 
 
 @pytest.mark.parametrize("alt,message", [({"alt_src_ip": "10.2.0.1"}, "alt_src_ip without alt_dst_ip"),
                                          ({"alt_dst_ip": "10.1.0.2"}, "alt_dst_ip without alt_src_ip"),
                                          ({"alt_src_ip": "10.2.0.1", "alt_dst_ip": "10.1.0"}, "alt_dst_ip '10.1.0'")])
 def test_half_or_bad_alternative_pair_is_rejected_naming_it(alt: dict, message: str):
-    with pytest.raises(ag.AgentError, match=message):
-        ag.parse_plan_line("p:1", json.dumps(LINE | alt), "gpu1")
-    with pytest.raises(ag.AgentError, match=message):
-        ag.order_transfer(LINE | alt | {"due": 1.0}, "gpu1")
+    with pytest.raises(orders.AgentError, match=message):
+        orders.parse_plan_line("p:1", json.dumps(LINE | alt), "gpu1")
+    with pytest.raises(orders.AgentError, match=message):
+        orders.order_transfer(LINE | alt | {"due": 1.0}, "gpu1")
 
 
 def test_write_plans_keeps_the_other_pair_and_rejects_half_of_it(tmp_path: Path):
@@ -235,7 +237,7 @@ def test_write_plans_keeps_the_other_pair_and_rejects_half_of_it(tmp_path: Path)
 # --------------------------------------------------------------------------- dead connections
 
 def test_every_sender_socket_gets_the_user_timeout():
-    sock = ag._bound_socket(SENDER, 0.25)
+    sock = sender.bound_socket(SENDER, 0.25)
     try:
         assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT) == 250
     finally:
@@ -403,11 +405,11 @@ def test_a_receiver_reports_whole_frames_only_and_leaves_cut_ones_to_the_sender(
 
     async def clients() -> None:
         _, cut = await asyncio.open_connection(FAR, port)
-        cut.write(ag.build_frame(5, 100_000)[:30_000])
+        cut.write(build_frame(5, 100_000)[:30_000])
         cut.close()
         reader, whole = await asyncio.open_connection(FAR, port)
-        whole.write(ag.build_frame(6, 1000))
-        await reader.readexactly(ag.ACK.size)
+        whole.write(build_frame(6, 1000))
+        await reader.readexactly(wire.ACK.size)
         whole.close()
         await asyncio.sleep(0.1)
 
@@ -421,7 +423,8 @@ def test_a_receiver_reports_whole_frames_only_and_leaves_cut_ones_to_the_sender(
 # --------------------------------------------------------------------------- merge and summary
 
 def test_merged_rows_and_the_replay_summary_count_retried_and_moved_transfers(tmp_path: Path):
-    from testbed.repetition.replay import Prepared, summarize
+    from testbed.backends.base import LinkSettings
+    from testbed.repetition.writeup import summarize
 
     with _peer(NEAR, resets=99) as near:
         base = {"src": "gpu1", "dst": "gpu2", "src_ip": SENDER, "dst_port": near.port, "bytes": 300_000}
@@ -429,7 +432,7 @@ def test_merged_rows_and_the_replay_summary_count_retried_and_moved_transfers(tm
         lines = [base | alt | {"id": 1, "dst_ip": NEAR, "start": 0.0},   # reset: retried over the other pair
                  base | alt | {"id": 2, "dst_ip": NEAR, "start": 0.25},  # the planned pair is held: moved
                  base | {"id": 3, "dst_ip": FAR, "start": 0.3}]          # planned where the receiver is: plain
-        plan = ag.read_plan(str(write_plans(lines, tmp_path)["gpu1"]), "gpu1")
+        plan = orders.read_plan(str(write_plans(lines, tmp_path)["gpu1"]), "gpu1")
         asyncio.run(_run(tmp_path, plan, near.port, dead_hold=5.0))
     rows = {r["id"]: r for r in merge_results(tmp_path)}
     assert all(r["verified"] for r in rows.values()), rows
@@ -437,6 +440,7 @@ def test_merged_rows_and_the_replay_summary_count_retried_and_moved_transfers(tm
     assert RESET.match(rows[1]["first_error"])
     assert (rows[2]["retried"], rows[2]["moved"], rows[2]["first_error"]) == (False, True, None)
     assert tuple(rows[3]) == COLUMNS  # nothing happened to it: the row is as it always was
-    summary = summarize("zcube", list(rows.values()), Prepared(None, [], 0.0, 3, 0), 1e9, 1500, 0, {}, [])
+    summary = summarize("zcube", list(rows.values()), LinkSettings(1e9, 1500, 18000, 60000, 1_514_000, 400e9), 0,
+                        {}, [])
     assert (summary["verified"], summary["failed"]) == (3, 0)
     assert (summary["transfers_retried"], summary["transfers_moved"]) == (1, 2)

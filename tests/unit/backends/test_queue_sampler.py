@@ -1,4 +1,4 @@
-"""QueueSampler (testbed.repetition.replay) without a fabric: netlink reads replaced by a script of samples.
+"""QueueSampler (testbed.backends.emulated.sampler) without a fabric: netlink reads replaced by a script of samples.
 It must keep only complete samples, stop quietly when the fabric goes away under it, and never
 let a late sample (the fabric's teardown) replace the last one (issue 14's negative bytes)."""
 
@@ -9,11 +9,14 @@ import time
 
 import pytest
 
+from testbed.backends.base import LinkSettings
+from testbed.backends.emulated import sampler
 from testbed.emulation import fabricctl
-from testbed.repetition import replay
+from testbed.emulation.state import FabricState
+from testbed.fabric import build_fabric
 
-ST = {"queues": [{"qid": "spine2:1", "kind": "switch", "towards": "leaf1"},
-                 {"qid": "gpu1:p1", "kind": "nic", "towards": "leaf1"}]}
+ST = FabricState(queues=[{"qid": "spine2:1", "kind": "switch", "towards": "leaf1"},
+                         {"qid": "gpu1:p1", "kind": "nic", "towards": "leaf1"}])
 
 
 def rows(b1, b2, drops=0):
@@ -45,7 +48,7 @@ def script(monkeypatch):
         return [dict(r) for r in item]
 
     monkeypatch.setattr(fabricctl, "read_queues", read_queues)
-    monkeypatch.setattr(replay.QueueSampler, "PERIOD_S", 0.01)
+    monkeypatch.setattr(sampler.QueueSampler, "PERIOD_S", 0.01)
     return items
 
 
@@ -59,28 +62,28 @@ def no_thread_tracebacks(monkeypatch):
 
 def test_samples_and_deltas(script, tmp_path, no_thread_tracebacks):
     script += [rows(1000, 500), rows(4000, 900), rows(9000, 1500, drops=2)]
-    s = replay.QueueSampler(ST, tmp_path / "queues.csv")
+    s = sampler.QueueSampler(ST)
     s.start()
-    assert s.samples >= 1 and s.first  # start() returns once the first sample is in
-    wait_for(lambda: s.samples >= 3)
+    assert len(s.samples) >= 1 and s.first  # start() returns once the first sample is in
+    wait_for(lambda: len(s.samples) >= 3)
     s.stop()
-    assert s.error is None and s.regressions == []
-    assert s.link_bytes() == {"spine2:1": ("leaf1", 8000), "gpu1:p1": ("leaf1", 1000)}
-    assert s.drops() == 2 and s.drops("switch") == 2 and s.drops("nic") == 0
-    assert (tmp_path / "queues.csv").read_text().splitlines()[0] == "time,queue,towards,backlog_bytes,drops,sent_bytes"
+    c = s.counters()
+    assert c.error is None and len(c.samples) >= 3 and c.samples[0][0] == c.t_first and c.samples[-1][0] == c.t_last
+    assert c.link_bytes() == {"spine2:1": ("leaf1", 8000), "gpu1:p1": ("leaf1", 1000)}
+    assert c.drops() == 2 and c.drops("switch") == 2 and c.drops("nic") == 0
 
 
 def test_the_fabric_going_away_ends_the_thread_quietly(script, tmp_path, no_thread_tracebacks, capsys):
     script += [rows(1000, 500), rows(4000, 900), FileNotFoundError(2, "No such file or directory",
                                                                     "/run/netns/tb-gpu1")]
-    s = replay.QueueSampler(ST, tmp_path / "queues.csv")
+    s = sampler.QueueSampler(ST)
     s.start()
     s._thread.join(5)
     assert not s._thread.is_alive()
     assert s.error == ("sampling stopped after 2 samples: FileNotFoundError: [Errno 2] No such file or directory: "
                        "'/run/netns/tb-gpu1'")
     s.stop()
-    assert s.link_bytes()["spine2:1"] == ("leaf1", 3000)
+    assert s.counters().link_bytes()["spine2:1"] == ("leaf1", 3000)
     assert capsys.readouterr().err == ""
 
 
@@ -89,19 +92,19 @@ def test_a_sample_with_a_missing_counter_is_not_read_as_zero(script, tmp_path, n
     gone = rows(9000, 1500)
     del gone[0]["bytes"], gone[0]["backlog"], gone[0]["drops"], gone[0]["packets"]
     script += [rows(1000, 500), rows(4000, 900), gone]
-    s = replay.QueueSampler(ST, tmp_path / "queues.csv")
+    s = sampler.QueueSampler(ST)
     s.start()
     s._thread.join(5)
     s.stop()
     assert "1 of 2 queues have no counters (e.g. spine2:1)" in s.error
-    assert all(b >= 0 for _, b in s.link_bytes().values())
-    assert s.link_bytes()["spine2:1"] == ("leaf1", 3000)
+    assert all(b >= 0 for _, b in s.counters().link_bytes().values())
+    assert s.counters().link_bytes()["spine2:1"] == ("leaf1", 3000)
 
 
 def test_a_sample_finishing_after_stop_gave_up_is_discarded(script, tmp_path, no_thread_tracebacks):
     release = threading.Event()
     script += [rows(1000, 500)]
-    s = replay.QueueSampler(ST, tmp_path / "queues.csv")
+    s = sampler.QueueSampler(ST)
     s.start()
     real = fabricctl.read_queues
 
@@ -121,10 +124,15 @@ def test_a_sample_finishing_after_stop_gave_up_is_discarded(script, tmp_path, no
     assert s.last["spine2:1"]["bytes"] == 1000  # not the late sample
 
 
-def test_counters_going_down_between_samples_are_recorded(script, tmp_path, no_thread_tracebacks):
+def test_counters_going_down_between_samples_are_kept_for_the_invariants(script, tmp_path, no_thread_tracebacks):
+    from testbed.repetition.writeup import check_invariants
+
     script += [rows(1000, 500), rows(800, 600)]
-    s = replay.QueueSampler(ST, tmp_path / "queues.csv")
+    s = sampler.QueueSampler(ST)
     s.start()
-    wait_for(lambda: s.samples >= 2)
+    wait_for(lambda: len(s.samples) >= 2)
     s.stop()
-    assert s.regressions and s.regressions[0].startswith("spine2:1: bytes went down by 200 between samples at")
+    link = LinkSettings(3e6, 3000, 18000, 60000, 3_014_000, 400e9)
+    inv = check_invariants(tmp_path, link, s.counters(), [], False, build_fabric("zcube", 16, 8))
+    assert any(v.startswith("counters_monotonic: spine2:1: bytes went down by 200 between samples at")
+               for v in inv["violations"]), inv["violations"]

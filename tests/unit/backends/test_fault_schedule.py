@@ -1,7 +1,7 @@
 """An experiment's faults as timed actions, and what a run says when one was late or not applied."""
 
-from testbed.repetition.fault_schedule import Action, actions
-from testbed.repetition.replay import _warn_on_checks
+from testbed.backends.emulated.faults import Action, actions
+from testbed.repetition.writeup import _warn_on_checks
 
 
 def test_each_fault_becomes_its_action_and_its_undo_in_time_order():

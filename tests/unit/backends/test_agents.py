@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from testbed.repetition import agents
+from testbed.backends.emulated import agents
 
 
 def test_plan_and_control_agents_differ_only_in_their_orders(tmp_path):

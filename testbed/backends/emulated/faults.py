@@ -1,4 +1,4 @@
-"""An experiment's faults, injected at the same trace times on every fabric while a replay runs.
+"""An experiment's faults, injected at the same run times on every emulated fabric while a repetition runs.
 
 Each fault (``at``, ``duration``, ``target``, ``action``; the experiment schema checks them) becomes one
 or two timed actions: ``down`` then ``up`` after ``duration`` for a cable or a switch, ``stop`` then

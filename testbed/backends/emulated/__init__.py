@@ -1,0 +1,1 @@
+"""The emulated fabric as a network backend (``backend``) and what it runs around the traffic."""

@@ -1,0 +1,141 @@
+"""The emulated fabric as a network backend: Open vSwitch, namespaces and real TCP.
+
+A repetition runs on the fabric that is up (it must be the one asked for) or on one this backend
+brings up for it and takes down again. Around the traffic: the queue sampler (``sampler``), cross
+traffic (``cross``) and the fault schedule (``faults``); the traffic itself is carried by one agent
+per GPU (``agents``), on a plan or on the serving coordinator's orders (``serving``). The pause
+log and the pause daemon's figures are read from the fabric's state directory before it goes down.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Callable
+
+from pfc.files import LOG_FILE, STATUS_FILE
+from testbed.backends.base import (
+    CROSS_TRAFFIC,
+    FAULTS,
+    Backend,
+    Carried,
+    Conditions,
+    FabricRecord,
+    FabricSpec,
+    LinkSettings,
+    Log,
+    Network,
+    PauseLog,
+    PlannedTraffic,
+    ServingOutcome,
+    ServingTraffic,
+)
+from testbed.backends.emulated.agents import AgentsRun, run_plan
+from testbed.backends.emulated.cross import start_cross_traffic, stop_cross_traffic
+from testbed.backends.emulated.faults import FaultScheduler
+from testbed.backends.emulated.sampler import QueueSampler
+from testbed.emulation import fabricctl
+from testbed.emulation.state import FabricState
+from testbed.errors import TestbedError
+from testbed.fabric import build_fabric
+
+PFC_FLUSH_S = 1.2  # the pause daemon flushes its log and status once a second
+
+# what runs the traffic on a fabric that is up: (state, on_t0) -> the agents' run and the serving outcome
+Runner = Callable[[FabricState, Callable[[float], None] | None], tuple[AgentsRun, ServingOutcome | None]]
+
+
+class EmulatedBackend(Backend):
+    name = "emulated"
+    supports = frozenset({CROSS_TRAFFIC, FAULTS})
+    realtime = True
+    setup_s = 40.0  # bring-up, agents' start, lead time, teardown, queue sampling and merge
+
+    def check(self, build_own: bool) -> None:
+        fabricctl.require_root()
+        fabricctl.require_ovs()
+        st = fabricctl.load_state()
+        if build_own and st is not None:
+            raise TestbedError(f"a fabric is up ({st.fabric['kind']}, {st.fabric['gpus']} GPUs): run 'testbed down' "
+                               "first (run builds every fabric itself, with the experiment's link settings)")
+
+    def network(self, spec: FabricSpec) -> Network:
+        st = fabricctl.load_state()
+        if st is None:
+            return Network(build_fabric(**spec.args), LinkSettings.of(spec.datapath, spec.represents_bps))
+        if st.fabric["kind"] != spec.kind or st.fabric["gpus"] != spec.args["gpus"]:
+            raise TestbedError(f"a different fabric is up ({st.fabric['kind']}, {st.fabric['gpus']} GPUs): "
+                               "run 'testbed down' first")
+        return Network(st.model(), LinkSettings.of(st.config, spec.represents_bps))
+
+    def carry(self, spec: FabricSpec, traffic: PlannedTraffic, conditions: Conditions, run_dir: Path,
+              log: Log) -> Carried:
+        def run(st: FabricState, on_t0) -> tuple[AgentsRun, None]:
+            gpus = list(st.model().gpus())
+            return run_plan(gpus, traffic.rows, run_dir / "agents", conditions.timeout_s, conditions.connections,
+                            log, on_t0=on_t0), None
+
+        return self._session(spec, conditions, run_dir, log, run)
+
+    def serve(self, spec: FabricSpec, traffic: ServingTraffic, conditions: Conditions, run_dir: Path,
+              log: Log) -> Carried:
+        from testbed.backends.emulated.serving import run_serving
+
+        def run(st: FabricState, on_t0) -> tuple[AgentsRun, ServingOutcome]:
+            gpus = list(st.model().gpus())
+            return run_serving(gpus, traffic, run_dir, conditions.timeout_s, conditions.connections, log, on_t0)
+
+        return self._session(spec, conditions, run_dir, log, run)
+
+    def _session(self, spec: FabricSpec, cond: Conditions, run_dir: Path, log: Log, run: Runner) -> Carried:
+        """Sample the queues and run the traffic (with cross traffic and faults around it) on the fabric,
+        bringing it up and down again when none was up."""
+        from traffic.runtime import records
+
+        self.refuse_unsupported(cond)
+        st = fabricctl.load_state()
+        own = st is None
+        try:
+            if own:
+                fabricctl.require_root()
+                st = fabricctl.up(spec.args, spec.datapath, log=log, pfc=spec.pfc)
+            sampler = QueueSampler(st)
+            sampler.start()
+            cross = start_cross_traffic(st.model(), cond.cross_flows, cond.seed, cond.cross_s) if cond.cross_flows \
+                else []
+            scheduler = FaultScheduler(list(cond.faults), cond.wall_per_run_s, run_dir / "faults.jsonl", log) \
+                if cond.faults else None
+            try:
+                agents_run, serving = run(st, scheduler.start if scheduler else None)
+            finally:
+                events = scheduler.finish() if scheduler else None
+                fault_errors = scheduler.errors if scheduler else None
+                cross_result = stop_cross_traffic(cross) if cross else None
+                sampler.stop()
+            t_end = time.monotonic()
+            pauses = pause_log(st)
+            fabric = FabricRecord(st.fabric, st.config, st.pfc, tuple(st.warnings))
+        finally:
+            if own and fabricctl.load_state() is not None:
+                fabricctl.down()
+        rows = records.merge_results(agents_run.agents_dir, t0=agents_run.t0)
+        return Carried(agents_run.t0, t_end, rows, fabric, sampler.counters(), pauses, agents_run.crashed,
+                       agents_run.ready_s, agents_run.cpu_s, serving, cross_result, events, fault_errors)
+
+
+def pause_log(st: FabricState) -> PauseLog:
+    """The pause daemon's figures and the fabric's pause log, read before the fabric goes down."""
+    if not st.pfc_enabled:
+        return PauseLog()
+    time.sleep(PFC_FLUSH_S)
+    try:
+        status = json.loads((st.directory / STATUS_FILE).read_text())
+    except (OSError, ValueError):
+        status = {}
+    try:
+        lines = (st.directory / LOG_FILE).read_text().splitlines()
+    except OSError:
+        lines = []
+    return PauseLog(True, tuple(lines), status.get("pause_latency_ms"), status.get("resume_latency_ms"),
+                    status.get("netlink_errors"))

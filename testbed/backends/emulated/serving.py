@@ -1,0 +1,130 @@
+"""The serving cluster on the emulated fabric: the coordinator process (``traffic.runtime.coordinator``)
+runs the cluster while one agent per GPU, in control mode, carries each message it orders."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from testbed.backends.base import ServingOutcome, ServingTraffic
+from testbed.backends.emulated.agents import AGENTS_READY_TIMEOUT_S, AgentsRun, agent_specs, control_orders
+from testbed.errors import EnvironmentProblem
+from testbed.paths import REPO, module_env
+from traffic.runtime.launcher import AGENT_PORT, Fleet
+
+DRAIN_TIMEOUT_S = 30.0  # after the end, for messages in flight
+
+def _die_with_parent() -> None:
+    """The coordinator dies with the replay, as the agents do (``traffic.runtime.launcher``)."""
+    from traffic.runtime.launcher import die_with_parent
+
+    die_with_parent(signal.SIGKILL)
+
+
+class _Coordinator:
+    """The coordinator process and its event stream."""
+
+    def __init__(self, config_path: Path, log_path: Path) -> None:
+        self.events: list[dict] = []
+        self.started = threading.Event()
+        self.ended = threading.Event()
+        self.proc = subprocess.Popen([sys.executable, "-m", "traffic.runtime.coordinator", str(config_path)], cwd=REPO,
+                                     env=module_env(), stdout=subprocess.PIPE,
+                                     stderr=open(log_path, "w"), text=True, preexec_fn=_die_with_parent)
+        os.setpriority(os.PRIO_PROCESS, self.proc.pid, -10)
+        threading.Thread(target=self._read, daemon=True, name="coordinator-events").start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            try:
+                ev = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            self.events.append(ev)
+            if ev.get("event") == "started":
+                self.started.set()
+            if ev.get("event") in ("done", "error"):
+                self.ended.set()
+        self.ended.set()
+
+    def event(self, name: str) -> dict | None:
+        return next((e for e in self.events if e.get("event") == name), None)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def run_serving(gpus: list[int], traffic: ServingTraffic, run_dir: Path, timeout_s: float, connections: str,
+                log=print, on_t0=None) -> tuple[AgentsRun, ServingOutcome]:
+    """Start the coordinator and one agent per GPU (control mode), wait for the run, stop them. ``on_t0``:
+    called with the run's t0 once the coordinator started the clock."""
+    agents_dir = run_dir / "agents"
+    agents_dir.mkdir(parents=True, exist_ok=True)
+    sock_dir = Path(tempfile.mkdtemp(prefix="tb-serving-"))  # a Unix socket path must stay under 108 bytes
+    sock = sock_dir / "control.sock"
+    config = dict(traffic.config, socket=str(sock), agents_dir=str(agents_dir), run_dir=str(run_dir), port=AGENT_PORT,
+                  agents=[f"gpu{g}" for g in gpus], ready_timeout_s=AGENTS_READY_TIMEOUT_S,
+                  drain_timeout_s=DRAIN_TIMEOUT_S)
+    (run_dir / "serving_config.json").write_text(json.dumps(config))
+    coord = _Coordinator(run_dir / "serving_config.json", run_dir / "coordinator.log")
+    fleet = None
+    try:
+        deadline = time.monotonic() + 20
+        while not sock.exists():
+            if coord.proc.poll() is not None or time.monotonic() > deadline:
+                said = coord.event("error") or {}
+                raise EnvironmentProblem(f"the coordinator did not start: {said.get('message', '')} "
+                                         f"{_tail(run_dir / 'coordinator.log')}")
+            time.sleep(0.02)
+        specs = agent_specs(gpus, control_orders(sock), agents_dir, timeout_s, connections)
+        t_ready = time.monotonic()
+        fleet = Fleet(specs, agents_dir / "launcher.json", cwd=REPO, env=module_env())
+        if not coord.started.wait(AGENTS_READY_TIMEOUT_S + 5):
+            log_tail = _tail(run_dir / "coordinator.log")
+            raise EnvironmentProblem(f"the agents never all reached the coordinator: {log_tail}"
+                                     f" {coord.events[-1:]}")
+        ready_s = time.monotonic() - t_ready
+        if on_t0 is not None:
+            on_t0((coord.event("started") or {})["t0"])
+        wall = traffic.duration_s * traffic.dilation
+        log(f"{len(gpus)} agents connected after {ready_s:.2f} s; serving for {traffic.duration_s:g} s of cluster "
+            f"time ({wall:.0f} s of wall time at dilation {traffic.dilation:g})")
+        if not coord.ended.wait(wall + DRAIN_TIMEOUT_S + 30):
+            raise EnvironmentProblem("the coordinator did not finish in time")
+        time.sleep(0.5)  # receivers log the last bytes
+    finally:
+        exits = fleet.stop() if fleet is not None else {}
+        coord.stop()
+        shutil.rmtree(sock_dir, ignore_errors=True)
+    done = coord.event("done")
+    if done is None:
+        err = coord.event("error") or {"message": f"it exited ({coord.proc.returncode}) without results: "
+                                                  f"{_tail(run_dir / 'coordinator.log')}"}
+        raise EnvironmentProblem(f"the coordinator failed: {err['message']}")
+    crashed = {n: rc for n, rc in exits.items() if rc != 0}
+    started = coord.event("started")
+    run = AgentsRun(started["t0"], agents_dir, crashed, round(ready_s, 3), round(sum(fleet.cpu_s.values()), 3))
+    return run, ServingOutcome(done["results"], tuple(e["message"] for e in coord.events
+                                                      if e.get("event") in ("warning", "error")))
+
+
+def _tail(path: Path) -> str:
+    try:
+        return " ".join(path.read_text(errors="replace").strip().splitlines()[-2:])
+    except OSError:
+        return ""
+

@@ -1,0 +1,79 @@
+"""``bench pfc [zcube|roft]``: an incast with PFC on and off: pause and resume latency, drops, how far
+pauses spread, bystander flows."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from testbed.cli.bench.common import add_common, log, preflight
+from testbed.cli.options import add_pfc_options, datapath_config, fabric_kwargs, pfc_config
+
+
+def cmd(args) -> int:
+    preflight(args)
+    import time
+    from pathlib import Path
+
+    from testbed.bench import pfc as pfc_bench
+    from testbed.paths import REPORTS
+
+    fargs = fabric_kwargs(args) | {"kind": args.fabric}
+    stamp = time.strftime('%Y%m%d-%H%M%S')
+    out = Path(args.logs) if args.logs else REPORTS / f"bench-pfc-{fargs['kind']}{fargs['gpus']}-{stamp}"
+    doc = pfc_bench.bench(fargs, datapath_config(args), pfc_config(args), senders=args.senders,
+                          seconds=args.duration, log=log, out=out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "bench.json").write_text(json.dumps(doc, indent=1))
+    if args.json:
+        print(json.dumps(doc, indent=1))
+        return 0
+    on, off = doc["incast"]["pfc_on"], doc["incast"]["pfc_off"]
+
+    def lat(key):
+        d = doc[key]
+        return f"p50 {d['p50']} ms, p99 {d['p99']} ms, max {d['max']} ms ({d['n']} events)"
+
+    print(f"{fargs['kind']} n={fargs['gpus']} at {doc['rate_bps'] / 1e6:g} Mbit/s: incast "
+          f"{len(doc['incast']['senders'])} senders -> {doc['incast']['victim']}, {doc['incast']['seconds']} s")
+    print(f"  pause latency   {lat('pause_latency_ms')}  (helper reaction p99 {doc['reaction_ms']['p99']} ms)")
+    print(f"  resume latency  {lat('resume_latency_ms')}")
+    x = on.get("xoff_threshold_bytes") or {}
+    print(f"  thresholds: {doc.get('thresholds')}; XOFF at the crossings min {x.get('min')} B, "
+          f"median {x.get('p50')} B, max {x.get('max')} B")
+    print(f"  target: p99 within {doc['target_ms']} ms, never above 5 ms: "
+          f"{'met' if doc['within_target'] else 'MISSED'}")
+    for w in doc.get("warnings", []):
+        print(f"  WARNING: {w}")
+    h = on.get("helper", {})
+    print(f"  helper: {h.get('scheduling')}; woken by the doorbell {h.get('doorbell_rings')} times, held up "
+          f"over 2 ms {h.get('loop_gaps')} times (longest {h.get('loop_gap_max_ms')} ms); "
+          f"vCPU steal during the incast "
+          f"{on.get('vcpu_steal_pct')} %")
+    for name, r in (("PFC on ", on), ("PFC off", off)):
+        print(f"  {name}: {r['drops']} drops, {r['pauses']} pauses, {r['retransmits']} retransmits, goodput "
+              f"{r['goodput_bps'] / 1e6:.2f} Mbit/s"
+              + (f", paused: {' '.join(r['paused_nodes'])}" if r['paused_nodes'] else ""))
+    sp = doc.get("spreading")
+    if sp:
+        print("  congestion spreading (PFC on): bystander flows, neither to nor from the incast, beside it / alone:")
+        for label, want in (("to other GPUs on the hot switch", True), ("elsewhere", False)):
+            r = [x for x, hot in zip(sp["ratio"], sp["to_hot_switch"]) if hot == want]
+            if r:
+                print(f"    {label:<33} {len(r)} flows: median {sorted(r)[len(r) // 2]:.2f}, min {min(r):.2f}")
+        print(f"    {sp['queues_paused']} queues paused, {len(sp['bystander_nics_paused'])} of them bystanders' NICs")
+    print(f"  pauses spread {doc['incast']['pfc_on'].get('spread', {}).get('max_hops')} hops from "
+          f"{', '.join(doc['incast']['pfc_on'].get('spread', {}).get('roots', []))}; logs and per-port figures: {out}")
+    if not doc["lossless"]:
+        print("LOSSLESS VIOLATION: fabric queues dropped with PFC on", file=sys.stderr)
+        return 1
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser("pfc", help="an incast with PFC on and off: pause latency, drops, spreading")
+    add_common(p, logs_help="where the pause logs and figures go (default reports/bench-pfc-...)")
+    add_pfc_options(p, default="on")
+    p.add_argument("--duration", type=float, default=16, help="seconds of incast (default 16)")
+    p.add_argument("--senders", type=int, default=8, help="incast senders (default 8)")
+    p.set_defaults(func=cmd)

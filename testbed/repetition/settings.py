@@ -1,0 +1,210 @@
+"""A repetition's settings: the sections of the experiment file it takes, as pydantic models.
+
+The experiment (``testbed.experiment.schema.Experiment``) is made of these sections and a few
+top-level keys; a repetition gets them as they are (``testbed.repetition.config.RepetitionConfig``).
+Every key's default, type, range and description lives here, once: the schema, experiments/schema.json
+and the command line's flags (``testbed.cli.flags``) are read from these models.
+"""
+
+import os
+from pathlib import Path
+from typing import Annotated, Any, Literal, Optional, Union
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, WithJsonSchema, field_validator
+
+from testbed import backends, scale
+from testbed.errors import TestbedError
+from testbed.fabric.routing import DEFAULT_POLICY, POLICIES
+from testbed.paths import DEFAULT_TRACE
+from testbed.units import parse_rate, parse_seconds, parse_size
+from traffic.model import models, placement, schedule, traces
+from traffic.runtime.agent import CONNECTION_MODES
+
+FABRIC_NAMES = ("zcube", "roft")
+
+
+# ------------------------------------------------------------ value types
+def _not_bool(v: Any, what: str) -> None:
+    if isinstance(v, bool):
+        raise ValueError(f"expected {what}, not a boolean")
+
+
+def _parse_text(v: Any, what: str, parse) -> Any:
+    """Strings go through the CLI's parser (``testbed.units``; its error becomes a schema error); numbers pass."""
+    _not_bool(v, what)
+    if isinstance(v, str):
+        try:
+            return parse(v)
+        except TestbedError as exc:
+            raise ValueError(str(exc)) from None
+    return v
+
+
+def _rate(v: Any) -> Any:
+    """'3mbit' / '500k' / '2' (Mbit/s, as on the CLI) or a number of bit/s."""
+    return _parse_text(v, "a rate such as 3mbit or a number of bit/s", parse_rate)
+
+
+def _size(v: Any) -> Any:
+    """60000 / '60kb' / '64KiB' -> bytes."""
+    return _parse_text(v, "a size in bytes such as 60000 or 64KiB", parse_size)
+
+
+def _seconds(v: Any) -> Any:
+    """120 / '120s' / '2m' -> seconds."""
+    return _parse_text(v, "a duration such as 120 or 2m", parse_seconds)
+
+
+_UNIT_STRING = {"type": "string", "pattern": r"^\s*[0-9.]+\s*[a-zA-Z]*\s*$"}
+Rate = Annotated[float, BeforeValidator(_rate), WithJsonSchema(
+    {"anyOf": [{"type": "number"}, _UNIT_STRING],
+     "description": "bit/s as a number, or a string with a unit: 3mbit, 500kbit, 1gbit ('3' alone: Mbit/s)"})]
+Size = Annotated[int, BeforeValidator(_size), WithJsonSchema(
+    {"anyOf": [{"type": "integer", "minimum": 0}, _UNIT_STRING],
+     "description": "bytes as an integer, or a string with a unit: 60kb, 64KiB"})]
+Seconds = Annotated[float, BeforeValidator(_seconds), WithJsonSchema(
+    {"anyOf": [{"type": "number", "minimum": 0}, {"type": "string", "pattern": r"^\s*[0-9.]+\s*(s|m|min)?\s*$"}],
+     "description": "seconds as a number, or a string: 120s, 2m"})]
+
+FabricName = Literal[FABRIC_NAMES]
+TraceFormat = Literal[tuple(traces.FORMATS)]
+DType = Literal[tuple(models.DTYPE_BYTES)]
+SchedulerName = Literal[tuple(placement.POLICIES)]
+Mode = Literal[tuple(schedule.MODES)]
+PolicyName = Literal[tuple(POLICIES)]
+Connections = Literal[CONNECTION_MODES]
+Driver = Literal["plan", "live"]
+Arrivals = Literal["trace", "closed"]
+Popularity = Literal["uniform", "zipf"]
+BackendName = Literal[backends.NAMES]
+
+
+class _Section(BaseModel):
+    # strict: YAML already types its scalars, so "8" for a TP or yes for a seed is a mistake, not a value
+    model_config = ConfigDict(extra="forbid", validate_default=True, strict=True)
+
+
+# --------------------------------------------------------------- sections
+class Link(_Section):
+    """Every link of the emulated fabric (switch ports and NIC ports)."""
+
+    rate: Rate = Field(scale.DEFAULT_RATE_BPS, description="emulated link rate")
+    represents: Rate = Field(scale.REAL_LINK_BPS, gt=0, description="the real link one emulated link stands for "
+                             "(bytes are scaled by represents / rate, times stay real); the seed's ablation "
+                             "is the same experiment at 100gbit and 200gbit")
+    buffer_bytes: Size = Field(scale.DEFAULT_BUFFER_BYTES, description="switch egress buffer per port")
+    mtu: int = Field(scale.DEFAULT_MTU, description="576 .. 3500 (AF_XDP frames in OVS are 4 KB)")
+    nic_buffer_bytes: Optional[Size] = Field(None, description="host NIC queue; null: 1000 frames (txqueuelen)")
+    burst_bytes: Size = Field(scale.DEFAULT_BURST_BYTES, description="shaper burst (link rate token bucket)")
+    time_dilation: float = Field(1.0, ge=1, le=100, description="the emulated world runs this many times slower "
+                                 "(live driver): bytes scaled by represents / (rate x dilation), every modelled "
+                                 "time stretched by it, reported serving times converted back")
+
+
+class Pfc(_Section):
+    """Priority flow control; null thresholds let the datapath compute its defaults."""
+
+    enabled: bool = True
+    xoff_bytes: Optional[Size] = Field(None, description="queue depth that sends PAUSE")
+    xon_bytes: Optional[Size] = Field(None, description="queue depth that sends RESUME (below xoff_bytes)")
+    headroom_bytes: Optional[Size] = Field(None, description="buffer kept for bytes in flight after PAUSE")
+    dynamic_alpha: Optional[float] = Field(None, ge=1 / 128, le=8, description="dynamic threshold: XOFF = alpha x "
+                                           "the switch's free shared buffer; null: static xoff/xon")
+    poll_us: Optional[int] = Field(None, gt=0, description="how often queue depth is polled, microseconds")
+
+
+class Trace(_Section):
+    """Which requests of which trace are replayed."""
+
+    path: Optional[str] = Field(None, description="Mooncake JSONL or Azure CSV, plain or .gz; relative to the "
+                                                  "experiment file's folder; null: the shipped "
+                                                  "data/traces/mooncake_conversation.jsonl.gz")
+    format: TraceFormat = "auto"
+    start_s: Seconds = Field(0.0, ge=0, description="trace time where the slice starts")
+    duration_s: Seconds = Field(120.0, gt=0, description="trace time replayed (wall time = duration / speed)")
+    first_n: Optional[int] = Field(None, ge=1, description="at most this many requests of the slice")
+    speed: float = Field(1.5, gt=0, description="replay the slice this many times faster")
+    skip_bad: bool = False
+
+    @field_validator("path")
+    @classmethod
+    def _resolve(cls, v: Optional[str], info: ValidationInfo) -> str:
+        if v is None:
+            return str(DEFAULT_TRACE)
+        p = Path(v).expanduser()
+        if not p.is_absolute():
+            p = Path((info.context or {}).get("base") or Path.cwd()) / p
+        p = Path(os.path.normpath(os.path.abspath(p)))
+        expected = "expected a Mooncake JSONL or Azure CSV file (plain or .gz)"
+        if p.is_dir():
+            raise ValueError(f"trace {p} is a directory: {expected}")
+        if not p.is_file():
+            raise ValueError(f"trace {p} does not exist: {expected}")
+        return str(p)
+
+
+class Serving(_Section):
+    """The serving deployment the KV cache moves in: model, placement, transfer timing."""
+
+    model: str = Field("llama-3.1-70b", json_schema_extra={"enum": list(models.MODELS)},
+                       description="GQA models split heads over TP ranks; MLA (deepseek-v3): one prefill rank "
+                                   "sends a full copy to every decode rank")
+    dtype: DType = "bf16"
+    prefill_tp: int = Field(8, ge=1, description="GPUs per prefill instance (a divisor of 8)")
+    decode_tp: int = Field(2, ge=1, description="GPUs per decode instance (a divisor of 8)")
+    prefill_fraction: float = Field(0.5, gt=0, lt=1, description="share of the servers running prefill")
+    scheduler: SchedulerName = "round_robin"
+    mode: Mode = Field("whole", description="whole: after prefill; layerwise: one chunk per layer during it")
+    chunk_bytes: Optional[Size] = Field(65536, description="slice size in emulated bytes; 0 or null: no slicing")
+    policy: PolicyName = Field(DEFAULT_POLICY, description="NIC port selection")
+    connections: Connections = Field(
+        "persistent", description="persistent: one TCP connection per NIC port pair, reused by every transfer "
+                                  "(a transfer engine's queue pair); per-transfer: a new connection each")
+    driver: Driver = Field("plan", description="plan: every KV transfer timed from the trace before the run; "
+                                               "live: a coordinator runs prefill and decode steps with the "
+                                               "network in the loop (MoE models add expert-parallel traffic)")
+    arrivals: Arrivals = Field("trace", description="live: trace-timed arrivals, or closed: `concurrency` "
+                                                    "requests in flight, a new one when one ends")
+    concurrency: int = Field(64, ge=1, description="closed loop: requests in flight in the whole cluster")
+    prefill_ep: Optional[int] = Field(None, ge=1, description="live, MoE: GPUs per prefill EP group; null: all "
+                                                              "prefill GPUs")
+    decode_ep: Optional[int] = Field(None, ge=1, description="live, MoE: GPUs per decode EP group; null: all "
+                                                             "decode GPUs")
+    layout: Optional[Literal[tuple(placement.SERVING_LAYOUTS)]] = Field(
+        None, description="live, MoE: a published deployment's engines (docs/serving.md, Layouts); null: "
+                          "prefill_ep / decode_ep")
+    decode_batch: int = Field(256, ge=1, description="live: requests per decode unit and step at most")
+    decode_step_s: Seconds = Field(0.030, ge=0, description="live: modelled compute of one decode step")
+    prefill_chunk_tokens: int = Field(512, ge=1, description="live: prefill tokens per unit and step at most")
+    popularity: Popularity = Field("uniform", description="live, MoE: expert popularity (zipf: skewed)")
+    zipf_s: float = Field(1.0, ge=0, description="live, MoE: Zipf exponent with popularity zipf")
+    warmup_s: Seconds = Field(0.0, ge=0, description="live: requests arriving earlier are not measured")
+
+    @field_validator("model")
+    @classmethod
+    def _known_model(cls, v: str) -> str:
+        try:
+            return models.get_model(v).name
+        except TestbedError as exc:
+            raise ValueError(str(exc)) from None
+
+
+class Fault(_Section):
+    """One failure during every replay of the run, at the same run time on every fabric."""
+
+    at: Seconds = Field(..., ge=0, description="run time it begins: cluster seconds after the run's start "
+                        "(the planned replay: trace seconds after the slice's start)")
+    duration: Optional[Seconds] = Field(None, gt=0, description="how long it lasts; null: until the run ends "
+                                        "(whatever is still down then is put back)")
+    target: Union[str, dict[FabricName, str]] = Field(
+        ..., description="'link sw1:9' or 'link gpu3:p1' (a cable by either end), 'switch sw3' or 'controller'; "
+                         "or one per fabric, e.g. {zcube: link sw1:9, roft: link leaf1:9}, since switch names "
+                         "differ")
+    action: Literal["down", "stop", "restart"] = Field("down", description="down: a cable or switch; stop or "
+                                                       "restart: the controller")
+
+    def target_on(self, kind: str) -> str | None:
+        """The target on fabric ``kind`` (None: this fault names none there)."""
+        return self.target if isinstance(self.target, str) else self.target.get(kind)
+
+
