@@ -182,3 +182,34 @@ def underlay_of(route_get: list[dict], links: list[dict]) -> tuple[str, int]:
     mtu = next((ln.get("mtu") for ln in links if ln.get("ifname") == dev), None)
     route_mtu = (r.get("metrics") or [{}])[0].get("mtu") if isinstance(r.get("metrics"), list) else None
     return dev, int(route_mtu or mtu or 0)
+
+
+def _qid_of(end: tuple[str, int]) -> str:
+    node, port = end
+    return f"{node}:p{port}" if node.startswith("gpu") else f"{node}:{port}"
+
+
+def pfc_policy_for(policy: dict, part: HostPart, state_dir: str | None = None) -> dict:
+    """One host's pause-daemon policy from the whole fabric's (``controller.pfc_launch.daemon_policy``):
+    its own queues; for each feeder of its watched queues that is on another host, the tunnel here
+    its PFC frames go into (``remote_feeders``); for each tunnel here, the transmitter a frame arriving
+    on it pauses (``pause_rx``). Log and status files go to ``state_dir`` (default: as given)."""
+    import os
+
+    mine = {q.qid for q in part.plan.queues}
+    by_remote_end = {_qid_of(t.remote_end): t.dev for t in part.tunnels}
+    remote = {}
+    for qid in sorted(mine):
+        for f in policy["queues"][qid].get("feeders", []):
+            if f not in mine:
+                if f not in by_remote_end:
+                    raise TestbedError(f"host {part.host}: feeder {f} of {qid} is neither here nor behind a tunnel")
+                remote[f] = by_remote_end[f]
+    out = dict(policy)
+    out["queues"] = {q: e for q, e in policy["queues"].items() if q in mine}
+    out["remote_feeders"] = remote
+    out["pause_rx"] = {t.dev: _qid_of(t.local_end) for t in part.tunnels}
+    if state_dir:
+        out["log"] = os.path.join(state_dir, os.path.basename(policy["log"]))
+        out["status"] = os.path.join(state_dir, os.path.basename(policy["status"]))
+    return out

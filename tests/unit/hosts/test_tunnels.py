@@ -102,3 +102,24 @@ def test_underlay_of_reads_ip_json():
                              [{"ifname": "lo", "mtu": 65536}, {"ifname": "eth0", "mtu": 9000}])
     assert (dev, mtu) == ("eth0", 9000)
     assert T.underlay_of([{"dev": "eth0", "metrics": [{"mtu": 1400}]}], [{"ifname": "eth0", "mtu": 9000}])[1] == 1400
+
+
+def test_pfc_policy_per_host_sends_remote_feeders_through_their_cable(zcube32):
+    from controller import pfc_launch
+
+    f, p, plan, parts = zcube32
+    whole = pfc_launch.daemon_policy(f, {"rate_bps": 3e6, "mtu": 3000, "buffer_bytes": 60000}, {"enabled": True},
+                                     "/run/x")
+    pol = {h: T.pfc_policy_for(whole, part) for h, part in parts.items()}
+    assert sorted(pol["ph1"]["queues"]) + sorted(pol["ph2"]["queues"]) != []
+    assert set(pol["ph1"]["queues"]).isdisjoint(pol["ph2"]["queues"])
+    assert len(pol["ph1"]["queues"]) + len(pol["ph2"]["queues"]) == len(whole["queues"])
+    # sw6 (ph2) is fed by sw1 (ph1) over 2 cables: each sw1 port towards sw6 is a remote feeder on ph2,
+    # reached through that cable's tunnel, and on ph1 that tunnel pauses exactly that port
+    for port in f.ports_towards("sw1", "sw6"):
+        dev = pol["ph2"]["remote_feeders"][f"sw1:{port}"]
+        assert pol["ph1"]["pause_rx"][dev] == f"sw1:{port}"
+    # GPU 17 (ph1) sends by port 2 into sw6 (ph2): its NIC queue is a remote feeder there
+    dev = pol["ph2"]["remote_feeders"]["gpu17:p2"]
+    assert pol["ph1"]["pause_rx"][dev] == "gpu17:p2"
+    assert not any(fd in pol["ph1"]["queues"] for fd in pol["ph1"]["remote_feeders"])
