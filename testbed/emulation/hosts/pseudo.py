@@ -184,8 +184,14 @@ def _make_up(state: dict, net, count: int, mtu: int, log) -> None:
         pub = (Path(host["dir"]) / "ssh_host_ed25519_key.pub").read_text().split()
         known.append(f"{host['address']} {pub[0]} {pub[1]}\n")
     (base / "known_hosts").write_text("".join(known))
+    import sys
+
+    from testbed.paths import REPO
+
+    # same file system: the project and its interpreter are where they are here
     rows = [{"name": h["name"], "address": h["address"], "user": "root", "key": str(key),
-             "known_hosts": str(base / "known_hosts")} for h in state["hosts"]]
+             "known_hosts": str(base / "known_hosts"), "project": str(REPO), "python": sys.executable}
+            for h in state["hosts"]]
     hosts_path().write_text(hostsfile.dump(rows))
     log(f"pseudo-hosts: {count} up on {BRIDGE} ({state['subnet']}, MTU {mtu}); hosts file {hosts_path()}")
 
