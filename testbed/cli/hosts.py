@@ -58,14 +58,16 @@ def cmd_check(args) -> int:
 
     hosts = hostsfile.load(args.hosts)
     local = remote.fingerprint()
-    found = remote.on_all(hosts, lambda h: remote.preflight(h, local))
+    peers = {h.name: h.address for h in hosts.hosts}
+    found = remote.on_all(hosts, lambda h: remote.preflight(h, local, peers, args.mtu, args.tunnel))
     if args.json:
         print(json.dumps({"fingerprint": local, "hosts": found}, indent=1))
         return 0
     for h in hosts.hosts:
         f = found[h.name]
+        under = ", ".join(f"to {p} via {u['dev']} MTU {u['mtu']}" for p, u in f.get("underlay", {}).items())
         print(f"{h.name} {h.address}: ok (hostname {f['hostname']}, Open vSwitch {f['ovs']}, kernel {f['kernel']}, "
-              f"{f['cores']} cores, sources {local})")
+              f"{f['cores']} cores, sources {local}{', ' + args.tunnel + ' ' + under if under else ''})")
     return 0
 
 
@@ -101,5 +103,7 @@ def register(sub) -> None:
     q.set_defaults(func=cmd_pseudo)
     c = hs.add_parser("check", help="reach every host of a hosts file: root, Open vSwitch, same project version")
     c.add_argument("--hosts", required=True, metavar="FILE")
+    c.add_argument("--mtu", type=int, default=3000, help="emulated MTU the underlay must carry in a tunnel")
+    c.add_argument("--tunnel", default="vxlan", choices=["vxlan", "gretap"], help="tunnel kind (default vxlan)")
     c.add_argument("--json", action="store_true")
     c.set_defaults(func=cmd_check)

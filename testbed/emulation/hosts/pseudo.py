@@ -390,17 +390,21 @@ def down(quiet: bool = False) -> list[str]:
     if base_dir().exists():
         shutil.rmtree(base_dir(), ignore_errors=True)
         removed.append(f"folder {base_dir()}")
-    if not quiet:
-        pass
     return removed
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` exists and is not a zombie (it may vanish while we look)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 def _wait_gone(pids: set[int], timeout: float = 5.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        alive = [p for p in pids if os.path.exists(f"/proc/{p}") and
-                 Path(f"/proc/{p}/stat").read_text().split(")")[-1].split()[0] != "Z"]
-        if not alive:
+        if not any(_running(p) for p in pids):
             return
         time.sleep(0.05)
 

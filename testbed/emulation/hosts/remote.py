@@ -117,9 +117,12 @@ def fingerprint(root: Path = REPO) -> str:
 FINGERPRINT_CMD = "from testbed.emulation.hosts.remote import fingerprint; print(fingerprint())"
 
 
-def preflight(host: Host, local_fingerprint: str) -> dict:
+def preflight(host: Host, local_fingerprint: str, peers: dict[str, str] | None = None, emulated_mtu: int | None = None,
+              tunnel: str | None = None) -> dict:
     """What ``up --hosts`` checks on a host before anything is built: reachable as root, Open vSwitch
-    answering, the same project version. Returns what it found (OVS version, kernel, cores)."""
+    answering, the same project version; with ``tunnel``, that its kernel makes such devices; with
+    ``peers`` (name -> address) and ``emulated_mtu``, that the underlay towards each carries a
+    tunnelled frame. Returns what it found (OVS version, kernel, cores, underlay per peer)."""
     s = Session(host)
     try:
         project = host.project_dir(str(REPO))
@@ -137,7 +140,46 @@ def preflight(host: Host, local_fingerprint: str) -> dict:
             raise HostProblem(host.name, f"runs another version of this project (sources {fp.out.strip()}, "
                                          f"here {local_fingerprint}): install the same checkout on every host")
         facts = s.run("uname -r; nproc; hostname").out.split()
-        return {"ovs": ovs.out.splitlines()[0].split()[-1], "kernel": facts[0] if facts else "?",
-                "cores": int(facts[1]) if len(facts) > 1 else 0, "hostname": facts[2] if len(facts) > 2 else "?"}
+        found = {"ovs": ovs.out.splitlines()[0].split()[-1], "kernel": facts[0] if facts else "?",
+                 "cores": int(facts[1]) if len(facts) > 1 else 0, "hostname": facts[2] if len(facts) > 2 else "?"}
+        if tunnel:
+            _check_tunnel_kind(s, host, tunnel)
+        if peers and emulated_mtu:
+            found["underlay"] = _check_underlay(s, host, peers, emulated_mtu, tunnel or "vxlan")
+        return found
     finally:
         s.close()
+
+
+PROBE_DEV = "tbtprobe0"
+
+
+def _check_tunnel_kind(s: Session, host: Host, kind: str) -> None:
+    """Make and delete one tunnel device: a kernel without the driver says so here, not half way up."""
+    spec = ("vxlan id 16777214 dstport 4789 local 127.0.0.1 remote 127.0.0.2" if kind == "vxlan"
+            else "gretap local 127.0.0.1 remote 127.0.0.2 key 4294967294")
+    res = s.run(f"ip link add {PROBE_DEV} type {spec} && ip link del {PROBE_DEV}")
+    if res.rc:
+        other = "gretap" if kind == "vxlan" else "vxlan"
+        raise HostProblem(host.name, f"cannot make {kind} tunnels there ({res.last_error}): its kernel lacks "
+                                     f"the driver; try --tunnel {other}")
+
+
+def _check_underlay(s: Session, host: Host, peers: dict[str, str], emulated_mtu: int, kind: str) -> dict:
+    """The device and MTU of the route to every other host, each checked against the tunnel's need."""
+    import json
+
+    from testbed.emulation.hosts import tunnels
+
+    links = json.loads(s.run("ip -j link show", check=True).out or "[]")
+    out = {}
+    for name, addr in peers.items():
+        if name == host.name:
+            continue
+        res = s.run(f"ip -j route get {shlex.quote(addr)}")
+        if res.rc:
+            raise HostProblem(host.name, f"no route to host {name} ({addr}): {res.last_error}")
+        dev, mtu = tunnels.underlay_of(json.loads(res.out or "[]"), links)
+        tunnels.check_underlay_mtu(host.name, mtu, emulated_mtu, kind, dev)
+        out[name] = {"dev": dev, "mtu": mtu}
+    return out

@@ -14,11 +14,15 @@ So the queue, its rate, burst and buffer are the local cable's, on the host of t
 the tunnel only carries what already left the queue. ``key`` is the cable's number in the
 fabric's cable list (from 1): the same on both hosts, one key per cable.
 
-gretap by default (the anchor's choice: Mininet Cluster Edition's RemoteGRELink), VXLAN where GRE
-does not pass (some clouds filter IP protocol 47). The underlay MTU must carry the emulated MTU
-plus the encapsulation (``OVERHEAD``); ``check_underlay_mtu`` refuses a host whose underlay is
-too small with one line, since DF is set on the outer packets (no silent fragmentation: it would
-change the timing) and an oversize frame would simply vanish.
+VXLAN by default, gretap on request. The anchor (Mininet Cluster Edition's RemoteGRELink) uses
+gretap, but GRE needs CONFIG_NET_IPGRE, which the kernel of the machines this project runs on
+does not have (``ip link add ... type gretap``: "Unknown device type"; VXLAN is built in), and
+some clouds filter IP protocol 47 while VXLAN is plain UDP. Both are point-to-point here: one
+device per cable with the far host as its only remote, the cable's key as GRE key / VNI, no FDB
+learning. The underlay MTU must carry the emulated MTU plus the encapsulation (``OVERHEAD``);
+``check_underlay_mtu`` refuses a host whose underlay is too small with one line, since DF is set
+on the outer packets (no silent fragmentation: it would change the timing) and an oversize frame
+would simply vanish.
 """
 
 from __future__ import annotations
@@ -129,7 +133,10 @@ def overhead(kind: str) -> int:
     return OVERHEAD[kind]
 
 
-def check_underlay_mtu(host: str, underlay_mtu: int, emulated_mtu: int, kind: str = "gretap",
+DEFAULT_KIND = "vxlan"
+
+
+def check_underlay_mtu(host: str, underlay_mtu: int, emulated_mtu: int, kind: str = DEFAULT_KIND,
                        device: str = "") -> None:
     """Refuse, in one line naming the host and the MTU needed, an underlay that cannot carry an
     emulated frame in a tunnel."""
@@ -141,7 +148,7 @@ def check_underlay_mtu(host: str, underlay_mtu: int, emulated_mtu: int, kind: st
 
 
 def link_lines(tunnels: list[Tunnel], local_addr: str, remote_addr: dict[str, str], mtu: int,
-               kind: str = "gretap", alias: str = "", group: int | None = None) -> list[str]:
+               kind: str = DEFAULT_KIND, alias: str = "", group: int | None = None) -> list[str]:
     """``ip -batch`` lines that make, mark and raise this host's tunnel devices."""
     overhead(kind)
     lines = []
@@ -152,7 +159,7 @@ def link_lines(tunnels: list[Tunnel], local_addr: str, remote_addr: dict[str, st
                          "pmtudisc")
         else:
             lines.append(f"link add {t.dev} type vxlan id {t.key} local {local_addr} remote {remote} "
-                         f"dstport {VXLAN_PORT} ttl 64 df set")
+                         f"dstport {VXLAN_PORT} ttl 64 df set nolearning noudpcsum")
         extra = (f" alias {alias}" if alias else "") + (f" group {group}" if group is not None else "")
         lines.append(f"link set dev {t.dev} mtu {mtu}{extra}")
     for t in tunnels:

@@ -76,13 +76,13 @@ def test_a_local_mirred_stays_a_remote_one_becomes_two(zcube32):
 
 def test_mtu_check_names_host_and_need():
     T.check_underlay_mtu("ph2", 9000, 3000)
-    T.check_underlay_mtu("ph2", 3042, 3000)
+    T.check_underlay_mtu("ph2", 3050, 3000)  # VXLAN: outer IP 20 + UDP 8 + VXLAN 8 + inner Ethernet 14
     with pytest.raises(TestbedError) as exc:
         T.check_underlay_mtu("ph2", 1500, 3000, device="eth0")
-    assert str(exc.value) == ("host ph2: underlay MTU 1500 (eth0) is too small for cross-host cables: needs 3042 "
-                              "(emulated MTU 3000 + 42 B of gretap)")
-    with pytest.raises(TestbedError, match="needs 3050"):
-        T.check_underlay_mtu("ph1", 3049, 3000, "vxlan")
+    assert str(exc.value) == ("host ph2: underlay MTU 1500 (eth0) is too small for cross-host cables: needs 3050 "
+                              "(emulated MTU 3000 + 50 B of vxlan)")
+    with pytest.raises(TestbedError, match="needs 3042"):
+        T.check_underlay_mtu("ph1", 3041, 3000, "gretap")  # GRE with key: 20 + 8 + 14
 
 
 def test_link_lines_one_key_per_cable():
@@ -90,11 +90,13 @@ def test_link_lines_one_key_per_cable():
     p = P.place(f, ["a", "b"])
     ts = T.tunnels_of(p, "a")
     lines = T.link_lines(ts, "10.250.0.1", {"b": "10.250.0.2"}, 3000, alias="x", group=7)
-    assert lines[0] == (f"link add {ts[0].dev} type gretap local 10.250.0.1 remote 10.250.0.2 key {ts[0].key} ttl 64 "
-                        "pmtudisc")
+    assert lines[0] == (f"link add {ts[0].dev} type vxlan id {ts[0].key} local 10.250.0.1 remote 10.250.0.2 "
+                        "dstport 4789 ttl 64 df set nolearning noudpcsum")
     assert lines[1] == f"link set dev {ts[0].dev} mtu 3000 alias x group 7"
-    vx = T.link_lines(ts[:1], "10.250.0.1", {"b": "10.250.0.2"}, 3000, "vxlan")
-    assert vx[0].startswith(f"link add {ts[0].dev} type vxlan id {ts[0].key} ")
+    assert len({ln.split(" id ")[1].split()[0] for ln in lines if ln.startswith("link add")}) == len(ts)
+    gre = T.link_lines(ts[:1], "10.250.0.1", {"b": "10.250.0.2"}, 3000, "gretap")
+    assert gre[0] == (f"link add {ts[0].dev} type gretap local 10.250.0.1 remote 10.250.0.2 key {ts[0].key} ttl 64 "
+                      "pmtudisc")
 
 
 def test_underlay_of_reads_ip_json():
