@@ -375,6 +375,8 @@ def _xp_setup(ss, cross: bool, rate: float, obj: str, mtu=3000, buf=60000, burst
     a = CABLE_SIDE.format(ns="snd", a="s1", ip="10.9.1.1", kbit=int(1.5 * rate / 1e3), buf=buf, **kw)
     a += f"tc filter add dev s1u ingress prio 1 bpf da obj {obj} sec tc/dequeue\n"
     q = CABLE_SIDE.format(ns="rcv", a="r1", ip="10.9.1.2", kbit=int(100 * rate / 1e3), buf=10 * buf, **kw)
+    q += "ip -n rcv link set r1 address 02:00:00:09:01:02\n"  # one-way path: no ARP reply comes back
+    a += "ip -n snd neigh replace 10.9.1.2 lladdr 02:00:00:09:01:02 dev s1 nud permanent\n"
     q += (f"ip link add q1 mtu {mtu} type veth peer name q1r mtu {mtu}\nip link set q1 up\nip link set q1r up\n"
           "ethtool -K q1 tx off rx off tso off gso off gro off >/dev/null 2>&1 || true\n"
           "ethtool -K q1r tx off rx off tso off gso off gro off >/dev/null 2>&1 || true\n"
@@ -394,11 +396,9 @@ def _xp_setup(ss, cross: bool, rate: float, obj: str, mtu=3000, buf=60000, burst
         t2 = tunnels.Tunnel(1, "tbt1", ("swq", 1), ("snd", 1), "ph1", "q1r", None, None)
         a += "".join(f"ip {ln}\n" for ln in tunnels.link_lines([t1], a1, {"ph2": a2}, mtu))
         a += _redirect("s1u", "tbt1").replace("tc qdisc replace dev s1u clsact\n", "")
-        a += "".join(f"tc {ln}\n" for ln in tunnels.tc_lines([t1], set()))
         q = "".join(f"ip {ln}\n" for ln in tunnels.link_lines([t2], a2, {"ph1": a1}, mtu)) + q
-        q += "".join(f"tc {ln}\n" for ln in tunnels.tc_lines([t2], set()))
-        q += "tc filter add dev tbt1 ingress protocol all prio 2 u32 match u32 0 0 action mirred egress " \
-             "redirect dev q1\n"
+        q += "tc qdisc replace dev tbt1 clsact\ntc filter add dev tbt1 ingress protocol all prio 2 u32 match " \
+             "u32 0 0 action mirred egress redirect dev q1\n"
         pols = {"ph1": _xp_policy({"snd:p1": t_q}, rate, mtu, burst, d1, pause_rx={"tbt1": "snd:p1"}),
                 qh: _xp_policy({"swq:1": q_q}, rate, mtu, burst, dq, remote_feeders={"snd:p1": "tbt1"})}
         parallel([lambda: sh(p1, a), lambda: sh(pq, q)])
@@ -441,7 +441,7 @@ def xpause_scenario(cross: bool, rate: float = 3e6, seconds: float = 20) -> dict
         info = _xp_setup(ss, cross, rate, str(obj))
         pids = {}
         for h in info["hosts"]:
-            pids[h] = int(sh(ss[h], f"cd {REPO} && nohup {PY} -m pfc.pfcd --policy {XP_DIR}/{h}/policy.json "
+            pids[h] = int(sh(ss[h], f"cd {REPO}; nohup {PY} -m pfc.pfcd --policy {XP_DIR}/{h}/policy.json "
                                     f"> {XP_DIR}/{h}/pfcd.log 2>&1 < /dev/null & echo $!").strip())
         for h in info["hosts"]:
             deadline = time.monotonic() + 20

@@ -76,7 +76,9 @@ class Session:
             _, stdout, stderr = self.client.exec_command(command, timeout=timeout)
             out, err = stdout.read().decode(errors="replace"), stderr.read().decode(errors="replace")
             rc = stdout.channel.recv_exit_status()
-        except (OSError, socket.timeout, EOFError) as exc:
+        except socket.timeout:
+            raise HostProblem(self.host.name, f"{command.split()[0]!r} did not finish within {timeout:g} s") from None
+        except (OSError, EOFError) as exc:
             raise HostProblem(self.host.name, f"lost the SSH connection during {command.split()[0]!r}: "
                                               f"{exc or type(exc).__name__}") from None
         res = Result(rc, out, err)

@@ -167,19 +167,6 @@ def link_lines(tunnels: list[Tunnel], local_addr: str, remote_addr: dict[str, st
     return lines
 
 
-def tc_lines(tunnels: list[Tunnel], clsact_ready: set[str]) -> list[str]:
-    """A drop, first thing at each tunnel's ingress, of the 802.1Qbb frames the other host's pause
-    daemon sends (the daemon here reads them before tc, from a packet socket on the device: they
-    must go no further, least of all into a GPU). The redirects are the plan's mirreds
-    (``split``), which ``build`` writes; ``clsact_ready``: devices that already have clsact."""
-    lines = []
-    for t in tunnels:
-        if t.dev not in clsact_ready:
-            lines.append(f"qdisc replace dev {t.dev} clsact")
-        lines.append(f"filter add dev {t.dev} ingress protocol 0x8808 prio 1 matchall action drop")
-    return lines
-
-
 def underlay_of(route_get: list[dict], links: list[dict]) -> tuple[str, int]:
     """(device, MTU) of the route towards a peer, from ``ip -j route get`` and ``ip -j link`` output."""
     if not route_get:
