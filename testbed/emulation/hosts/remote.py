@@ -183,5 +183,13 @@ def _check_underlay(s: Session, host: Host, peers: dict[str, str], emulated_mtu:
             raise HostProblem(host.name, f"no route to host {name} ({addr}): {res.last_error}")
         dev, mtu = tunnels.underlay_of(json.loads(res.out or "[]"), links)
         tunnels.check_underlay_mtu(host.name, mtu, emulated_mtu, kind, dev)
+        # the MTU a device says is not what the network between passes (a VM's virtual switch, a
+        # cloud's 1500): send one packet of the tunnelled size, DF set
+        need = emulated_mtu + tunnels.overhead(kind)
+        probe = s.run(f"ping -M do -s {need - 28} -c 2 -i 0.2 -W 2 {shlex.quote(addr)}")
+        if probe.rc:
+            raise HostProblem(host.name, f"packets of {need} B (emulated MTU {emulated_mtu} + {kind}) do not reach "
+                                         f"host {name} ({addr}) though {dev} has MTU {mtu}: the network between "
+                                         "drops them; enable jumbo frames there or lower --mtu")
         out[name] = {"dev": dev, "mtu": mtu}
     return out

@@ -72,8 +72,13 @@ def test_underlay_check_names_the_host_device_and_need():
     assert str(exc.value) == ("host ph1: underlay MTU 1500 (eth0) is too small for cross-host cables: needs 3050 "
                               "(emulated MTU 3000 + 50 B of vxlan)")
     s.answers["ip -j link"] = remote.Result(0, json.dumps([{"ifname": "eth0", "mtu": 9000}]), "")
+    s.answers["ping -M do -s 3022 "] = remote.Result(0, "", "")
     assert remote._check_underlay(s, HOST, {"ph1": "a", "ph2": "b"}, 3000, "vxlan") == \
         {"ph2": {"dev": "eth0", "mtu": 9000}}
+    s.answers["ping -M do -s 3022 "] = remote.Result(1, "", "")  # the network between drops big frames
+    with pytest.raises(remote.HostProblem, match=r"^host ph1: packets of 3050 B \(emulated MTU 3000 \+ vxlan\) do "
+                                                 r"not reach host ph2 \(b\) though eth0 has MTU 9000"):
+        remote._check_underlay(s, HOST, {"ph1": "a", "ph2": "b"}, 3000, "vxlan")
 
 
 def test_missing_tunnel_driver_is_one_line():
