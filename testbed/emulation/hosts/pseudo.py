@@ -123,7 +123,7 @@ def up(count: int, mtu: int = DEFAULT_MTU, subnet: str = DEFAULT_SUBNET, pmd_cor
         _make_up(state, net, count, mtu, log)
     except BaseException:
         log("pseudo-hosts: up failed, removing what was made")
-        down(quiet=True)
+        down()
         raise
     return hosts_path()
 
@@ -357,7 +357,7 @@ def kill(name: str) -> None:
             pass
 
 
-def down(quiet: bool = False) -> list[str]:
+def down() -> list[str]:
     """Remove every pseudo-host and the underlay, and give machine-wide settings back; also after
     ``up`` or a pseudo-host was killed. Returns what was removed."""
     if os.geteuid() != 0:

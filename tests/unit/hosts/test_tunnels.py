@@ -125,3 +125,23 @@ def test_pfc_policy_per_host_sends_remote_feeders_through_their_cable(zcube32):
     dev = pol["ph2"]["remote_feeders"]["gpu17:p2"]
     assert pol["ph1"]["pause_rx"][dev] == "gpu17:p2"
     assert not any(fd in pol["ph1"]["queues"] for fd in pol["ph1"]["remote_feeders"])
+
+
+def test_latencies_split_by_whether_the_pause_crossed_hosts(zcube32):
+    from testbed.emulation.hosts.pfcstats import split_latencies
+
+    f, p, plan, parts = zcube32
+    port = f.ports_towards("sw1", "sw6")[0]  # sw1 on ph1 feeds sw6 on ph2
+    local_port = f.ports_towards("sw1", "sw2")[0]  # sw2 on ph1 too
+    lines = [f"pause sw1:{port} sw6:13 1000000 1100000 1300000 0.300 0\n",
+             f"pause sw1:{port} sw6:13 1000000 1200000 1400000 0.400 0\n",
+             f"resume sw1:{port} sw6:13 2000000 2100000 2500000 0.500 0\n",
+             f"pause sw1:{local_port} sw2:9 1000000 1020000 1000000 0.000 0\n",
+             "pause gpu17:p2 sw6:4 0 50000 0 0.000 0\n",  # GPU 17 on ph1, sw6 on ph2: crosses
+             "resume sw1:9 expired 0 0 0 1.0 0\n"]
+    s = split_latencies(lines, p)
+    assert s["cross"]["pause"] == {"n": 3, "p50": 0.3, "p99": 0.4, "max": 0.4}
+    assert s["cross"]["reaction"]["p50"] == 0.1 and s["cross"]["reaction"]["max"] == 0.2
+    assert s["cross"]["resume"]["n"] == 1
+    assert s["local"]["pause"] == {"n": 1, "p50": 0.0, "p99": 0.0, "max": 0.0}
+    assert s["local"]["resume"]["n"] == 0
