@@ -38,7 +38,6 @@ import argparse
 import collections
 import json
 import os
-import select
 import signal
 import socket
 import sys
@@ -266,7 +265,7 @@ class LoopGaps:
             self.lines.append(f"{at_ns or time.monotonic_ns()} {phase} {seconds * 1e3:.3f}\n")
 
 
-class PauseDaemon:
+class PauseDaemon(xpfc.OtherHosts):
     """The pause daemon's loop: watches the kernel's queue table, pauses and resumes feeders,
     measures pause and resume latencies, and hands status and log lines to the writer."""
 
@@ -290,14 +289,7 @@ class PauseDaemon:
         self.log: list[str] = []  # pfc.txt lines not yet handed to the writer
         self.lat_log: list[str] = []  # pfc_latency.txt lines
         self.scheduling = ""  # how the loop is run (real-time, cores, idle polling), set by main
-        # several hosts (pfc/xpfc.py): feeders on other hosts get 802.1Qbb frames through their cable's
-        # tunnel; frames arriving on this host's tunnels pause its transmitters, once per cable
-        remote, rx = policy.get("remote_feeders") or {}, policy.get("pause_rx") or {}
-        self.remote = xpfc.RemoteFeeders(remote, policy["rate_bps"]) if remote else None
-        self.rx = xpfc.Receiver(rx) if rx else None
-        self.rx_ready = False
-        self.remote_until: dict[str, int] = {}  # "cable:<tunnel>" held here -> when its quanta run out
-        self.remote_offset_ns = int(policy.get("clock_offset_ns", 0))  # other hosts' clocks minus ours
+        self.init_other_hosts(policy)  # pfc/xpfc.py: pauses to and from other hosts, by 802.1Qbb frame
 
     def _open_transmitters(self) -> dict[str, Transmitter]:
         """Every queue's kernel row cleared and found by its devices (enqueue on the queue's own,
@@ -505,43 +497,6 @@ class PauseDaemon:
                 self.log.append(f"{now} {tx.node} {tx.node_type} {tx.port} 0 {log_cause or cause}\n")
         if fresh:
             self.pending.append((now + MEASURE_AFTER_NS, "resume", crossed, fresh, log_cause or cause, now))
-
-    # ------------------------------------------------------------- other hosts
-    def wait(self, timeout_s: float) -> bool:
-        """Sleep until the doorbell rings, a PFC frame arrives from another host, or ``timeout_s``."""
-        if self.rx is None:
-            return self.bell.wait(timeout_s)
-        ready, _, _ = select.select([self.bell.fd, *self.rx.fds], [], [], timeout_s)
-        if self.bell.fd in ready:
-            self.bell.skip()
-            self.bell.rings += 1
-        self.rx_ready = len(ready) > (self.bell.fd in ready)
-        return bool(ready)
-
-    def remote_step(self) -> None:
-        """Frames from other hosts' daemons (one hold per cable, as PFC pauses a link: the sender
-        counts its causes), quanta that ran out, and refreshes of the pauses this host sends."""
-        if self.rx is not None:
-            now = time.monotonic_ns()
-            if self.rx_ready:
-                self.rx_ready = False
-                for dev, p in self.rx.read():
-                    key = f"cable:{dev}"
-                    crossed = p.crossed_ns - self.remote_offset_ns
-                    if p.quanta:
-                        self.remote_until[key] = now + xpfc.quanta_ns(p.quanta, self.policy["rate_bps"])
-                        if key not in self.held:
-                            self.held[key] = set()
-                            self._hold(key, [self.rx.tx_of[dev]], crossed, now, log_cause=p.cause)
-                    elif key in self.held:
-                        self.remote_until.pop(key, None)
-                        self._xon(key, now, crossed=crossed, log_cause=p.cause)
-            for key, until in list(self.remote_until.items()):
-                if now >= until:  # the sender went quiet for the whole pause: it ran out
-                    del self.remote_until[key]
-                    self._xon(key, now, crossed=until, log_cause="expired")
-        if self.remote is not None:
-            self.remote.refresh()
 
     def _pause_latency(self, tx: Transmitter) -> None:
         """Last departure after the XOFF crossing that paused ``tx`` (0: it sent nothing after it)."""

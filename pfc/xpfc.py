@@ -28,6 +28,7 @@ last lets go; the receiver holds its transmitter once per cable.
 from __future__ import annotations
 
 import ctypes
+import select
 import socket
 import struct
 import time
@@ -234,3 +235,54 @@ class RemoteFeeders:
     def close(self) -> None:
         for s in self.socks.values():
             s.close()
+
+
+class OtherHosts:
+    """The pause daemon's side of it (a mixin of ``pfcd.PauseDaemon``, which provides ``policy``,
+    ``bell``, ``held``, ``_hold`` and ``_xon``): feeders on other hosts get frames through their
+    cable's tunnel (``remote``); frames arriving on this host's tunnels pause its transmitters
+    (``rx``), held once per cable under the key ``cable:<tunnel>``."""
+
+    def init_other_hosts(self, policy: dict) -> None:
+        remote, rx = policy.get("remote_feeders") or {}, policy.get("pause_rx") or {}
+        self.remote = RemoteFeeders(remote, policy["rate_bps"]) if remote else None
+        self.rx = Receiver(rx) if rx else None
+        self.rx_ready = False
+        self.remote_until: dict[str, int] = {}  # "cable:<tunnel>" held here -> when its quanta run out
+        self.remote_offset_ns = int(policy.get("clock_offset_ns", 0))  # the other hosts' clocks minus ours
+
+    def wait(self, timeout_s: float) -> bool:
+        """Sleep until the doorbell rings, a PFC frame arrives from another host, or ``timeout_s``."""
+        if self.rx is None:
+            return self.bell.wait(timeout_s)
+        ready, _, _ = select.select([self.bell.fd, *self.rx.fds], [], [], timeout_s)
+        if self.bell.fd in ready:
+            self.bell.skip()
+            self.bell.rings += 1
+        self.rx_ready = len(ready) > (self.bell.fd in ready)
+        return bool(ready)
+
+    def remote_step(self) -> None:
+        """Frames from other hosts' daemons (one hold per cable, as PFC pauses a link: the sender
+        counts its causes), quanta that ran out, and refreshes of the pauses this host sends."""
+        if self.rx is not None:
+            now = time.monotonic_ns()
+            if self.rx_ready:
+                self.rx_ready = False
+                for dev, p in self.rx.read():
+                    key = f"cable:{dev}"
+                    crossed = p.crossed_ns - self.remote_offset_ns
+                    if p.quanta:
+                        self.remote_until[key] = now + quanta_ns(p.quanta, self.policy["rate_bps"])
+                        if key not in self.held:
+                            self.held[key] = set()
+                            self._hold(key, [self.rx.tx_of[dev]], crossed, now, log_cause=p.cause)
+                    elif key in self.held:
+                        self.remote_until.pop(key, None)
+                        self._xon(key, now, crossed=crossed, log_cause=p.cause)
+            for key, until in list(self.remote_until.items()):
+                if now >= until:  # the sender went quiet for the whole pause: it ran out
+                    del self.remote_until[key]
+                    self._xon(key, now, crossed=until, log_cause="expired")
+        if self.remote is not None:
+            self.remote.refresh()
