@@ -29,7 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from testbed.errors import TestbedError
-from testbed.fabric import Cable, Fabric
+from testbed.fabric.topology import Cable, Fabric
 
 
 @dataclass

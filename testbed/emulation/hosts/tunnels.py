@@ -33,7 +33,8 @@ from dataclasses import dataclass, field
 from testbed.emulation.datapath import DatapathPlan
 from testbed.emulation.hosts.placement import Placement
 from testbed.errors import TestbedError
-from testbed.fabric import Cable, addressing
+from testbed.fabric import addressing
+from testbed.fabric.topology import Cable
 
 # outer IPv4 (20) + encapsulation + the inner Ethernet header (14)
 OVERHEAD = {"gretap": 20 + 4 + 4 + 14, "vxlan": 20 + 8 + 8 + 14}  # GRE with key: 8; UDP 8 + VXLAN 8
