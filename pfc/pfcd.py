@@ -47,7 +47,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pfc import bpfmaps, tbfmsg
+from pfc import bpfmaps, tbfmsg, xpfc
 from pfc.analysis import percentiles
 from pfc.bpfmaps import F
 from pfc.daemon_host import Writer, away_from_pmd, no_idle_halt, quiet_gc, realtime
@@ -265,7 +265,7 @@ class LoopGaps:
             self.lines.append(f"{at_ns or time.monotonic_ns()} {phase} {seconds * 1e3:.3f}\n")
 
 
-class PauseDaemon:
+class PauseDaemon(xpfc.OtherHosts):
     """The pause daemon's loop: watches the kernel's queue table, pauses and resumes feeders,
     measures pause and resume latencies, and hands status and log lines to the writer."""
 
@@ -289,6 +289,7 @@ class PauseDaemon:
         self.log: list[str] = []  # pfc.txt lines not yet handed to the writer
         self.lat_log: list[str] = []  # pfc_latency.txt lines
         self.scheduling = ""  # how the loop is run (real-time, cores, idle polling), set by main
+        self.init_other_hosts(policy)  # pfc/xpfc.py: pauses to and from other hosts, by 802.1Qbb frame
 
     def _open_transmitters(self) -> dict[str, Transmitter]:
         """Every queue's kernel row cleared and found by its devices (enqueue on the queue's own,
@@ -376,24 +377,28 @@ class PauseDaemon:
         active = self._active_feeders(cause, crossed - self.cfg.window_ns[cause])
         self._hold(cause, active or list(self.cfg.queues[cause]["feeders"]), crossed, now)  # none known: all
 
-    def _hold(self, cause: str, feeders: list[str], crossed: int, now: int) -> None:
-        """Pause those of ``feeders`` that ``cause`` does not hold yet."""
+    def _hold(self, cause: str, feeders: list[str], crossed: int, now: int, log_cause: str = "") -> None:
+        """Pause those of ``feeders`` that ``cause`` does not hold yet (``log_cause``: the congested
+        queue to log when ``cause`` is a cable from another host)."""
         held = self.held[cause]
         fresh = []
         for f in feeders:
             if f in held:
                 continue
             held.add(f)
+            if self.remote is not None and f in self.remote:  # on another host: its frame goes now
+                self.remote.hold(f, cause, crossed)
+                continue
             tx = self.tx[f]
             tx.holders += 1
             if tx.holders == 1:
                 if tx.resume_item is not None and tx.resume_item.backlog is None:
                     tx.resume_item.backlog = 0  # paused again before its XON frame: nothing to measure
                 self._pause(tx)
-                tx.pause_cross_ns, tx.pause_notice_ns, tx.pause_cause = crossed, now, cause
+                tx.pause_cross_ns, tx.pause_notice_ns, tx.pause_cause = crossed, now, log_cause or cause
                 self.stats.pauses += 1
                 fresh.append(tx)
-                self.log.append(f"{now} {tx.node} {tx.node_type} {tx.port} 1 {cause}\n")
+                self.log.append(f"{now} {tx.node} {tx.node_type} {tx.port} 1 {log_cause or cause}\n")
         if fresh:
             self.pending.append((now + MEASURE_AFTER_NS, "pause", crossed, fresh, cause, now))
 
@@ -403,6 +408,8 @@ class PauseDaemon:
         once their bytes piled up)."""
         now = time.monotonic_ns()
         for cause, held in self.held.items():
+            if cause not in self.cfg.sources:  # a cable from another host: its sender extends it
+                continue
             if len(held) < len(self.cfg.queues[cause]["feeders"]):
                 active = self._active_feeders(cause, now - self.cfg.window_ns[cause])
                 if not set(active) <= held:
@@ -458,12 +465,17 @@ class PauseDaemon:
             if tx.resume_item is not None and tx.resume_item.backlog is None:
                 tx.resume_item.backlog = self._backlog(tx)
 
-    def _xon(self, cause: str, now: int) -> None:
-        """``cause`` fell below XON: resume the feeders it held that no other queue holds."""
+    def _xon(self, cause: str, now: int, crossed: int | None = None, log_cause: str = "") -> None:
+        """``cause`` fell below XON: resume the feeders it held that no other queue holds
+        (``crossed``/``log_cause``: the XON of a cable from another host, as its frame says)."""
         t = self.table.table
-        crossed = int(t[self.cfg.slot[cause], F["xon_ns"]])
+        if crossed is None:
+            crossed = int(t[self.cfg.slot[cause], F["xon_ns"]])
         fresh = []
         for f in sorted(self.held.pop(cause, ())):
+            if self.remote is not None and f in self.remote:
+                self.remote.release(f, cause, crossed)
+                continue
             tx = self.tx[f]
             if tx.holders == 0:
                 continue
@@ -482,9 +494,9 @@ class PauseDaemon:
                 tx.resumes += 1
                 tx.resume_item = ResumeProbe(tx, tx.resumes)
                 fresh.append(tx.resume_item)
-                self.log.append(f"{now} {tx.node} {tx.node_type} {tx.port} 0 {cause}\n")
+                self.log.append(f"{now} {tx.node} {tx.node_type} {tx.port} 0 {log_cause or cause}\n")
         if fresh:
-            self.pending.append((now + MEASURE_AFTER_NS, "resume", crossed, fresh, cause, now))
+            self.pending.append((now + MEASURE_AFTER_NS, "resume", crossed, fresh, log_cause or cause, now))
 
     def _pause_latency(self, tx: Transmitter) -> None:
         """Last departure after the XOFF crossing that paused ``tx`` (0: it sent nothing after it)."""
@@ -595,6 +607,9 @@ class PauseDaemon:
             "loop_gaps": self.gaps.count,
             "loop_gap_max_ms": self.gaps.max_ms,
             "netlink_errors": self.stats.netlink_errors,
+            "remote": {"sent": dict(self.remote.sent), "held": self.remote.held} if self.remote else None,
+            "remote_rx": {"frames": self.rx.frames, "ignored": self.rx.ignored,
+                          "held_now": sorted(k[6:] for k in self.held if k.startswith("cable:"))} if self.rx else None,
             "max_backlog": {q: int(t[self.cfg.slot[q], F["max_backlog"]]) for q in self.cfg.watched
                             if t[self.cfg.slot[q], F["max_backlog"]]},
         }
@@ -607,12 +622,16 @@ class PauseDaemon:
         doc = self.status()
         logs = {os.path.basename(self.policy["log"]): self.log, LATENCY_FILE: self.lat_log, GAPS_FILE: self.gaps.lines}
         self.log, self.lat_log, self.gaps.lines = [], [], []
+        if self.remote is not None and self.remote.log:
+            logs["pfc_remote.txt"], self.remote.log = self.remote.log, []
         writer.put(doc, logs)
 
     def release_all(self) -> None:
         """Resume everything still paused (on exit: never leave a queue held)."""
         now = time.monotonic_ns()
         self.held.clear()
+        if self.remote is not None:
+            self.remote.release_all()
         for tx in self.tx.values():
             if tx.holders:
                 tx.holders = 0
@@ -700,6 +719,8 @@ def _loop(daemon: PauseDaemon, writer: Writer, stop: dict, ipr, fabric_state: Pa
         daemon.step()
         now = time.monotonic()
         gaps.note("step", now - t0)
+        if daemon.rx is not None or daemon.remote is not None:
+            daemon.remote_step()
         if daemon.kicks:  # one frame a turn: a crossing meanwhile is seen before the next one
             daemon.kick()
             t1 = time.monotonic()
@@ -719,7 +740,7 @@ def _loop(daemon: PauseDaemon, writer: Writer, stop: dict, ipr, fabric_state: Pa
         if daemon.kicks:
             continue
         t1 = time.monotonic()
-        if not daemon.bell.wait(poll_s):
+        if not daemon.wait(poll_s):
             gaps.note("sleep", time.monotonic() - t1 - poll_s)  # timed out late by that much
 
 

@@ -10,7 +10,9 @@ if [ "$(id -u)" != 0 ]; then
     exit 1
 fi
 
-APT_PACKAGES="openvswitch-switch mininet iperf3 libiperf0 tcpdump ethtool iproute2 iputils-ping python3-venv python3-pip graphviz chromium clang libbpf-dev linux-libc-dev"
+# openssh-server: hosts of a fabric spread over machines are driven over SSH (docs/multihost.md), and
+# pseudo-hosts run their own sshd for testing that on one machine
+APT_PACKAGES="openssh-server openvswitch-switch mininet iperf3 libiperf0 tcpdump ethtool iproute2 iputils-ping python3-venv python3-pip graphviz chromium clang libbpf-dev linux-libc-dev"
 missing=""
 for pkg in $APT_PACKAGES; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing="$missing $pkg"

@@ -27,7 +27,7 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from testbed.cli import bench, fabric, fault, plan, replay, report, run
+    from testbed.cli import bench, fabric, fault, hosts, plan, replay, report, run
 
     parser = OneLineParser(prog="testbed", description="ZCube vs rail-optimized fat-tree testbed")
     sub = parser.add_subparsers(dest="verb", required=True, parser_class=OneLineParser)
@@ -40,6 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     replay.register(sub)  # replay
     run.register(sub)  # run, sweep, calibrate
     report.register(sub)  # report, compare
+    hosts.register(sub)  # hosts pseudo|check (several machines)
     return parser
 
 

@@ -24,7 +24,17 @@ def cmd_plan(args) -> int:
                 draw(f, target)
             if not args.json:
                 print(f"wrote {target}")
+    placements = None
+    if getattr(args, "hosts", None):  # several machines: where each switch and GPU goes
+        from testbed.cli.hosts import print_placement
+
+        placements = print_placement(args, fabrics)
+        if not args.json:
+            return 0
     if args.json:
+        if placements is not None:
+            print(json.dumps({"placements": placements}, indent=1))
+            return 0
         if len(fabrics) == 1:
             print(json.dumps(describe.plan_json(fabrics[0]), indent=1))
         else:
@@ -82,6 +92,8 @@ def register(sub) -> None:
     add_fabric_options(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--graph", metavar="FILE", help="draw the topology (.png, .svg, .pdf, .dot, .mmd)")
+    p.add_argument("--hosts", metavar="FILE", help="place the fabric on the machines of a hosts file: switches and "
+                   "GPUs per host, cross-host cables (nothing is built)")
     p.set_defaults(func=cmd_plan)
 
     p = sub.add_parser("path", help="the switch hops a transfer between two GPUs takes")
