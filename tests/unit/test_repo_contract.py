@@ -16,8 +16,6 @@ ROOT = Path(__file__).resolve().parents[2]
 PRODUCT = ("testbed", "controller", "traffic", "pfc")
 MAX_TOP_LEVEL_MODULES = 8  # testbed/ besides its packages
 MAX_LINES = 800
-# A declared dependency whose importer is landing on another branch this turn (name -> who will import it).
-PENDING_DEPENDENCIES = {"paramiko": "testbed/emulation/hosts/remote.py (multi-host SSH sessions)"}
 
 
 def _product_files() -> list[Path]:
@@ -59,9 +57,9 @@ def test_every_runtime_dependency_is_imported_by_product_code():
     unknown = [n for n in names if n.lower().replace("_", "-") not in modules_of]
     assert not unknown, f"declared but not installed (pip install -e .[test]): {unknown}"
     unused = [n for n in names if not modules_of[n.lower().replace("_", "-")] & imported]
-    assert set(unused) <= set(PENDING_DEPENDENCIES), (
+    assert not unused, (
         "runtime dependencies in pyproject.toml that no product code imports (drop them, or move a test-only "
-        f"one to the test extra): {sorted(set(unused) - set(PENDING_DEPENDENCIES))}")
+        f"one to the test extra): {unused}")
 
 
 def test_ruff_is_clean():
