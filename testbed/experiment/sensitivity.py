@@ -247,7 +247,7 @@ def failed(error: str, status: str = "failed") -> dict:
 
 
 def document(planned: list[Planned], results: dict[str, dict], sens_dir: Path, versions: dict,
-             created: str) -> dict:
+             created: str, only: list[str] | None = None) -> dict:
     """sensitivity.json: the baseline's and every alternative's entry (``results``: name -> entry; an
     alternative without one has not run), ``same_verdict`` against the baseline's."""
     base_p = planned[0]
@@ -262,7 +262,7 @@ def document(planned: list[Planned], results: dict[str, dict], sens_dir: Path, v
             "versions": versions, "backend": exp.backend, "repetitions": exp.repetitions,
             "fabrics": list(exp.fabrics), "verdict_keys": list(VERDICT_KEYS),
             "overrides": [o.as_dict() for o in base_p.resolved.overrides if o.origin != ORIGIN],
-            "estimate_s": round(estimate_s(planned)),
+            "estimate_s": round(estimate_s(planned)), "only": only,
             "baseline": {"name": "baseline", "dir": str(sens_dir / base_p.rel), **base,
                          "experiment": exp.model_dump(mode="json", exclude={"sensitivity", "sensitivity_result"})},
             "alternatives": alts}
@@ -309,7 +309,7 @@ def run_sensitivity(path: str | Path | None, overrides: list[Override], out_root
     created = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     results: dict[str, dict] = {}
     worst = 0
-    _write(sens_dir, document(planned, results, sens_dir, versions, created))
+    _write(sens_dir, document(planned, results, sens_dir, versions, created, only))
     for i, p in enumerate(planned, 1):
         log(f"== {i}/{len(planned)}: {p.name}" + (f" ({', '.join(f'{k}={v}' for k, v in p.overrides.items())})"
                                                   if p.overrides else " (the experiment as given)"))
@@ -321,7 +321,7 @@ def run_sensitivity(path: str | Path | None, overrides: list[Override], out_root
             results[p.name] = outcome(run_dir)
         except KeyboardInterrupt:
             results[p.name] = failed("interrupted (Ctrl-C or SIGTERM)", "interrupted")
-            _write(sens_dir, document(planned, results, sens_dir, versions, created))
+            _write(sens_dir, document(planned, results, sens_dir, versions, created, only))
             raise
         except Exception as exc:
             status = 1
@@ -330,8 +330,8 @@ def run_sensitivity(path: str | Path | None, overrides: list[Override], out_root
         if results[p.name]["status"] != "ok":
             status = max(status, 1)
         worst = max(worst, status)
-        _write(sens_dir, document(planned, results, sens_dir, versions, created))
-    doc = document(planned, results, sens_dir, versions, created)
+        _write(sens_dir, document(planned, results, sens_dir, versions, created, only))
+    doc = document(planned, results, sens_dir, versions, created, only)
     _into_baseline(sens_dir, planned[0], log)
     return worst, doc, sens_dir
 

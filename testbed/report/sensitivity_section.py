@@ -129,8 +129,8 @@ def _differences(doc: dict, config: dict) -> list[str]:
                 continue
             if isinstance(v, dict):
                 out |= flat(v, f"{prefix}{k}.")
-            else:
-                out[f"{prefix}{k}"] = v
+            else:  # a file by its name: the same trace in another clone is the same trace
+                out[f"{prefix}{k}"] = Path(v).name if k == "path" and isinstance(v, str) else v
         return out
 
     a, b = flat((doc.get("baseline") or {}).get("experiment") or {}), flat(config.get("experiment") or {})

@@ -36,7 +36,8 @@ def doc(**base_changes) -> dict:
             "versions": {"git": "abc1234"}, "backend": "emulated", "repetitions": 1,
             "verdict_keys": ["throughput_tokens_per_s", "ttft_ms.p99"],
             "baseline": base | base_changes | {"dir": "/r/20261204-sensitivity-default/baseline",
-                                               "experiment": {"serving": {"concurrency": 64}}},
+                                               "experiment": {"serving": {"concurrency": 64},
+                                                              "trace": {"path": "/elsewhere/azure.csv.gz"}}},
             "alternatives": [entry("pair-hash", "port policy", 1.01, 0.80, False),
                              entry("adaptive", "port policy", 1.10, 1.05, True),
                              entry("single-node", "layout", 0.99, 1.00, False),
@@ -96,10 +97,11 @@ def test_none_shipped_when_alternatives_are_declared_and_no_section_without_any(
 
 def test_a_shipped_result_names_where_it_came_from_how_old_and_how_its_baseline_differs(tmp_path):
     (tmp_path / "sensitivity.json").write_text(json.dumps(doc()))
-    text = html.unescape(R.report_section(_exp(tmp_path, {"experiment": {"serving": {"concurrency": 128},
-                                                                          "repetitions": 2}}, {"git": "0000000"})))
+    mine = {"serving": {"concurrency": 128}, "repetitions": 2, "trace": {"path": "/here/azure.csv.gz"}}
+    text = html.unescape(R.report_section(_exp(tmp_path, {"experiment": mine}, {"git": "0000000"})))
     assert "Its baseline is its own run of the experiment, not this page's" in text
     assert "It was made on commit abc1234, this run on 0000000: another version of the code" in text
+    # the repetitions and where the same trace lies do not count as differences
     assert "Its baseline experiment differs from this run's in serving.concurrency." in text
 
 
