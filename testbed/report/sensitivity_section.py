@@ -206,8 +206,9 @@ def none_shipped(config: dict) -> str | None:
     source = (config or {}).get("source") or "EXPERIMENT"
     return (f'<p class="warn">No sensitivity result is shipped for this experiment: nothing here says yet whether '
             f"the verdict survives its {len(alts)} declared alternatives ({H.escape(names)}).</p>"
-            f'<p class="note"><code>sudo .venv/bin/python -m testbed sensitivity {H.escape(str(source))}</code> runs '
-            "them (the estimate is printed first); its sensitivity.json, copied beside the experiment file and "
+            f'<p class="note"><code>sudo .venv/bin/python -m testbed sensitivity {H.escape(str(source))} --reps 1'
+            "</code> runs them, one repetition each, on both fabrics (the estimate is printed first); its "
+            "sensitivity.json, copied beside the experiment file and "
             "named by the experiment's <code>sensitivity_result:</code> key, is shown here by every later run.</p>")
 
 

@@ -89,7 +89,7 @@ def test_none_shipped_when_alternatives_are_declared_and_no_section_without_any(
     declared = {"source": "/x/default.yaml", "experiment": {"sensitivity": [{"name": "pair-hash"}, {"name": "zipf"}]}}
     text = R.report_section(_exp(tmp_path, declared))
     assert "No sensitivity result is shipped for this experiment" in text and "(pair-hash, zipf)" in text
-    assert "testbed sensitivity /x/default.yaml" in text
+    assert "testbed sensitivity /x/default.yaml --reps 1</code> runs them" in text
     assert R.report_section(_exp(tmp_path, {"experiment": {"sensitivity": []}})) is None
     (tmp_path / "sensitivity.json").write_text("[1, 2]")
     assert "could not be read" in R.report_section(_exp(tmp_path, declared))
