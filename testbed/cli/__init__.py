@@ -1,7 +1,7 @@
 """Command line: `python -m testbed <verb> ...`.
 
 This package holds the verbs, one module per group (``plan``, ``fabric``, ``fault``, ``bench``,
-``replay``, ``run``, ``report``; shared flags in ``options``); this module only
+``replay``, ``run``, ``sensitivity``, ``report``; shared flags in ``options``); this module only
 assembles the parser and runs a verb. Library code never imports from here.
 
 Every verb is a function taking the parsed arguments and returning an exit
@@ -27,7 +27,7 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from testbed.cli import bench, fabric, fault, hosts, plan, replay, report, run
+    from testbed.cli import bench, fabric, fault, hosts, plan, replay, report, run, sensitivity
 
     parser = OneLineParser(prog="testbed", description="ZCube vs rail-optimized fat-tree testbed")
     sub = parser.add_subparsers(dest="verb", required=True, parser_class=OneLineParser)
@@ -39,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     fabric.register_clean(sub)  # clean
     replay.register(sub)  # replay
     run.register(sub)  # run, sweep, calibrate
+    sensitivity.register(sub)  # sensitivity
     report.register(sub)  # report, compare
     hosts.register(sub)  # hosts pseudo|check (several machines)
     return parser

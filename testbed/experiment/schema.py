@@ -57,6 +57,40 @@ def _existing_beside_experiment(v: str, info: ValidationInfo, expected: str) -> 
     return p
 
 
+# keys an alternative of `testbed sensitivity` may not set: every alternative runs every fabric, the same
+# repetitions on the same backend into its own folder, and is not itself a sensitivity
+NOT_ALTERNATIVE_KEYS = ("name", "fabrics", "repetitions", "backend", "sensitivity", "sensitivity_result", "sweep")
+
+
+class Alternative(_Section):
+    """One alternative of ``testbed sensitivity`` (testbed.experiment.sensitivity): the experiment with a few keys
+    set otherwise, as ``--set KEY=VALUE`` would set them."""
+
+    name: str = Field(..., pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$", description="its folder and its row")
+    assumption: Optional[str] = Field(None, description="the assumption it varies, for the report's sentence "
+                                                        "(e.g. 'port policy'); null: the name")
+    set: dict[str, Any] = Field(
+        ..., min_length=1, description="key path -> value, e.g. {serving.policy: pair-hash}; values are checked "
+                                       "as --set's are (by `testbed sensitivity`, before anything runs)")
+
+    @field_validator("set")
+    @classmethod
+    def _key_paths(cls, v: dict, info: ValidationInfo) -> dict:
+        label = f"alternative {info.data.get('name')!r}" if info.data.get("name") else "an alternative"
+        for key in v:
+            try:
+                check_key_path(key, label)
+            except TestbedError as exc:
+                raise ValueError(str(exc)) from None
+            if key.split(".")[0] in NOT_ALTERNATIVE_KEYS:
+                raise ValueError(f"{key} (from {label}): cannot be set by an alternative (every alternative runs "
+                                 "every fabric, the same repetitions on the same backend)")
+            if not (v[key] is None or isinstance(v[key], (str, int, float, bool))):
+                raise ValueError(f"{key} (from {label}): expected one value, as --set {key}=VALUE takes "
+                                 f"(got a {type(v[key]).__name__})")
+        return v
+
+
 class Experiment(_Section):
     """One `testbed run`: the same traffic on every fabric, repeated with seeds seed, seed+1, ..."""
 
@@ -89,6 +123,12 @@ class Experiment(_Section):
     load_curve: Optional[str] = Field(None, description="load_curve.json written by `testbed sweep` over one key "
                                                         "(relative to the experiment file's folder); the report "
                                                         "shows it after the headline, marking this run's level")
+    sensitivity: list[Alternative] = Field([], description="the alternatives `testbed sensitivity` runs besides "
+                                           "the experiment as given (each a few keys set otherwise); `run` "
+                                           "ignores them")
+    sensitivity_result: Optional[str] = Field(None, description="sensitivity.json written by `testbed sensitivity` "
+                                                                "(relative to the experiment file's folder); the "
+                                                                "report shows it after the headline")
 
     @field_validator("calibration")
     @classmethod
@@ -113,6 +153,33 @@ class Experiment(_Section):
                                                                                              dict):
             raise ValueError(f"{p} has no knob and fabrics: {expected}")
         return os.path.normpath(os.path.abspath(p))
+
+    @field_validator("sensitivity_result")
+    @classmethod
+    def _sensitivity_file(cls, v: Optional[str], info: ValidationInfo) -> Optional[str]:
+        if v is None:
+            return None
+        expected = "expected a sensitivity.json written by `testbed sensitivity`"
+        p = _existing_beside_experiment(v, info, expected)
+        try:
+            doc = json.loads(p.read_text())
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"{p} cannot be read as JSON ({type(exc).__name__}): {expected}") from None
+        if not isinstance(doc, dict) or not isinstance(doc.get("baseline"), dict) or not isinstance(
+                doc.get("alternatives"), list):
+            raise ValueError(f"{p} has no baseline and alternatives: {expected}")
+        return os.path.normpath(os.path.abspath(p))
+
+    @field_validator("sensitivity")
+    @classmethod
+    def _distinct_alternatives(cls, v: list) -> list:
+        names = [a.name for a in v]
+        for name in names:
+            if names.count(name) > 1:
+                raise ValueError(f"alternative {name!r} is listed twice")
+            if name == "baseline":
+                raise ValueError("an alternative cannot be called 'baseline' (the experiment as given is)")
+        return v
 
     @field_validator("fabrics")
     @classmethod

@@ -18,6 +18,7 @@ from testbed.report import (
     hot_links,
     plots,
     plots_net,
+    sensitivity_section,
     serving,
     stats,
     topology_and_cost,
@@ -30,7 +31,8 @@ from testbed.report.load import ExperimentRun, load_experiment
 from testbed.report.plots import name
 from testbed.report.serving import calibration_applies, calibration_differences  # noqa: F401 (re-exported)
 
-NAV = [("calibration", "Calibration"), ("headline", "Headline"), ("loadcurve", "Load curve"),
+NAV = [("calibration", "Calibration"), ("headline", "Headline"), ("sensitivity", "Sensitivity"),
+       ("loadcurve", "Load curve"),
        ("breakdown", "TTFT taken apart"), ("serving", "Serving"),
        ("faults", "Faults"), ("operating", "Operating point"), ("seed", "Seed figures"), ("fct", "FCT"),
        ("hotspots", "Hotspots"), ("pfc", "PFC"), ("nics", "NIC load"), ("goodput", "Goodput"),
@@ -632,12 +634,15 @@ def build_report(run_dir: Path | str) -> Path:
     title = " vs ".join(name(f) for f in exp.fabrics) + (f", n={n}" if n else "")
     load_curve = curve.report_section(exp, exp.path / "figures")  # None: the experiment named no load curve
     taken_apart = breakdown.section(exp, exp.path / "figures")  # '': no live repetition recorded the parts
+    sensitivity = sensitivity_section.report_section(exp)  # None: no result and no alternative declared
     sections = [
         ("calibration", "Calibration: where the network matters as much as in the seed's cluster",
          serving.calibration_section(doc["calibration"], figs["calibration"],
                                      serving.calibration_applies(doc["calibration"], exp),
                                      serving.calibration_differences(doc["calibration"], exp))),
         ("headline", "Headline", _headline_section(doc, exp)),
+        *([("sensitivity", "Sensitivity: does the verdict survive other assumptions?", sensitivity)]
+          if sensitivity else []),
         *([("loadcurve", "Load curve: TTFT and KV-transfer slowdown against load", load_curve)] if load_curve else []),
         *([("breakdown", "TTFT taken apart: where a request's and a decode step's time goes", taken_apart)]
           if taken_apart else []),
@@ -665,7 +670,7 @@ def build_report(run_dir: Path | str) -> Path:
     headline = doc["verdict"][:1].upper() + doc["verdict"][1:]
     alert = overload_alert(doc, exp)
     nav = [item for item in NAV if (item[0] != "loadcurve" or load_curve) and (item[0] != "faults" or fault_docs)
-           and (item[0] != "breakdown" or taken_apart)]
+           and (item[0] != "breakdown" or taken_apart) and (item[0] != "sensitivity" or sensitivity)]
     page = H.page(title, headline, _subtitle(exp, doc), doc["fidelity_problems"], nav, sections,
                   alerts=[alert] if alert else [])
     out = exp.path / "report.html"
