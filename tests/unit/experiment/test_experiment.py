@@ -82,7 +82,9 @@ def test_run_without_an_experiment_runs_default_yaml():
 def test_examples_say_what_they_claim():
     by = {p.stem: resolve(p).experiment for p in EXAMPLES}
     d = by["default"]
-    assert d.fabrics == ["zcube", "roft"] and d.gpus == 32 and d.repetitions >= 2  # ratios with a spread
+    assert d.fabrics == ["zcube", "roft"] and d.gpus == 32
+    # one long repetition: 28 measured cluster seconds, so its TTFT P99 is not the slowest request alone
+    assert d.repetitions == 1 and d.trace.duration_s - d.serving.warmup_s == 28
     assert d.serving.driver == "live" and d.serving.arrivals == "closed" and d.serving.model == "glm-5"
     assert d.calibration is not None and Path(d.calibration).is_file()  # the calibration it stands on
     kv = by["kv-replay"]
