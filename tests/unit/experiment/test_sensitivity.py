@@ -269,7 +269,8 @@ def test_two_server_ep_is_left_out_because_it_is_large_ep_at_n32():
 
 
 def test_the_shipped_set_fits_the_budget_with_one_repetition_each():
-    planned = S.plan(None, [Override("repetitions", 1, "--reps")])
+    # as shipped: one repetition each, 14 cluster seconds a run (default.yaml's 32 would take ~113 min)
+    planned = S.plan(None, [Override("repetitions", 1, "--reps"), Override("trace.duration_s", 14, "--set")])
     # per run: 2 fabrics x 1 repetition x (14 cluster s x dilation 12 = 168 s + 40 s set-up) + 15 s report = 431 s;
     # 8 runs and the baseline's report once more with the table: 8 x 431 + 15 = 3,463 s
     assert [p.estimate_s for p in planned] == [431.0] * 8
@@ -277,12 +278,13 @@ def test_the_shipped_set_fits_the_budget_with_one_repetition_each():
     lines = S.estimate_lines(planned)
     assert lines[-1] == ("estimated wall time: 8 runs + the baseline's report again ~15 s = ~57.7 min (budget of the "
                          "shipped set 60 min: within)")
-    over = S.plan(None, [])  # the file's own 2 repetitions: twice the replays
-    assert S.estimate_s(over) == 8 * (2 * 2 * 208 + 15) + 15 and "OVER by" in S.estimate_lines(over)[-1]
+    over = S.plan(None, [Override("repetitions", 1, "--reps")])  # the file's own 32 s: 32 x 12 = 384 s a replay
+    assert S.estimate_s(over) == 8 * (2 * (384 + 40) + 15) + 15 and "OVER by" in S.estimate_lines(over)[-1]
 
 
 def test_dry_run_prints_every_run_and_builds_nothing(tmp_path, capsys):
-    assert main(["sensitivity", "--reps", "1", "--dry-run", "--out", str(tmp_path)]) == 0
+    argv = ["sensitivity", "--reps", "1", "--set", "trace.duration_s=14", "--dry-run", "--out", str(tmp_path)]
+    assert main(argv) == 0
     captured = capsys.readouterr()
     doc = json.loads(captured.out)
     assert [r["name"] for r in doc["runs"]][:2] == ["baseline", "pair-hash"] and doc["estimate_s"] == 3463
