@@ -41,7 +41,7 @@ from pfc import files as pfc_files
 from testbed import owned
 from testbed.emulation import build, inventory, netns
 from testbed.emulation import state as _state
-from testbed.emulation.datapath import NETNS_PREFIX, DatapathConfig, DatapathPlan, plan_datapath
+from testbed.emulation.datapath import ALIAS, NETNS_PREFIX, DatapathConfig, DatapathPlan, plan_datapath
 from testbed.emulation.state import Created, FabricState, StateFileError
 from testbed.errors import EnvironmentProblem, TestbedError
 from testbed.fabric import Fabric, build_fabric
@@ -456,26 +456,47 @@ def _prepare_ovs_send_buffer(st: FabricState) -> str | None:
     return old
 
 
+OVS_WAS = f"{ALIAS}-pmd-maxsleep-was"  # external id on OVS's own row: the value a fabric changed, for clean
+
+
+def _ovs_get(column_key: str) -> str | None:
+    """A key of the Open_vSwitch row (None: not set)."""
+    out = subprocess.run(["ovs-vsctl", "--timeout=5", "--if-exists", "get", "open_vswitch", ".", column_key],
+                         capture_output=True, text=True).stdout.strip()
+    return json.loads(out) if out.startswith('"') else (out or None)
+
+
 def _set_ovs_tuning() -> dict:
-    """Let the PMD sleep when idle (it shares 2 cores with the hosts' TCP)."""
-    out = subprocess.run(["ovs-vsctl", "--if-exists", "get", "open_vswitch", ".", "other_config:pmd-maxsleep"],
-                         capture_output=True, text=True).stdout.strip().strip('"')
-    subprocess.run(["ovs-vsctl", "set", "open_vswitch", ".", "other_config:pmd-maxsleep=500"], capture_output=True)
-    return {"pmd-maxsleep": out or None}
+    """Let the PMD sleep when idle (it shares 2 cores with the hosts' TCP). The value it replaces is kept on
+    OVS's own row too (our external id), so 'clean' gives it back whatever the state file says."""
+    was = _ovs_get("other_config:pmd-maxsleep")
+    kept = _ovs_get(f"external_ids:{OVS_WAS}")
+    if kept is not None:  # an earlier fabric changed it and was never cleaned: that one knows the original
+        was = kept or None
+    cmd = ["ovs-vsctl", "set", "open_vswitch", ".", "other_config:pmd-maxsleep=500",
+           f"external_ids:{OVS_WAS}={json.dumps(was or '')}"]
+    subprocess.run(cmd, capture_output=True)
+    return {"pmd-maxsleep": was}
 
 
-def _restore_ovs_tuning(saved: dict) -> None:
-    """Give OVS back the setting ``_set_ovs_tuning`` changed (it is machine-wide, not ours)."""
-    if not isinstance(saved, dict) or not saved:
+def _restore_ovs_tuning(saved: dict | None) -> None:
+    """Give OVS back the setting ``_set_ovs_tuning`` changed (it is machine-wide, not ours): the value kept on
+    OVS's row, else the state file's (a fabric of an earlier version)."""
+    kept = _ovs_get(f"external_ids:{OVS_WAS}")
+    if kept is not None:
+        value = kept or None
+    elif isinstance(saved, dict) and saved:
+        value = saved.get("pmd-maxsleep")
+    else:
         return
-    value = saved.get("pmd-maxsleep")
     if value is not None and not (isinstance(value, str) and value.isdigit()):
-        return  # not a value _set_ovs_tuning saved: nothing to give back
+        value = None  # not a value _set_ovs_tuning saved: leave OVS's default
+    forget = ["--", "remove", "open_vswitch", ".", "external_ids", OVS_WAS]
     if value:
-        subprocess.run(["ovs-vsctl", "set", "open_vswitch", ".", f"other_config:pmd-maxsleep={value}"],
+        subprocess.run(["ovs-vsctl", "set", "open_vswitch", ".", f"other_config:pmd-maxsleep={value}", *forget],
                        capture_output=True)
     else:
-        subprocess.run(["ovs-vsctl", "remove", "open_vswitch", ".", "other_config", "pmd-maxsleep"],
+        subprocess.run(["ovs-vsctl", "remove", "open_vswitch", ".", "other_config", "pmd-maxsleep", *forget],
                        capture_output=True)
 
 
@@ -711,7 +732,7 @@ def clean() -> list[str]:
     if st is not None:
         _stop_pfc(st)
         _stop_controller_process(st)
-        _restore_ovs_tuning(st.ovs_restore or {})
+    _restore_ovs_tuning(st.ovs_restore if st is not None else None)  # OVS's own row knows, whatever the file
     removed = _stop_our_processes()
     removed += _remove_socket_folders()
     if subprocess.run(["ovs-vsctl", "--timeout=5", "show"], capture_output=True).returncode == 0:
