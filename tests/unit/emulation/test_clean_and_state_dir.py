@@ -54,6 +54,7 @@ def _fake_sweep(monkeypatch) -> list[str]:
     for name in ("_stop_our_processes", "_remove_socket_folders", "_remove_ovs_rows", "_remove_namespaces",
                  "_remove_links"):
         monkeypatch.setattr(fabricctl, name, lambda n=name: calls.append(n) or [f"{n} item"])
+    monkeypatch.setattr(fabricctl, "_restore_ovs_tuning", lambda saved: calls.append(f"restore OVS from {saved}"))
     monkeypatch.setattr(fabricctl.subprocess, "run", lambda *a, **k: type("P", (), {"returncode": 0})())
     from pfc import queue_watch
 
@@ -66,8 +67,9 @@ def test_clean_goes_on_past_a_corrupt_state_file_and_removes_it(sdir, monkeypatc
     calls = _fake_sweep(monkeypatch)
     (sdir / "state.json").write_text("{half")
     removed = fabricctl.clean()
-    assert calls == ["_stop_our_processes", "_remove_socket_folders", "_remove_ovs_rows", "_remove_namespaces",
-                     "_remove_links"]
+    # OVS's setting is given back from what OVS's own row keeps (the state file's copy is garbage)
+    assert calls == ["restore OVS from None", "_stop_our_processes", "_remove_socket_folders", "_remove_ovs_rows",
+                     "_remove_namespaces", "_remove_links"]
     assert len(removed) == 5 and not (sdir / "state.json").exists()
 
 
@@ -97,7 +99,7 @@ def test_clean_in_an_unsafe_state_dir_sweeps_by_markers_but_leaves_its_files(sdi
         fabricctl.clean()
     assert str(info.value).startswith("removed 5 items by their markers, but did not touch the state files: "
                                       f"TESTBED_STATE_DIR {sdir}: refused, ")
-    assert len(calls) == 5 and (sdir / "state.json").exists()
+    assert len(calls) == 6 and (sdir / "state.json").exists()
 
 
 def test_up_refuses_an_unsafe_state_dir_before_building_anything(sdir, monkeypatch):
@@ -170,3 +172,60 @@ def test_our_process_is_this_users_this_checkouts_and_exactly_our_command_line(t
     assert inventory.our_process(_info(launcher, cwd="/tmp"), tmp_path) is None
     assert inventory.our_process(_info([py, "-m", "http.server"]), tmp_path) is None
     assert inventory.our_process(_info([py]), tmp_path) is None
+
+
+# ------------------------------------------------------------ OVS's setting
+class FakeOvs:
+    """ovs-vsctl's Open_vSwitch row: other_config and external_ids, and the commands run."""
+
+    def __init__(self, other: dict, ids: dict) -> None:
+        self.row = {"other_config": dict(other), "external_ids": dict(ids)}
+        self.commands: list[list[str]] = []
+
+    def run(self, cmd, capture_output=True, text=False, **kw):
+        self.commands.append(cmd)
+        words = [w for w in cmd[1:] if not w.startswith("--timeout") and w != "--if-exists"]
+        out = ""
+        if words[0] == "get":
+            column, key = words[3].split(":", 1)
+            value = self.row[column].get(key)
+            out = json.dumps(value) if value is not None else ""
+        i = 0
+        while i < len(words):
+            if words[i] == "set":
+                for kv in words[i + 3:]:
+                    if kv == "--":
+                        break
+                    column, rest = kv.split(":", 1)
+                    key, value = rest.split("=", 1)
+                    self.row[column][key] = json.loads(value) if value.startswith('"') else value
+            if words[i] == "remove":
+                self.row[words[i + 3]].pop(words[i + 4], None)
+            i += 1
+        return type("P", (), {"returncode": 0, "stdout": out})()
+
+
+@pytest.mark.parametrize("other,ids,kept,returned", [
+    ({}, {}, "", None),  # OVS's default: nothing to give back but the absence
+    ({"pmd-maxsleep": "200"}, {}, "200", "200"),
+    ({"pmd-maxsleep": "500"}, {fabricctl.OVS_WAS: "300"}, "300", "300"),  # an earlier fabric's, never cleaned
+])
+def test_the_value_a_fabric_replaces_is_kept_on_ovss_own_row(monkeypatch, other, ids, kept, returned):
+    ovs = FakeOvs(other, ids)
+    monkeypatch.setattr(fabricctl.subprocess, "run", ovs.run)
+    assert fabricctl._set_ovs_tuning() == {"pmd-maxsleep": returned}
+    assert ovs.row == {"other_config": {"pmd-maxsleep": "500"}, "external_ids": {fabricctl.OVS_WAS: kept}}
+
+
+@pytest.mark.parametrize("other,ids,saved,after", [
+    ({"pmd-maxsleep": "500"}, {fabricctl.OVS_WAS: "200"}, None, {"pmd-maxsleep": "200"}),  # a corrupt state
+    ({"pmd-maxsleep": "500"}, {fabricctl.OVS_WAS: ""}, {"pmd-maxsleep": "999"}, {}),  # OVS's row wins
+    ({"pmd-maxsleep": "500"}, {}, {"pmd-maxsleep": "250"}, {"pmd-maxsleep": "250"}),  # a state of an earlier version
+    ({"pmd-maxsleep": "500"}, {}, {"pmd-maxsleep": "1; rm"}, {}),  # not a value we saved: OVS's default
+    ({"pmd-maxsleep": "77"}, {}, None, {"pmd-maxsleep": "77"}),  # nothing of ours changed it: left alone
+])
+def test_clean_gives_the_setting_back_from_ovss_row_whatever_the_state_says(monkeypatch, other, ids, saved, after):
+    ovs = FakeOvs(other, ids)
+    monkeypatch.setattr(fabricctl.subprocess, "run", ovs.run)
+    fabricctl._restore_ovs_tuning(saved)
+    assert ovs.row == {"other_config": after, "external_ids": {}}
