@@ -88,11 +88,11 @@ def cmd_status(args) -> int:
 
 
 def cmd_clean(args) -> int:
-    from testbed.emulation import fabricctl
+    from testbed.emulation import sweep
     from testbed.experiment.run import mark_killed_runs
     from testbed.paths import REPORTS
 
-    removed = fabricctl.clean()
+    removed = sweep.clean()
     print(f"removed {len(removed)} items" + (": " + ", ".join(removed[:12]) + (" ..." if len(removed) > 12 else "")
                                              if removed else ""))
     marked = mark_killed_runs(REPORTS)

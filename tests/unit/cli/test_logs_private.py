@@ -10,7 +10,8 @@ import pytest
 
 from testbed import owned
 from testbed.cli import outputs
-from testbed.cli.bench import check_bench_outputs
+from testbed.cli.bench import common
+from testbed.cli.bench import replay as replay_verb
 from testbed.errors import TestbedError
 
 
@@ -29,7 +30,7 @@ def _open(tmp_path, name="open"):
 def test_a_logs_directory_others_can_write_is_refused(tmp_path, as_root):
     d = _open(tmp_path)
     with pytest.raises(TestbedError) as info:
-        check_bench_outputs(Namespace(bench="pfc", logs=str(d)))
+        common.new_logs_dir(Namespace(logs=str(d)))  # bench pfc, exchange, failover
     assert str(info.value) == f"--logs {d}: refused, {owned.unsafe_dir(d)}; {owned.PRIVATE_DIR_RULE}"
     if os.getuid() == 0:  # as root the reason is the mode; not root, tmp_path is not root's to begin with
         assert owned.unsafe_dir(d) == f"{d} is writable by group and others (mode 777)"
@@ -41,7 +42,7 @@ def test_a_logs_directory_to_be_made_inside_one_others_can_write_is_refused(tmp_
         outputs.require_new_dir(d / "new", "--logs")
     assert not (d / "new").exists()
     with pytest.raises(TestbedError, match="refused"):
-        check_bench_outputs(Namespace(bench="replay", levels="16", logs=str(d)))
+        replay_verb._check(Namespace(levels="16", logs=str(d)))  # bench replay: an existing directory
 
 
 def test_a_private_logs_directory_and_other_flags_pass(tmp_path, as_root):

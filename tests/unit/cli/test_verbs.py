@@ -77,8 +77,9 @@ def test_up_lets_its_fabric_outlive_it_and_says_what_is_up(monkeypatch, capsys):
 
 def test_clean_lists_at_most_twelve_items(monkeypatch, capsys, tmp_path):
     import testbed.experiment.run as run
+    from testbed.emulation import sweep
 
-    monkeypatch.setattr(fabricctl, "clean", lambda: [f"netns tb-gpu{i}" for i in range(1, 15)])
+    monkeypatch.setattr(sweep, "clean", lambda: [f"netns tb-gpu{i}" for i in range(1, 15)])
     monkeypatch.setattr(run, "mark_killed_runs", lambda root: [])
     assert fabric_verbs.cmd_clean(Namespace()) == 0
     out = capsys.readouterr().out
