@@ -4,7 +4,10 @@ The controller starts it once, after every switch is verified, and reports it
 in the status file; a failed start or an exit is an error there, which
 ``testbed up`` fails on. The daemon outlives a controller restart (pauses are the
 datapath's, not the control plane's), so a restarted controller adopts the one
-running on its state directory's policy instead of starting a second.
+running on its state directory's policy instead of starting a second. Adopted is only a process
+that is provably that daemon: run by this user (root), from this checkout, with exactly the
+arguments ``pfc_launch.start`` gives it; a process that merely names the module and the policy is
+not, and a real daemon is started beside it.
 """
 
 from __future__ import annotations
@@ -15,7 +18,10 @@ import os
 from collections.abc import Callable
 from typing import Protocol
 
-from pfc.files import POLICY_FILE, STATUS_FILE
+from controller.pfc_launch import is_pfcd
+from pfc.files import STATUS_FILE
+from testbed import owned
+from testbed.paths import REPO
 
 
 class Process(Protocol):
@@ -29,31 +35,29 @@ class Process(Protocol):
 class Adopted:
     """A pause daemon an earlier controller started: not our child, so its exit status is unknown."""
 
-    def __init__(self, pid: int) -> None:
+    def __init__(self, pid: int, start: int | None = None) -> None:
         self.pid = pid
+        self.start = start if start is not None else owned.start_time(pid)
 
     def poll(self) -> int | None:
-        """None while it runs; -1 once it is gone (a zombie counts as gone)."""
-        try:
-            with open(f"/proc/{self.pid}/stat") as fh:
-                return -1 if fh.read().rsplit(")", 1)[1].split()[0] == "Z" else None
-        except OSError:
-            return -1
+        """None while it runs; -1 once it is gone (a zombie counts as gone, and so does another process
+        that was given its pid since: its start time differs)."""
+        info = owned.proc_info(self.pid)
+        return -1 if info is None or info.zombie or info.start != self.start else None
 
 
-def running_daemon(state_dir: str) -> int | None:
-    """The pid of a pause daemon running on ``state_dir``'s policy file, if any."""
-    want = os.path.join(state_dir, POLICY_FILE).encode()
+def is_daemon(info: owned.ProcInfo, state_dir: str) -> bool:
+    """Whether a process is the pause daemon of ``state_dir``: this user's, this checkout's (its working
+    directory), and exactly ``pfc_launch``'s command line."""
+    return (owned.same_user(info) and not info.zombie and info.cwd == str(REPO)
+            and is_pfcd(info.argv, state_dir))
+
+
+def running_daemon(state_dir: str) -> owned.ProcInfo | None:
+    """The pause daemon running on ``state_dir``'s policy file, if any."""
     for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as fh:
-                argv = fh.read().split(b"\0")
-        except OSError:
-            continue
-        if b"pfc.pfcd" in argv and want in argv:
-            return int(entry)
+        if entry.isdigit() and (info := owned.proc_info(int(entry))) is not None and is_daemon(info, state_dir):
+            return info
     return None
 
 
@@ -67,6 +71,7 @@ class PauseDaemonSupervisor:
         self.logger = logger
         self.proc: Process | None = None
         self.error: str | None = None
+        self.started_at: int | None = None  # the daemon's start time (/proc/PID/stat field 22)
 
     @property
     def tried(self) -> bool:
@@ -78,11 +83,14 @@ class PauseDaemonSupervisor:
         of killing the controller."""
         running = running_daemon(self.state_dir)
         if running is not None:
-            self.proc = Adopted(running)
-            self.logger.info("PFC helper already running, pid %d: adopted", running)
+            self.proc = Adopted(running.pid, running.start)
+            self.started_at = running.start
+            self.logger.info("PFC helper already running, pid %d: adopted", running.pid)
             return
         try:
             self.proc = self._start()
+            known = getattr(self.proc, "start", None)  # a Popen has none: read it while the pid is surely its
+            self.started_at = known if isinstance(known, int) else owned.start_time(self.proc.pid)
             self.logger.info("PFC helper started, pid %d", self.proc.pid)
         except Exception as exc:  # reported through the status file; 'up' fails on it
             self.error = f"{type(exc).__name__}: {exc}"
@@ -98,6 +106,7 @@ class PauseDaemonSupervisor:
             pass
         if self.proc is not None:
             doc["pid"] = self.proc.pid
+            doc["start"] = self.started_at  # with the pid: who stops it checks it is still this process
             code = self.proc.poll()
             if code is not None:
                 doc["ready"] = False

@@ -17,7 +17,11 @@ from pathlib import Path
 
 from pfc import files
 from pfc import policy as pfc_policy
+from testbed import owned
 from testbed.paths import REPO, module_env
+
+POLICY_FILE = files.POLICY_FILE
+LIFELINE_FD: int | None = None  # the controller's lifeline (controller.__main__ sets it), passed on to pfcd
 
 
 def with_burst_headroom(cfg: "pfc_policy.PfcConfig", rate_bps: float, mtu: int, burst_bytes: int):
@@ -66,13 +70,32 @@ def daemon_policy(fabric, datapath: dict, pfc: dict, state_dir: str) -> dict:
             "resolved": pfc_policy.policy_doc(fabric, resolved).get("config"), "queues": queues}
 
 
+def pfcd_args(state_dir: str | Path, lifeline_fd: int | None = None) -> list[str]:
+    """pfcd's arguments after the interpreter: the policy in ``state_dir``, and the lifeline it watches."""
+    args = ["-m", "pfc.pfcd", "--policy", str(Path(state_dir) / POLICY_FILE)]
+    return args + ["--lifeline-fd", str(lifeline_fd)] if lifeline_fd is not None else args
+
+
+def is_pfcd(argv: tuple[str, ...] | list[str], state_dir: str | Path) -> bool:
+    """Whether a command line is exactly one ``start`` gives for ``state_dir`` (any lifeline fd number):
+    a process whose arguments only contain the module and the policy path is not the pause daemon."""
+    if len(argv) < 2 or not Path(argv[0]).name.startswith("python"):
+        return False
+    args = list(argv[1:])
+    plain = pfcd_args(state_dir)
+    return args == plain or (len(args) == len(plain) + 2 and args[:-1] == plain + ["--lifeline-fd"]
+                             and args[-1].isdigit())
+
+
 def start(fabric, config: dict) -> subprocess.Popen:
-    """Write the policy next to the controller's files and start pfcd on it (its output to pfcd.log)."""
+    """Write the policy next to the controller's files and start pfcd on it (its output to pfcd.log), on the
+    controller's lifeline when it has one."""
     sdir = config["state_dir"]
     doc = daemon_policy(fabric, config["datapath"], config["pfc"], sdir)
-    path = Path(sdir) / files.POLICY_FILE
-    path.write_text(json.dumps(doc, indent=1))
-    log = open(Path(sdir) / "pfcd.log", "ab")
-    return subprocess.Popen([sys.executable, "-m", "pfc.pfcd", "--policy", str(path)], stdout=log,
-                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=REPO,
-                            env=module_env())
+    owned.write_private(Path(sdir) / POLICY_FILE, json.dumps(doc, indent=1))
+    log = owned.open_private(Path(sdir) / "pfcd.log", "ab")
+    fds = (LIFELINE_FD,) if LIFELINE_FD is not None else ()
+    with log:
+        return subprocess.Popen([sys.executable, *pfcd_args(sdir, LIFELINE_FD)], stdout=log,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=REPO,
+                                env=module_env(), pass_fds=fds)

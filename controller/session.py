@@ -44,6 +44,7 @@ from typing import Protocol
 from controller.cabling import CablingCheck, port_name
 from controller.pause_daemon import PauseDaemonSupervisor, Process
 from controller.rules import PRIO_MISS, FlowSpec, GroupSpec, SwitchProgram, switch_program
+from testbed import owned
 from testbed.fabric import build_fabric
 from testbed.fabric.failover import Dead
 from testbed.fabric.routing import forwarding_tables
@@ -441,8 +442,5 @@ class FabricSessions:
         }
 
     def write_status(self, now: float) -> None:
-        """Replace the status file atomically: readers never see half a document."""
-        tmp = self.status_file + ".tmp"
-        with open(tmp, "w") as fh:
-            json.dump(self.status(now), fh)
-        os.replace(tmp, self.status_file)
+        """Replace the status file atomically: readers never see half a document (no link followed)."""
+        owned.write_private(self.status_file, json.dumps(self.status(now)))

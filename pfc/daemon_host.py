@@ -11,6 +11,8 @@ import queue
 import threading
 import time
 
+from testbed import owned
+
 
 class Writer(threading.Thread):
     """Writes the status JSON and appends the logs, off the fast loop: on a disk
@@ -44,13 +46,10 @@ class Writer(threading.Thread):
                 doc, logs = item
                 for name, lines in logs.items():
                     if name not in files:
-                        files[name] = open(os.path.join(self.log_dir, name), "a")
+                        files[name] = owned.open_private(os.path.join(self.log_dir, name), "a")
                     files[name].writelines(lines)
                     files[name].flush()
-                tmp = self.status_path + ".tmp"
-                with open(tmp, "w") as fh:
-                    json.dump(doc, fh)
-                os.replace(tmp, self.status_path)
+                owned.write_private(self.status_path, json.dumps(doc))
         finally:
             for fh in files.values():
                 fh.close()

@@ -52,6 +52,7 @@ from pfc.analysis import percentiles
 from pfc.bpfmaps import F
 from pfc.daemon_host import Writer, away_from_pmd, no_idle_halt, quiet_gc, realtime
 from pfc.files import GAPS_FILE, LATENCY_FILE
+from testbed import owned
 from traffic.model import metrics
 
 MEASURE_AFTER_NS = 30_000_000  # look at departures 30 ms after a pause/resume
@@ -666,6 +667,8 @@ def main(argv: list[str] | None = None) -> int:
     every queue it paused is resumed on the way out."""
     ap = argparse.ArgumentParser(prog="pfcd")
     ap.add_argument("--policy", required=True)
+    ap.add_argument("--lifeline-fd", type=int, help="the read end of the lifeline of the process that brought the "
+                    "fabric up: cut (it died before letting go), every queue is resumed and the daemon exits")
     args = ap.parse_args(argv)
     policy = json.loads(Path(args.policy).read_text())
     stop = _stop_on_signals()
@@ -682,7 +685,7 @@ def main(argv: list[str] | None = None) -> int:
     fabric_state = Path(args.policy).with_name("state.json")
     ipr = tbfmsg.route_socket(timeout=0.05)  # blocking: resync waits for each answer
     try:
-        _loop(daemon, writer, stop, ipr, fabric_state)
+        _loop(daemon, writer, stop, ipr, fabric_state, args.lifeline_fd)
     finally:
         daemon.release_all()
         daemon.hand_over(writer)
@@ -704,12 +707,14 @@ def _stop_on_signals() -> dict:
     return stop
 
 
-def _loop(daemon: PauseDaemon, writer: Writer, stop: dict, ipr, fabric_state: Path) -> None:
+def _loop(daemon: PauseDaemon, writer: Writer, stop: dict, ipr, fabric_state: Path,
+          lifeline_fd: int | None = None) -> None:
     """The fast loop: a step, at most one frame, resync every 0.1 s and status every second, then
     sleep until the doorbell rings or ``poll_s`` passed; each phase over 2 ms is a noted gap.
 
-    It ends when told to or when the fabric's state file is gone (the fabric was torn down without
-    stopping it); not when the controller exits, because a restarted controller adopts it and the
+    It ends when told to, when the fabric's state file is gone (the fabric was torn down without
+    stopping it) or when its lifeline is cut (the process bringing the fabric up died); not when the
+    controller exits, because a restarted controller adopts it and the
     pauses are the datapath's."""
     gaps, poll_s = daemon.gaps, daemon.cfg.poll_s
     next_status = time.monotonic() + 1.0
@@ -737,6 +742,13 @@ def _loop(daemon: PauseDaemon, writer: Writer, stop: dict, ipr, fabric_state: Pa
             if not fabric_state.exists():
                 print("pfcd: the fabric is gone; resuming every queue and exiting", file=sys.stderr)
                 break
+            line = owned.lifeline_state(lifeline_fd) if lifeline_fd is not None else None
+            if line == owned.LIFELINE_CUT:
+                print("pfcd: the process bringing the fabric up died; resuming every queue and exiting",
+                      file=sys.stderr)
+                break
+            if line == owned.LIFELINE_RELEASED:
+                lifeline_fd = None  # the fabric outlives it on purpose
         if daemon.kicks:
             continue
         t1 = time.monotonic()

@@ -8,7 +8,8 @@ Every verb is a function taking the parsed arguments and returning an exit
 status. A ``TestbedError`` becomes one line on stderr (exit 2, or the error's
 own status); argparse mistakes likewise, without the usage dump; so does an
 ``OSError`` (exit 2, naming the path, or the verb's output flag when the OS
-names none, e.g. a full disk during a write).
+names none, e.g. a full disk during a write). SIGTERM and SIGHUP (a closed terminal) interrupt
+a verb as Ctrl-C does, so it removes what it half made (exit 130).
 """
 
 from __future__ import annotations
@@ -46,7 +47,25 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _interrupt(signum, frame):
+    """SIGTERM and SIGHUP clean up as Ctrl-C does. SIGHUP: the terminal is gone, so writing to it would fail
+    half way through the clean-up; what would have gone there goes nowhere from here on."""
+    if signum == signal.SIGHUP:
+        _detach_from_terminal()
     raise KeyboardInterrupt
+
+
+def _detach_from_terminal() -> None:
+    """Point stdout and stderr (the fds, so child processes' too) at /dev/null when they are a terminal."""
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        for fd in (1, 2):
+            try:
+                if os.isatty(fd):
+                    os.dup2(null, fd)
+            except OSError:  # the terminal already refuses even isatty: it is gone
+                os.dup2(null, fd)
+    finally:
+        os.close(null)
 
 
 # the flags naming where a verb writes, for an OSError that names no file (a full disk during a write)
@@ -65,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, _interrupt)  # 'kill' cleans up like Ctrl-C does
+    signal.signal(signal.SIGHUP, _interrupt)  # and so does a closed terminal
     try:
         return args.func(args) or 0
     except TestbedError as exc:

@@ -25,7 +25,8 @@ def cmd_up(args) -> int:
     if miswire and len(miswire) != 2:
         raise TestbedError(f"--miswire {args.miswire!r}: expected two switch ports, e.g. sw1-eth9,sw1-eth11")
     st = fabricctl.up(fabric_kwargs(args) | {"kind": args.fabric}, datapath_config(args), miswire,
-                      log=lambda m: print(m, file=sys.stderr), pfc=pfc_config(args), failover=args.failover)
+                      log=lambda m: print(m, file=sys.stderr), pfc=pfc_config(args), failover=args.failover,
+                      release=True)  # the fabric outlives this command: that is what 'up' is for
     t = st.timings
     print(f"{args.fabric} with {args.gpus} GPUs is up in {t['up_s']:.1f} s "
           f"({len(st.queues)} queues at {st.config['rate_bps'] / 1e6:g} Mbit/s, "
@@ -87,11 +88,11 @@ def cmd_status(args) -> int:
 
 
 def cmd_clean(args) -> int:
-    from testbed.emulation import fabricctl
+    from testbed.emulation import sweep
     from testbed.experiment.run import mark_killed_runs
     from testbed.paths import REPORTS
 
-    removed = fabricctl.clean()
+    removed = sweep.clean()
     print(f"removed {len(removed)} items" + (": " + ", ".join(removed[:12]) + (" ..." if len(removed) > 12 else "")
                                              if removed else ""))
     marked = mark_killed_runs(REPORTS)

@@ -6,6 +6,11 @@ for one file), so a bad ``--out``, ``--logs`` or ``--graph`` fails in one line
 before a fabric, a run directory or a picture exists. What can still fail
 later (a full disk, a device that refuses writes) is an ``OSError``: the CLI
 turns it into one line with ``os_error_line``, naming the path.
+
+As root, ``--logs`` (where the benchmarks write their logs and figures) must also be a
+directory only root can write to, below directories no other user can write to
+(``testbed.owned.unsafe_dir``): otherwise another user could put a link where root is about
+to write. Refused in one line naming the path and the rule.
 """
 
 from __future__ import annotations
@@ -18,8 +23,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
+from testbed import owned
 from testbed.errors import TestbedError
 from testbed.paths import REPORTS
+
+PRIVATE_FLAGS = ("--logs",)  # as root: a directory only root can write to (owned.unsafe_dir)
 
 _DIR_RULE = "expected an existing, writable directory"
 
@@ -62,8 +70,19 @@ def require_dir(path: str | Path, flag: str = "--out") -> Path:
         raise TestbedError(f"{flag} {path}: {_why_missing(path, exc)}; {_DIR_RULE}") from None
     if not stat.S_ISDIR(mode):
         raise TestbedError(f"{flag} {path}: is a file, not a directory; {_DIR_RULE}")
+    _require_private(path, flag)
     _probe(path, flag)
     return path
+
+
+def _require_private(path: Path, flag: str) -> None:
+    """As root, a ``PRIVATE_FLAGS`` directory (or, not made yet, the directory it will be made in) only root
+    can write to; one line naming the path and the rule otherwise."""
+    if flag not in PRIVATE_FLAGS or os.geteuid() != 0:
+        return
+    reason = owned.unsafe_dir(path)
+    if reason is not None:
+        raise TestbedError(f"{flag} {path}: refused, {reason}; {owned.PRIVATE_DIR_RULE}")
 
 
 def out_root(value: str | Path) -> Path:
@@ -80,6 +99,7 @@ def require_new_dir(path: str | Path, flag: str = "--logs") -> Path:
     if os.path.lexists(path) or path.parent == path:
         return require_dir(path, flag)
     _require_folder(path, flag, "a directory")
+    _require_private(path, flag)
     _probe(path.parent, flag, path)
     return path
 

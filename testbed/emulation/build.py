@@ -108,7 +108,7 @@ def _add_links(plan: DatapathPlan, created: Created) -> None:
         for br in plan.bridges:
             # no multicast snooping: a snooping bridge sends router-discovery (224.0.0.106) into the switch
             ipr.link("add", ifname=br, kind="bridge", br_stp_state=0, br_forward_delay=0, br_ageing_time=0,
-                     br_mcast_snooping=0)
+                     br_mcast_snooping=0, group=LINK_GROUP)
             created.links.append(br)
         run(["ip", "-batch", "-"], "\n".join(_bridge_port_lines(plan)) + "\n")
         offloads_off([d for d in plan.root_devices if d not in plan.bridges])
@@ -122,7 +122,9 @@ def _add_links(plan: DatapathPlan, created: Created) -> None:
 
 
 def _add_veths(ipr: IPRoute, plan: DatapathPlan, created: Created) -> None:
-    """Every veth pair, its far end straight into its namespace; each recorded as soon as it exists."""
+    """Every veth pair, its far end straight into its namespace; each recorded as soon as it exists, and
+    marked ours (our link group) by the message that makes it: an ``up`` killed before the alias is set
+    still leaves only devices ``clean`` recognises."""
     mtu = plan.config.mtu
     for a, b, b_ns, b_mac in plan.veths:
         if ipr.link_lookup(ifname=a):
@@ -130,9 +132,11 @@ def _add_veths(ipr: IPRoute, plan: DatapathPlan, created: Created) -> None:
         peer = {"ifname": b, "mtu": mtu}
         if b_ns:
             peer["net_ns_fd"] = b_ns
+        else:
+            peer["group"] = LINK_GROUP
         if b_mac:
             peer["address"] = b_mac
-        ipr.link("add", ifname=a, kind="veth", mtu=mtu, peer=peer)
+        ipr.link("add", ifname=a, kind="veth", mtu=mtu, peer=peer, group=LINK_GROUP)
         created.links.append(a)
 
 
@@ -271,49 +275,78 @@ def wait_ovs_ports(plan: DatapathPlan, timeout: float = 60) -> None:
 
 
 # ------------------------------------------------------------------ teardown
-def teardown(created: Created) -> dict:
-    """Remove exactly what ``created`` lists (in-netns processes first)."""
+def teardown(created: Created, left_alone: list[str] | None = None) -> dict:
+    """Remove what ``created`` lists and carries our marker (the one ownership check ``clean`` uses too,
+    ``inventory``): in-namespace processes first. A listed name that exists without the marker is not ours
+    (a stale or forged state file beside someone else's namespace, link or bridge of that name): it is
+    left alone and named in ``left_alone``."""
+    from testbed.emulation import inventory
+
+    left = left_alone if left_alone is not None else []
     timings = {}
     t = time.monotonic()
-    for pid in netns.pids_in(created.netns):
-        try:
-            os.kill(pid, 9)
-        except OSError:
-            pass
-    if created.ovs_bridges:
+    spaces = [n for n in created.netns if netns.exists(n)]
+    left += [f"netns {n}" for n in spaces if not inventory.is_our_namespace(n)]
+    spaces = [n for n in spaces if inventory.is_our_namespace(n)]
+    inventory.kill_in_namespaces(spaces)
+    bridges = set(inventory.our_bridges()) if created.ovs_bridges or created.qos_uuid else set()
+    left += [f"bridge {b}" for b in created.ovs_bridges if b not in bridges and _bridge_exists(b)]
+    ours = [b for b in created.ovs_bridges if b in bridges]
+    if ours:
         cmd = ["ovs-vsctl", "--timeout=60"]
-        for br in created.ovs_bridges:
+        for br in ours:
             cmd += ["--", "--if-exists", "del-br", br]
         subprocess.run(cmd, capture_output=True, timeout=120)
-    if created.qos_uuid:
+    if created.qos_uuid and created.qos_uuid in inventory.our_qos():
         subprocess.run(["ovs-vsctl", "--if-exists", "destroy", "qos", created.qos_uuid], capture_output=True)
     timings["ovs_s"] = round(time.monotonic() - t, 3)
     t = time.monotonic()
-    if created.netns:
-        subprocess.run(["ip", "-force", "-batch", "-"], input="".join(f"netns delete {n}\n" for n in created.netns),
+    if spaces:
+        subprocess.run(["ip", "-force", "-batch", "-"], input="".join(f"netns delete {n}\n" for n in spaces),
                        text=True, capture_output=True)
-    delete_links(created.links)
+    left += [f"link {name}" for name in delete_links(created.links)]
     timings["links_s"] = round(time.monotonic() - t, 3)
     return timings
 
 
-def delete_links(names: list[str]) -> None:
-    """Delete root-namespace devices: our whole link group in one kernel batch
-    (one RCU grace period instead of one per veth: 0.4 s instead of 4.8 s for
-    ROFT n=32) when every member of the group is ours, then any stragglers."""
+def _bridge_exists(name: str) -> bool:
+    return subprocess.run(["ovs-vsctl", "--timeout=5", "br-exists", name], capture_output=True).returncode == 0
+
+
+def delete_links(names: list[str]) -> list[str]:
+    """Delete the root-namespace devices ``names`` that carry our marker: our whole link group in one kernel
+    batch (one RCU grace period instead of one per veth: 0.4 s instead of 4.8 s for ROFT n=32) when every
+    member is listed (or a listed veth's twin), then one by one. Returns the names that exist without our
+    marker (left alone)."""
+    from testbed.emulation import inventory
+
     ipr = IPRoute()
+    foreign = []
     try:
-        group = [link for link in ipr.get_links() if link.get_attr("IFLA_GROUP") == LINK_GROUP]
-        if group and all(link.get_attr("IFLA_IFALIAS") == ALIAS for link in group):
+        links = ipr.get_links()
+        listed = {link["index"] for link in links if link.get_attr("IFLA_IFNAME") in set(names)}
+        group = [link for link in links if link.get_attr("IFLA_GROUP") == LINK_GROUP]
+        # the one batch only when it removes nothing unlisted: every member listed, or the veth twin of one
+        if group and all(link["index"] in listed or (link.get_attr("IFLA_LINK") in listed
+                                                      and link.get_attr("IFLA_LINK_NETNSID") is None)
+                         for link in group):
             subprocess.run(["ip", "link", "del", "group", str(LINK_GROUP)], capture_output=True)
         for dev in names:
             for index in ipr.link_lookup(ifname=dev):
+                try:
+                    link = ipr.get_links(index)[0]
+                except Exception:  # gone with its twin meanwhile
+                    continue
+                if not inventory.is_our_link(link):
+                    foreign.append(dev)
+                    continue
                 try:
                     ipr.link("del", index=index)
                 except Exception:  # peer already gone with its twin
                     pass
     finally:
         ipr.close()
+    return foreign
 
 
 def ovs_send_buffer_bytes() -> int | None:

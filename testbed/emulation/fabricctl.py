@@ -1,9 +1,26 @@
-"""The containerlab-like verbs on one fabric at a time: up, down, exec, status, clean.
+"""The containerlab-like verbs on one fabric at a time: up, down, exec, status (clean: ``sweep``).
 
 State of the running fabric (what was built, controller PID and port,
 timings: ``FabricState``) is in ``$TESTBED_STATE_DIR`` (default /run/zcube-testbed),
-together with the controller's config, log and status file. ``up`` either returns with
-a ready fabric or removes everything it made, also on Ctrl-C.
+together with the controller's config, log and status file. As root that directory must be
+root's and writable by no one else (``owned.require_private_dir``), and files in it are written
+without following links. ``up`` either returns with a ready fabric or removes everything it made,
+also on Ctrl-C or a closed terminal.
+
+Root acts only on what is provably ours (``testbed.owned``, ``inventory``): a process is signalled
+only if its start time and exact command line are the ones recorded, and it is ours (root's, this
+checkout's, our arguments); ``down`` removes what the state file lists only where it carries our
+marker, as ``clean`` does; ``clean`` works whatever the state file says.
+
+The controller's OpenFlow port is bound once, here, and the listening socket handed to the
+controller process (``--listen-fd``): no moment exists when the port is free for someone else to
+take before the switches connect. ``$TESTBED_CONTROLLER_PORT`` asks for a fixed port (default: one
+the OS gives); a port that is taken fails ``up`` in one line before anything is built.
+
+The controller and the pause daemon hang on a lifeline (``owned.lifeline``) held by the process
+that brought the fabric up: if it dies before it is done (``kill -9`` of ``up`` or ``run``) they
+stop; ``testbed up`` releases it once the fabric is ready, since leaving the fabric running is
+what it is for.
 """
 
 from __future__ import annotations
@@ -11,20 +28,19 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
-import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import asdict
 from pathlib import Path
 
 from pfc import files as pfc_files
+from testbed import owned
 from testbed.emulation import build, inventory, netns
+from testbed.emulation import state as _state
 from testbed.emulation.datapath import ALIAS, NETNS_PREFIX, DatapathConfig, DatapathPlan, plan_datapath
-from testbed.emulation.state import Created, FabricState
+from testbed.emulation.state import Created, FabricState, StateFileError
 from testbed.errors import EnvironmentProblem, TestbedError
 from testbed.fabric import Fabric, build_fabric
 from testbed.paths import REPO, module_env
@@ -39,12 +55,19 @@ _LEFTOVER_FILES = ("status.json", "controller.log", pfc_files.LOG_FILE, pfc_file
 
 def state_dir() -> Path:
     """Where the running fabric's files live (one fabric per machine)."""
-    return Path(os.environ.get("TESTBED_STATE_DIR", "/run/zcube-testbed"))
+    return _state.state_dir()
 
 
 def state_file() -> Path:
     """The running fabric's ``FabricState``, as JSON."""
-    return state_dir() / "state.json"
+    return _state.state_file()
+
+
+def require_state_dir() -> Path:
+    """The state directory; as root made if missing and refused in one line unless only root can write to it
+    (and to every directory above it that is not sticky)."""
+    what = "TESTBED_STATE_DIR" if "TESTBED_STATE_DIR" in os.environ else "state directory"
+    return owned.require_private_dir(state_dir(), what)
 
 
 def require_root() -> None:
@@ -62,11 +85,24 @@ def require_ovs() -> None:
 
 
 def load_state() -> FabricState | None:
-    """The running fabric's state (None: no fabric is up)."""
+    """The running fabric's state (None: no fabric is up). A state directory others can write to, or a state
+    file that is not a state, is one line naming the file and the reason (never its content)."""
+    require_state_dir()
+    path = state_file()
     try:
-        return FabricState.from_json(state_file().read_text())
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except FileNotFoundError:
         return None
+    except OSError as exc:
+        raise EnvironmentProblem(f"{path}: cannot read the fabric state ({exc.strerror or exc}); "
+                                 "'testbed clean' removes it") from None
+    try:
+        with os.fdopen(fd, "rb") as fh:
+            return FabricState.from_json(fh.read().decode("utf-8"))
+    except (StateFileError, UnicodeDecodeError) as exc:
+        why = exc.reason if isinstance(exc, UnicodeDecodeError) else exc
+        raise TestbedError(f"{path}: not a fabric state ({why}); 'testbed clean' removes what is ours "
+                           "whatever the file says") from None
 
 
 def require_state() -> FabricState:
@@ -91,11 +127,66 @@ def _alive(pid: int | None) -> bool:
         return False
 
 
-def _free_port() -> int:
-    """A TCP port nothing listens on, for the controller."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+CONTROLLER_HOST = "127.0.0.1"
+
+
+def requested_port() -> int:
+    """$TESTBED_CONTROLLER_PORT (0, the default: a port the OS gives when ``up`` binds)."""
+    raw = os.environ.get("TESTBED_CONTROLLER_PORT", "0")
+    if not raw.isdigit() or not 0 <= int(raw) <= 65535:
+        raise TestbedError(f"TESTBED_CONTROLLER_PORT {raw!r}: expected a TCP port 1..65535 (or 0: any free one)")
+    return int(raw)
+
+
+def listen(port: int) -> socket.socket:
+    """The controller's listening socket on 127.0.0.1:``port`` (0: the OS picks), bound and listening before
+    its port is written anywhere; handed to the controller process, which never binds. A port another
+    process holds is one line (the switches are never pointed at it)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        # TIME_WAIT of a stopped controller's connections must not block its successor; a socket listening on
+        # the port still does (Linux refuses the bind, or the listen)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((CONTROLLER_HOST, port))
+        sock.listen(128)
+    except OSError as exc:
+        sock.close()
+        raise EnvironmentProblem(f"controller port {CONTROLLER_HOST}:{port} cannot be bound "
+                                 f"({exc.strerror or exc}): another process holds it; free it, or set "
+                                 "TESTBED_CONTROLLER_PORT to another port (0: any free one)") from None
+    return sock
+
+
+# The lifeline of the fabric this process brought up: (read end, write end) while it holds it
+_LIFELINE: tuple[int, int] | None = None
+
+
+def _take_lifeline() -> None:
+    global _LIFELINE
+    _drop_lifeline()
+    _LIFELINE = owned.lifeline()
+
+
+def _drop_lifeline() -> None:
+    """Close this process's lifeline without releasing it: the fabric's processes stop when it is cut (used
+    once they are stopped anyway)."""
+    global _LIFELINE
+    if _LIFELINE is not None:
+        for fd in _LIFELINE:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        _LIFELINE = None
+
+
+def release_fabric() -> None:
+    """Let the fabric this process brought up outlive it (``testbed up``): its controller and pause daemon no
+    longer stop when this process exits."""
+    global _LIFELINE
+    if _LIFELINE is not None:
+        read_fd, write_fd = _LIFELINE
+        _LIFELINE = None
+        owned.release(write_fd)
+        os.close(read_fd)
 
 
 def fabric_of_state(st: FabricState) -> Fabric:
@@ -105,11 +196,13 @@ def fabric_of_state(st: FabricState) -> Fabric:
 
 # ----------------------------------------------------------------------- up
 def up(fabric_args: dict, config: DatapathConfig, miswire: tuple[str, str] | None = None,
-       log=print, pfc=None, failover: str = "fast") -> FabricState:
+       log=print, pfc=None, failover: str = "fast", release: bool = False) -> FabricState:
     """Build, program and verify a fabric; return its state. Raises on failure
     after removing everything it made. ``pfc``: a PfcConfig (None or disabled:
     lossy queues, no pause). ``failover``: "fast" (group buckets watch their ports) or
-    "controller" (only the controller's repair moves traffic off a dead cable)."""
+    "controller" (only the controller's repair moves traffic off a dead cable). ``release``: the fabric
+    outlives this process (``testbed up``); otherwise its controller and pause daemon stop when this
+    process dies before ``down``."""
     if failover not in FAILOVER_MODES:
         raise TestbedError(f"failover {failover!r}: expected one of {', '.join(FAILOVER_MODES)}")
     fabric = build_fabric(**fabric_args)  # bad parameters fail before anything is touched
@@ -119,19 +212,29 @@ def up(fabric_args: dict, config: DatapathConfig, miswire: tuple[str, str] | Non
         _miswire(plan, *miswire)
     require_root()
     require_ovs()
+    port = requested_port()
     _refuse_second_fabric()
     t0 = time.monotonic()
-    sdir = _fresh_state_dir()
-    st = FabricState(fabric={"kind": fabric.kind, **_fabric_kwargs(fabric)}, config=asdict(config),
-                     created=Created(), controller_port=_free_port(), queues=[asdict(q) for q in plan.queues],
-                     state_dir=str(sdir), pfc=asdict(pfc) if pfc is not None else {"enabled": False},
-                     queue_limits=limits, failover=None if failover == "fast" else failover)
-    _save(st)  # from here on, 'clean' can find what exists even if this process dies
+    listener = listen(port)  # before anything is built: a taken port fails here, alone
     try:
-        _bring_up(st, fabric, plan, t0, log)
+        sdir = _fresh_state_dir()
+        st = FabricState(fabric={"kind": fabric.kind, **_fabric_kwargs(fabric)}, config=asdict(config),
+                         created=Created(), controller_port=listener.getsockname()[1],
+                         queues=[asdict(q) for q in plan.queues], state_dir=str(sdir),
+                         pfc=asdict(pfc) if pfc is not None else {"enabled": False},
+                         queue_limits=limits, failover=None if failover == "fast" else failover)
+        _save(st)  # from here on, 'clean' can find what exists even if this process dies
+        _take_lifeline()
+    except BaseException:
+        listener.close()
+        raise
+    try:
+        _bring_up(st, fabric, plan, t0, log, listener)
     except BaseException:
         _undo_up(st, log)
         raise
+    if release:
+        release_fabric()
     return st
 
 
@@ -153,25 +256,27 @@ def _refuse_second_fabric() -> None:
     existing = load_state()
     if existing is None:
         return
-    if _alive(existing.controller_pid) or any(netns.exists(n) for n in existing.created.netns):
+    if controller_alive(existing) or any(netns.exists(n) for n in existing.created.netns):
         raise TestbedError(f"a fabric is already up ({existing.fabric['kind']}, "
                            f"{existing.fabric['gpus']} GPUs): run 'testbed down' first")
     raise TestbedError("a stale fabric state was left behind: run 'testbed clean' first")
 
 
 def _fresh_state_dir() -> Path:
-    """The state directory, without an earlier fabric's logs and status files."""
-    sdir = state_dir()
+    """The state directory (as root: only root's to write), without an earlier fabric's logs and status files."""
+    sdir = require_state_dir()
     sdir.mkdir(parents=True, exist_ok=True)
     for leftover in _LEFTOVER_FILES:
         (sdir / leftover).unlink(missing_ok=True)
     return sdir
 
 
-def _bring_up(st: FabricState, fabric: Fabric, plan: DatapathPlan, t0: float, log) -> None:
-    """Start the controller, build the datapath, wait until the controller verified it; the
+def _bring_up(st: FabricState, fabric: Fabric, plan: DatapathPlan, t0: float, log,
+              listener: socket.socket) -> None:
+    """Start the controller on ``listener``, build the datapath, wait until the controller verified it; the
     state file is saved after each step that makes something, for 'clean'."""
-    st.controller_pid = _start_controller(st)
+    with listener:  # the controller holds its own copy from here on
+        _start_controller(st, listener)
     _save(st)
     restore_wmem = _prepare_ovs_send_buffer(st)
     st.ovs_restore = _set_ovs_tuning()
@@ -215,10 +320,11 @@ def _undo_up(st: FabricState, log) -> None:
         return
     log("up failed: removing what was built")
     _stop_pfc(st)
-    _stop_process(st.controller_pid)
+    _stop_controller_process(st)
     build.teardown(st.created)
     _restore_ovs_tuning(st.ovs_restore or {})
     state_file().unlink(missing_ok=True)
+    _drop_lifeline()
 
 
 def _fabric_kwargs(f: Fabric) -> dict:
@@ -234,9 +340,7 @@ def _fabric_kwargs(f: Fabric) -> dict:
 
 def _save(st: FabricState) -> None:
     """Atomically: a reader (or 'clean' after a crash) never sees half a state file."""
-    tmp = state_file().with_suffix(".tmp")
-    tmp.write_text(st.to_json())
-    os.replace(tmp, state_file())
+    owned.write_private(state_file(), st.to_json())
 
 
 def _miswire(plan: DatapathPlan, port_a: str, port_b: str) -> None:
@@ -254,78 +358,78 @@ def _miswire(plan: DatapathPlan, port_a: str, port_b: str) -> None:
     plan.bridges[bb][plan.bridges[bb].index(db)] = da
 
 
-def _start_controller(st: FabricState) -> int:
-    """Start the controller in its own session (Ctrl-C in the terminal is ``up``'s to handle)."""
-    sdir = st.directory
+def _start_controller(st: FabricState, listener: socket.socket) -> None:
+    """Start the controller on ``listener`` (inherited: it never binds) in its own session (Ctrl-C in the
+    terminal is ``up``'s to handle), on this process's lifeline if it holds one; record its pid, start time
+    and exact command line in ``st``."""
+    sdir = state_dir()
     cfg = {"fabric": st.fabric, "status_file": str(sdir / "status.json"), "state_dir": str(sdir),
            "datapath": st.config, "pfc": st.pfc, "failover": st.failover or "fast"}
-    (sdir / "controller.json").write_text(json.dumps(cfg))
-    log = open(sdir / "controller.log", "ab")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "controller", "--port", str(st.controller_port), "--config",
-         str(sdir / "controller.json")],
-        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=REPO, start_new_session=True,
-        env=module_env(),
-    )
-    return proc.pid
+    owned.write_private(sdir / inventory.CONTROLLER_CONFIG, json.dumps(cfg))
+    lifeline = _LIFELINE[0] if _LIFELINE is not None else None
+    argv = [sys.executable, *inventory.controller_args(st.controller_port, listener.fileno(), sdir, lifeline)]
+    with owned.open_private(sdir / "controller.log", "ab") as log:
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=REPO,
+                                start_new_session=True, env=module_env(),
+                                pass_fds=(listener.fileno(),) + ((lifeline,) if lifeline is not None else ()))
+    st.controller_pid, st.controller_start, st.controller_argv = proc.pid, owned.start_time(proc.pid), argv
+
+
+def _is_our_controller(st: FabricState, info: owned.ProcInfo) -> bool:
+    """The recorded controller: ours (root's, this checkout's, our arguments on this state directory) and the
+    exact command line recorded (a state file of an earlier version recorded none)."""
+    return (inventory.our_process(info, state_dir()) == "controller"
+            and (st.controller_argv is None or list(info.argv) == st.controller_argv))
 
 
 def controller_alive(st: FabricState) -> bool:
-    """Whether the fabric's controller process runs."""
-    return _alive(st.controller_pid)
+    """Whether the fabric's controller process runs (the one recorded: same start time and command line)."""
+    info = owned.proc_info(st.controller_pid) if st.controller_pid else None
+    return (info is not None and not info.zombie and st.controller_start in (None, info.start)
+            and _is_our_controller(st, info))
+
+
+def _stop_controller_process(st: FabricState) -> str:
+    """Stop the recorded controller if it is still that process and ours; "stopped", "gone" or "not ours"."""
+    return owned.stop(st.controller_pid, st.controller_start, lambda info: _is_our_controller(st, info))
 
 
 def stop_controller(st: FabricState) -> None:
     """Stop only the controller: the switches keep forwarding on the rules they hold (fail_mode secure) and
     the pause daemon keeps running."""
-    _stop_process(st.controller_pid)
-    st.controller_pid = None
+    _stop_controller_process(st)
+    st.controller_pid = st.controller_start = st.controller_argv = None
     _save(st)
 
 
 def start_controller(st: FabricState, log=print) -> dict:
     """Start a controller on the running fabric and wait until it verified every switch; return its status.
-    It reads each switch back before writing, so a healthy fabric gets no message."""
-    if _alive(st.controller_pid):
+    It reads each switch back before writing, so a healthy fabric gets no message. The recorded port is
+    bound once more, here, and handed over: if another process took it meanwhile, this fails in one line
+    and no controller is started."""
+    if controller_alive(st):
         raise TestbedError(f"the controller already runs (pid {st.controller_pid})")
-    (st.directory / "status.json").unlink(missing_ok=True)  # the stopped controller's last word
-    st.controller_pid = _start_controller(st)
+    listener = listen(st.controller_port)
+    (state_dir() / "status.json").unlink(missing_ok=True)  # the stopped controller's last word
+    with listener:
+        _start_controller(st, listener)
     _save(st)
     return _wait_ready(st, st.model(), log)
 
 
 def _stop_pfc(st: FabricState) -> None:
-    """Stop the pause daemon (it resumes every queue it holds on the way out)
-    and unpin the queue-watch maps."""
+    """Stop the pause daemon (it resumes every queue it holds on the way out), if the controller's status
+    names a process that still is it (same start time) and is ours; unpin the queue-watch maps."""
     if not st.pfc_enabled:
         return
-    pid = ((controller_status(st) or {}).get("pfc") or {}).get("pid")
-    if pid:
-        _stop_process(pid)
+    pfc = (controller_status(st) or {}).get("pfc") or {}
+    pid, start = pfc.get("pid"), pfc.get("start")
+    if isinstance(pid, int) and isinstance(start, (int, type(None))):
+        sdir = state_dir()
+        owned.stop(pid, start, lambda info: inventory.our_process(info, sdir) == "PFC helper")
     from pfc import queue_watch
 
     queue_watch.remove_pins()
-
-
-def _stop_process(pid: int | None) -> None:
-    """SIGTERM, so the process cleans up after itself (the pause daemon resumes its queues);
-    SIGKILL if it has not gone within 2.5 s."""
-    if not _alive(pid):
-        return
-    try:  # the process may exit between the check and the signal: that is success
-        os.kill(pid, signal.SIGTERM)
-        for _ in range(50):
-            if not _alive(pid):
-                break
-            time.sleep(0.05)
-        else:
-            os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    try:
-        os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        pass
 
 
 def _prepare_ovs_send_buffer(st: FabricState) -> str | None:
@@ -350,33 +454,57 @@ def _prepare_ovs_send_buffer(st: FabricState) -> str | None:
     return old
 
 
+OVS_WAS = f"{ALIAS}-pmd-maxsleep-was"  # external id on OVS's own row: the value a fabric changed, for clean
+
+
+def _ovs_get(column_key: str) -> str | None:
+    """A key of the Open_vSwitch row (None: not set)."""
+    out = subprocess.run(["ovs-vsctl", "--timeout=5", "--if-exists", "get", "open_vswitch", ".", column_key],
+                         capture_output=True, text=True).stdout.strip()
+    return json.loads(out) if out.startswith('"') else (out or None)
+
+
 def _set_ovs_tuning() -> dict:
-    """Let the PMD sleep when idle (it shares 2 cores with the hosts' TCP)."""
-    out = subprocess.run(["ovs-vsctl", "--if-exists", "get", "open_vswitch", ".", "other_config:pmd-maxsleep"],
-                         capture_output=True, text=True).stdout.strip().strip('"')
-    subprocess.run(["ovs-vsctl", "set", "open_vswitch", ".", "other_config:pmd-maxsleep=500"], capture_output=True)
-    return {"pmd-maxsleep": out or None}
+    """Let the PMD sleep when idle (it shares 2 cores with the hosts' TCP). The value it replaces is kept on
+    OVS's own row too (our external id), so 'clean' gives it back whatever the state file says."""
+    was = _ovs_get("other_config:pmd-maxsleep")
+    kept = _ovs_get(f"external_ids:{OVS_WAS}")
+    if kept is not None:  # an earlier fabric changed it and was never cleaned: that one knows the original
+        was = kept or None
+    cmd = ["ovs-vsctl", "set", "open_vswitch", ".", "other_config:pmd-maxsleep=500",
+           f"external_ids:{OVS_WAS}={json.dumps(was or '')}"]
+    subprocess.run(cmd, capture_output=True)
+    return {"pmd-maxsleep": was}
 
 
-def _restore_ovs_tuning(saved: dict) -> None:
-    """Give OVS back the setting ``_set_ovs_tuning`` changed (it is machine-wide, not ours)."""
-    if not saved:
+def _restore_ovs_tuning(saved: dict | None) -> None:
+    """Give OVS back the setting ``_set_ovs_tuning`` changed (it is machine-wide, not ours): the value kept on
+    OVS's row, else the state file's (a fabric of an earlier version)."""
+    kept = _ovs_get(f"external_ids:{OVS_WAS}")
+    if kept is not None:
+        value = kept or None
+    elif isinstance(saved, dict) and saved:
+        value = saved.get("pmd-maxsleep")
+    else:
         return
-    value = saved.get("pmd-maxsleep")
+    if value is not None and not (isinstance(value, str) and value.isdigit()):
+        value = None  # not a value _set_ovs_tuning saved: leave OVS's default
+    forget = ["--", "remove", "open_vswitch", ".", "external_ids", OVS_WAS]
     if value:
-        subprocess.run(["ovs-vsctl", "set", "open_vswitch", ".", f"other_config:pmd-maxsleep={value}"],
+        subprocess.run(["ovs-vsctl", "set", "open_vswitch", ".", f"other_config:pmd-maxsleep={value}", *forget],
                        capture_output=True)
     else:
-        subprocess.run(["ovs-vsctl", "remove", "open_vswitch", ".", "other_config", "pmd-maxsleep"],
+        subprocess.run(["ovs-vsctl", "remove", "open_vswitch", ".", "other_config", "pmd-maxsleep", *forget],
                        capture_output=True)
 
 
 def controller_status(st: FabricState) -> dict | None:
-    """The controller's status file (None: not written yet, or half written)."""
+    """The controller's status file (None: not written yet, or half written, or not a status)."""
     try:
-        return json.loads((st.directory / "status.json").read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
+        doc = json.loads((st.directory / "status.json").read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return None
+    return doc if isinstance(doc, dict) else None
 
 
 def _wait_ready(st: FabricState, fabric: Fabric, log) -> dict:
@@ -385,7 +513,7 @@ def _wait_ready(st: FabricState, fabric: Fabric, log) -> dict:
     deadline = time.monotonic() + READY_TIMEOUT_S
     status = None
     while time.monotonic() < deadline:
-        if not _alive(st.controller_pid):
+        if not controller_alive(st):
             tail = (st.directory / "controller.log").read_text(errors="replace").strip().splitlines()[-3:]
             raise EnvironmentProblem(f"the controller exited during bring-up: {' | '.join(tail)}")
         status = controller_status(st)
@@ -444,22 +572,29 @@ def _first_send(plan: DatapathPlan) -> None:
 
 # --------------------------------------------------------------------- down
 def down() -> dict:
-    """Stop the fabric's processes and remove exactly what ``up`` recorded; return the timings."""
+    """Stop the fabric's processes and remove what ``up`` recorded and is ours (the markers ``clean`` checks);
+    return the timings. What the state file names but is not ours is left alone, and named."""
     require_root()
     st = require_state()
     t0 = time.monotonic()
     failed = []
-    for step in (lambda: _stop_pfc(st), lambda: _stop_process(st.controller_pid)):
+    for step in (lambda: _stop_pfc(st), lambda: _stop_controller_process(st)):
         try:  # a step that fails must not leave the rest of the fabric standing
             step()
         except Exception as exc:  # noqa: BLE001 - reported below, after the teardown
             failed.append(f"{type(exc).__name__}: {exc}")
-    timings = build.teardown(st.created)
+    left_alone: list[str] = []
+    timings = build.teardown(st.created, left_alone)
     _restore_ovs_tuning(st.ovs_restore or {})
     state_file().unlink(missing_ok=True)
+    _drop_lifeline()
     if failed:
         raise EnvironmentProblem(f"the fabric is down, but stopping its processes failed: {failed[0]}; "
                                  "'testbed clean' sweeps what is left")
+    if left_alone:
+        raise EnvironmentProblem(f"the fabric is down; left alone {len(left_alone)} things the state file named "
+                                 f"that are not ours (no marker of ours): {', '.join(left_alone[:6])}"
+                                 f"{' ...' if len(left_alone) > 6 else ''}")
     timings["down_s"] = round(time.monotonic() - t0, 3)
     return timings
 
@@ -534,7 +669,8 @@ def pfc_state(st: FabricState) -> dict:
         doc = json.loads((st.directory / pfc_files.STATUS_FILE).read_text())
     except (OSError, ValueError):
         return {"enabled": True, "alive": False}
-    return {"enabled": True, "alive": _alive(doc.get("pid")), "age_s": round(time.time() - doc.get("updated", 0), 1),
+    alive = _alive(doc.get("pid")) if isinstance(doc.get("pid"), int) else False
+    return {"enabled": True, "alive": alive, "age_s": round(time.time() - doc.get("updated", 0), 1),
             **{k: doc.get(k) for k in ("pauses", "resumes", "paused_now", "over_now", "pause_latency_ms",
                                        "resume_latency_ms", "loop_gaps")}}
 
@@ -552,7 +688,7 @@ def status() -> dict:
     return {
         "fabric": st.fabric,
         "config": st.config,
-        "controller": {"pid": st.controller_pid, "alive": _alive(st.controller_pid),
+        "controller": {"pid": st.controller_pid, "alive": controller_alive(st),
                        "switches_verified": sum(1 for s in ctrl.get("switches", {}).values() if s["verified"]),
                        "switches": len(ctrl.get("switches", {})), "miss_packets": ctrl.get("miss_packets"),
                        "ports_down": ctrl.get("ports_down", [])},
@@ -570,123 +706,3 @@ def faults_in_force(st: FabricState) -> dict:
         return json.loads((st.directory / FAULTS_IN_FORCE).read_text())
     except (FileNotFoundError, json.JSONDecodeError):
         return {}
-
-
-# -------------------------------------------------------------------- clean
-def clean() -> list[str]:
-    """Remove whatever this project left behind, and nothing else: bridges and
-    QoS rows marked with our external id, namespaces named tb-*, devices with
-    our ifalias, controller processes started from our state directory."""
-    require_root()
-    st = load_state()
-    if st is not None:
-        _stop_pfc(st)
-        _stop_process(st.controller_pid)
-        _restore_ovs_tuning(st.ovs_restore or {})
-    removed = _stop_our_processes()
-    removed += _remove_socket_folders()
-    if subprocess.run(["ovs-vsctl", "--timeout=5", "show"], capture_output=True).returncode == 0:
-        removed += _remove_ovs_rows()
-    removed += _remove_namespaces()
-    removed += _remove_links()
-    from pfc import queue_watch
-
-    removed += [f"pinned BPF map {p}" for p in queue_watch.remove_pins()]
-    state_file().unlink(missing_ok=True)
-    return removed
-
-
-def _our_process(cmdline: list[bytes], sdir: Path) -> str | None:
-    """What a process of ours is, from its command line (None: not ours; the table is the inventory's).
-    The controller and the pause daemon count only when started on the files of our state directory
-    ``sdir``."""
-    what = inventory.OUR_PROCESSES.get(tuple(cmdline[1:3]))
-    own = STATE_FILE_OF.get(what)
-    if own is not None and str(sdir / own).encode() not in cmdline:
-        return None
-    return what
-
-
-STATE_FILE_OF = {"controller": "controller.json", "PFC helper": pfc_files.POLICY_FILE}
-
-
-def _stop_our_processes() -> list[str]:
-    """Stop the controllers, pause daemons, agent launchers and coordinators an earlier fabric left."""
-    removed = []
-    sdir = state_dir()
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and int(entry) != os.getpid():
-            try:
-                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            what = _our_process(cmdline, sdir)
-            if what:
-                _stop_process(int(entry))
-                removed.append(f"{what} process {entry}")
-    return removed
-
-
-def _remove_socket_folders() -> list[str]:
-    """The live driver's control socket folders."""
-    removed = []
-    for sock_dir in Path(tempfile.gettempdir()).glob("tb-serving-*"):
-        shutil.rmtree(sock_dir, ignore_errors=True)
-        removed.append(f"control socket folder {sock_dir}")
-    return removed
-
-
-def _remove_ovs_rows() -> list[str]:
-    """OVS bridges (in one transaction) and QoS rows that carry our external id."""
-    removed = []
-    out = build.run(["ovs-vsctl", "--format=json", "--columns=name,external_ids", "list", "bridge"])
-    ours = [row[0] for row in json.loads(out)["data"] if [ALIAS, "1"] in row[1][1]]
-    if ours:
-        cmd = ["ovs-vsctl", "--timeout=60"]
-        for br in ours:
-            cmd += ["--", "--if-exists", "del-br", br]
-        build.run(cmd)
-        removed += [f"OVS bridge {b}" for b in ours]
-    out = build.run(["ovs-vsctl", "--format=json", "--columns=_uuid,external_ids", "list", "qos"])
-    for uuid, ids in json.loads(out)["data"]:
-        if [ALIAS, "1"] in ids[1]:
-            subprocess.run(["ovs-vsctl", "--if-exists", "destroy", "qos", uuid[1]], capture_output=True)
-            removed.append(f"OVS QoS {uuid[1][:8]}")
-    return removed
-
-
-def _remove_namespaces() -> list[str]:
-    """Our GPU namespaces, after killing what runs inside (a process keeps a namespace alive)."""
-    removed = []
-    spaces = [n for n in (os.listdir(netns.NETNS_DIR) if os.path.isdir(netns.NETNS_DIR) else [])
-              if n.startswith(NETNS_PREFIX + "gpu")]
-    for pid in netns.pids_in(spaces):
-        try:
-            os.kill(pid, signal.SIGKILL)
-            removed.append(f"process {pid} in a testbed namespace")
-        except OSError:
-            pass
-    if spaces:
-        subprocess.run(["ip", "-force", "-batch", "-"], input="".join(f"netns delete {n}\n" for n in spaces),
-                       text=True, capture_output=True)
-        removed += [f"netns {n}" for n in spaces]
-    return removed
-
-
-def _remove_links() -> list[str]:
-    """Root-namespace devices with our ifalias (a veth's twin may go with it first)."""
-    from pyroute2 import IPRoute
-
-    removed = []
-    ipr = IPRoute()
-    try:
-        for link in ipr.get_links():
-            if link.get_attr("IFLA_IFALIAS") == ALIAS:
-                try:
-                    ipr.link("del", index=link["index"])
-                    removed.append(f"link {link.get_attr('IFLA_IFNAME')}")
-                except Exception:
-                    pass
-    finally:
-        ipr.close()
-    return removed

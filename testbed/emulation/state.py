@@ -9,12 +9,31 @@ must still be read, and ``to_json`` writes the same bytes the dict it replaces w
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from testbed.fabric import Fabric, build_fabric
 
 _LOSSY = {"enabled": False}  # the "pfc" entry of a fabric without PFC
+DEFAULT_STATE_DIR = "/run/zcube-testbed"
+
+
+def state_dir() -> Path:
+    """Where the running fabric's files live (one fabric per machine): $TESTBED_STATE_DIR, else
+    /run/zcube-testbed. As root it must be a directory only root can write to (checked by the
+    verbs that read or write it: ``fabricctl``)."""
+    return Path(os.environ.get("TESTBED_STATE_DIR", DEFAULT_STATE_DIR))
+
+
+def state_file() -> Path:
+    """The running fabric's ``FabricState``, as JSON."""
+    return state_dir() / "state.json"
+
+
+class StateFileError(ValueError):
+    """A state file that is not a state: unparsable, or an entry of the wrong shape (the reason only,
+    never the file's content)."""
 
 
 @dataclass
@@ -47,6 +66,8 @@ class FabricState:
     config: dict = field(default_factory=dict)  # the DatapathConfig, as a dict
     controller_port: int | None = None
     controller_pid: int | None = None
+    controller_start: int | None = None  # the controller's start time (/proc/PID/stat field 22): pid reuse shows
+    controller_argv: list[str] | None = None  # its exact command line, checked before any signal
     created: Created = field(default_factory=Created)  # what exists, for exact teardown
     queues: list[dict] = field(default_factory=list)  # the datapath plan's queues, as dicts
     timings: dict = field(default_factory=dict)  # bring-up phases, seconds
@@ -76,11 +97,27 @@ class FabricState:
     # ------------------------------------------------------------- the file
     @classmethod
     def from_json(cls, text: str) -> "FabricState":
-        """Read a state file; missing entries take the defaults the callers used to assume."""
-        doc = json.loads(text)
+        """Read a state file; missing entries take the defaults the callers used to assume. A file that is
+        not a state raises ``StateFileError`` with the reason (never a piece of the file)."""
+        try:
+            doc = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise StateFileError(f"not JSON ({exc.msg} at line {exc.lineno})") from None
+        if not isinstance(doc, dict):
+            raise StateFileError(f"a JSON {type(doc).__name__}, not an object")
         known = {k: doc[k] for k in _ORDER if k in doc}
+        for key, kinds in _SHAPES.items():
+            if key in known and not isinstance(known[key], kinds):
+                raise StateFileError(f"entry {key!r} is a {type(known[key]).__name__}")
         if "created" in known:
-            known["created"] = Created.from_dict(known["created"])
+            created = known["created"]
+            for key in ("netns", "links", "ovs_bridges"):
+                names = created.get(key, [])
+                if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+                    raise StateFileError(f"entry 'created.{key}' is not a list of names")
+            if not isinstance(created.get("qos_uuid"), (str, type(None))):
+                raise StateFileError("entry 'created.qos_uuid' is not a name")
+            known["created"] = Created.from_dict(created)
         return cls(**known, extra={k: v for k, v in doc.items() if k not in _ORDER})
 
     def to_json(self) -> str:
@@ -100,5 +137,11 @@ class FabricState:
 
 # Entries in the order the file has them; the _LATE ones appear only once recorded (or when set).
 _ORDER = ("fabric", "config", "controller_port", "controller_pid", "created", "queues", "timings", "warnings",
-          "state_dir", "pfc", "queue_limits", "ovs_restore", "controller_status", "failover")
-_LATE = ("ovs_restore", "controller_status", "failover")
+          "state_dir", "pfc", "queue_limits", "ovs_restore", "controller_status", "failover", "controller_start",
+          "controller_argv")
+_LATE = ("ovs_restore", "controller_status", "failover", "controller_start", "controller_argv")
+_INT = (int, type(None))
+_SHAPES = {"fabric": dict, "config": dict, "controller_port": _INT, "controller_pid": _INT, "created": dict,
+           "queues": list, "timings": dict, "warnings": list, "state_dir": str, "pfc": dict, "queue_limits": dict,
+           "ovs_restore": (dict, type(None)), "controller_status": (dict, type(None)), "failover": (str, type(None)),
+           "controller_start": _INT, "controller_argv": (list, type(None))}

@@ -33,6 +33,12 @@ def test_bench_replay_delivers_every_ordered_byte(tmp_path):
     level, = doc["levels"]
     assert level["level"] == 16 and "error" not in level, level
     assert level["ordered_bytes"] > 0 and level["delivered_bytes"] == level["ordered_bytes"]
-    assert level["lateness_p99_ms"] is not None and level["agents_cores"] > 0
-    assert doc["highest_level_keeping_time"] in (None, 16)
+    assert level["delivered_fraction"] == 1.0
+    assert isinstance(level["lateness_p99_ms"], float) and level["agents_cores"] > 0
+    # whether one level keeps time is the machine's to say; what the verdict makes of it is not: every byte
+    # arrived, so level 16 keeps time exactly when its start lateness P99 is within the goal, and the highest
+    # level keeping time is then 16, else none
+    keeps = level["lateness_p99_ms"] <= doc["goal_lateness_p99_ms"]
+    assert level["keeps_time"] is keeps
+    assert doc["highest_level_keeping_time"] == (16 if keeps else None)
     assert leftovers() == []

@@ -33,9 +33,12 @@ def test_short_replay_verifies_every_transfer(kind, tmp_path):
     assert sent == sum(int(r["received_bytes"]) for r in rows) == sum(t["bytes"] for t in expected.plan_rows)
     assert summary["bytes"] == sent
     assert len((run_dir / "fct.txt").read_text().splitlines()) == len(rows)
-    for key in ("goodput_bps", "fct_ms", "ttft_ms", "start_lateness_ms"):
-        assert summary[key] is not None
-    assert summary["fct_ms"]["p50"] <= summary["fct_ms"]["p99"] <= summary["fct_ms"]["p999"]
+    # the measured figures are the machine's; their bounds are not: 16 GPUs x 2 NIC ports x 3 Mbit/s = 96 Mbit/s
+    # is all the fabric can carry, and a transfer cannot finish before it starts
+    assert 0 < summary["goodput_bps"] <= 16 * 2 * 3e6
+    assert 0 < summary["fct_ms"]["p50"] <= summary["fct_ms"]["p99"] <= summary["fct_ms"]["p999"]
+    assert set(summary["ttft_ms"]) >= {"p50", "p99"} and 0 < summary["ttft_ms"]["p50"] <= summary["ttft_ms"]["p99"]
+    assert 0 <= summary["start_lateness_ms"]["p50"] <= summary["start_lateness_ms"]["p99"]
     assert summary["crashed_agents"] == {}
     if cross:  # background iperf3 (Python binding) ran beside the replay
         assert summary["cross_traffic"]["flows"] == 2 and summary["cross_traffic"]["goodput_bps"] > 0

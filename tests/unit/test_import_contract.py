@@ -36,7 +36,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("datapath plan", ("testbed.emulation.datapath", "testbed.emulation.netns")),
     ("traffic runtime", ("traffic.runtime",)),
     ("models", ("testbed.fabric", "traffic.model", "traffic")),
-    ("bottom", ("testbed", "testbed.errors", "testbed.paths", "testbed.units", "testbed.scale")),
+    ("bottom", ("testbed", "testbed.errors", "testbed.paths", "testbed.units", "testbed.scale", "testbed.owned")),
 )
 BOTTOM = dict(LAYERS)["bottom"]
 ENTRY_POINTS = dict(LAYERS)["entry points"]

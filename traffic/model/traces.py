@@ -39,6 +39,7 @@ from traffic.model.errors import TraceError, TrafficError
 FORMATS = ("auto", "mooncake", "azure")
 AZURE_HEADER = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 MOONCAKE_KEYS = ("timestamp", "input_length", "output_length", "hash_ids")
+_UNKNOWN_FIRST_LINE = "its first line is neither a JSON object nor the Azure CSV header"
 _EXPECT_FORMAT = ("expected Mooncake JSONL (one JSON object a line) or Azure CSV "
                   "with header 'TIMESTAMP,ContextTokens,GeneratedTokens'")
 _GZIP_MAGIC = b"\x1f\x8b"
@@ -68,7 +69,9 @@ class TraceReadResult:
 
 
 class _RowError(Exception):
-    """A bad row; carries the field and the reason for the one-line message."""
+    """A bad row; carries the field and the reason for the one-line message. The reason describes the value
+    (its kind, the bound it misses), never quotes it: the file may be anything root can read, and a
+    message must not show a piece of it."""
 
     def __init__(self, field: str | None, why: str, expected: str) -> None:
         super().__init__(why)
@@ -114,8 +117,7 @@ def detect_format(path: str | Path) -> str:
     first = _first_line(path)
     kind = _classify(first[1])
     if kind is None:
-        raise TraceError(f"{path}:{first[0]}: cannot detect trace format from {first[1][:40]!r}; "
-                         f"{_EXPECT_FORMAT}")
+        raise TraceError(f"{path}:{first[0]}: cannot detect trace format: {_UNKNOWN_FIRST_LINE}; {_EXPECT_FORMAT}")
     return kind
 
 
@@ -157,11 +159,10 @@ def read_trace(path: str | Path, fmt: str = "auto", skip_bad: bool = False) -> T
     line_no, line = _first_line(path)
     found = _classify(line)
     if found is None:
-        raise TraceError(f"{path}:{line_no}: cannot detect trace format from {line[:40]!r}; "
-                         f"{_EXPECT_FORMAT}")
+        raise TraceError(f"{path}:{line_no}: cannot detect trace format: {_UNKNOWN_FIRST_LINE}; {_EXPECT_FORMAT}")
     if fmt != "auto" and fmt != found:
         raise TraceError(f"{path}:{line_no}: format {fmt!r} was asked for but the file looks "
-                         f"like {found!r} ({line[:40]!r}); expected a {fmt} trace or fmt='auto'")
+                         f"like {found!r}; expected a {fmt} trace or fmt='auto'")
     parse = _parse_mooncake_row if found == "mooncake" else _parse_azure_row
     rows = _data_lines(path)
     if found == "azure":
@@ -185,8 +186,7 @@ def _read_rows(path: Path, found: str, rows: Iterator[tuple[int, str]], parse: A
         try:
             stamp_ns, n_in, n_out, hashes = parse(text)
             if prev_ns is not None and stamp_ns < prev_ns:
-                raise _RowError(_ts_field(found), f"goes backwards ({_show_ns(found, stamp_ns)} < "
-                                f"previous {_show_ns(found, prev_ns)})",
+                raise _RowError(_ts_field(found), "goes backwards (earlier than the row before)",
                                 "non-decreasing timestamps")
         except _RowError as err:
             if skip_bad:
@@ -205,8 +205,14 @@ def _ts_field(fmt: str) -> str:
     return "timestamp" if fmt == "mooncake" else "TIMESTAMP"
 
 
-def _show_ns(fmt: str, ns: int) -> str:
-    return f"{ns // 1_000_000} ms" if fmt == "mooncake" else f"{ns / 1e9:.7f} s since epoch"
+def _kind(value: Any) -> str:
+    """What a value is, without showing it."""
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a fraction" if isinstance(value, float) and math.isfinite(value) else \
+            "a number" if isinstance(value, int) else "not a finite number"
+    return {str: "a text", list: "a list", dict: "an object", type(None): "null"}.get(type(value), "a value")
 
 
 def _token_count(field: str, value: Any, minimum: int) -> int:
@@ -216,14 +222,14 @@ def _token_count(field: str, value: Any, minimum: int) -> int:
         try:
             number = int(value.strip())
         except ValueError:
-            raise _RowError(field, f"{value!r} is not an integer",
+            raise _RowError(field, "is a text that is not an integer",
                             f"an integer token count >= {minimum}") from None
     elif isinstance(value, float) and math.isfinite(value) and value.is_integer():
         number = int(value)
     if isinstance(number, bool) or not isinstance(number, int):
-        raise _RowError(field, f"{value!r} is not an integer", f"an integer token count >= {minimum}")
+        raise _RowError(field, f"is {_kind(value)}, not an integer", f"an integer token count >= {minimum}")
     if number < minimum:
-        raise _RowError(field, f"{number} is too small", f"an integer token count >= {minimum}")
+        raise _RowError(field, f"is below {minimum}", f"an integer token count >= {minimum}")
     return number
 
 
@@ -240,13 +246,14 @@ def _parse_mooncake_row(text: str) -> tuple[int, int, int, tuple[int, ...]]:
             raise _RowError(key, "missing", f"keys {', '.join(MOONCAKE_KEYS)}")
     stamp = obj["timestamp"]
     if isinstance(stamp, bool) or not isinstance(stamp, (int, float)) or not math.isfinite(stamp):
-        raise _RowError("timestamp", f"{stamp!r} is not a number", "milliseconds >= 0")
+        raise _RowError("timestamp", f"is {_kind(stamp)}, not a number", "milliseconds >= 0")
     if stamp < 0:
-        raise _RowError("timestamp", f"{stamp!r} is negative", "milliseconds >= 0")
+        raise _RowError("timestamp", "is negative", "milliseconds >= 0")
     hashes = obj["hash_ids"]
     if not isinstance(hashes, list) or not all(
             isinstance(h, int) and not isinstance(h, bool) and h >= 0 for h in hashes):
-        raise _RowError("hash_ids", f"{str(hashes)[:40]} is not a list of non-negative integers",
+        raise _RowError("hash_ids", f"is {_kind(hashes)}, not a list of non-negative integers"
+                        if not isinstance(hashes, list) else "holds something that is not a non-negative integer",
                         "a list of non-negative integers")
     return (round(stamp * 1_000_000), _token_count("input_length", obj["input_length"], 1),
             _token_count("output_length", obj["output_length"], 0), tuple(hashes))
@@ -263,7 +270,7 @@ def _parse_azure_row(text: str) -> tuple[int, int, int, tuple[int, ...]]:
             raise ValueError
         whole = datetime.strptime(f"{match[1]} {match[2]}", "%Y-%m-%d %H:%M:%S")
     except ValueError:
-        raise _RowError("TIMESTAMP", f"{stamp[:40]!r} is not a timestamp",
+        raise _RowError("TIMESTAMP", "is not a timestamp",
                         "'YYYY-MM-DD HH:MM:SS[.fraction]'") from None
     fraction = match[3] or ""
     seconds = (whole - _EPOCH).days * 86400 + (whole - _EPOCH).seconds

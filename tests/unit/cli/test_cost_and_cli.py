@@ -58,16 +58,28 @@ def test_plan_json_roft(capsys):
 def test_path_json_contract(capsys):
     status, out, _ = run_cli(capsys, "path", "zcube", "--gpus", "32", "--gpus-per-switch", "8",
                              "--src", "3", "--dst", "17", "--json")
-    doc = json.loads(out)
-    want = {"src_port": 1, "dst_port": 2, "hops": ["sw5", "sw6"]}
-    assert doc["paths"][0] | {} and want.items() <= doc["paths"][0].items()
+    # ZCube n=32, k=8: gpu3's port 1 is on odd switch ((3-1) mod 4) x 2 + 1 = sw5, gpu17's port 2 on even switch
+    # ceil(17/8) x 2 = sw6; gpu3's port 2 on sw2, gpu17's port 1 on ((17-1) mod 4) x 2 + 1 = sw1. Addresses
+    # 10.<port>.0.<gpu>; one direct cable each (by destination among the pair's 2).
+    assert status == 0 and json.loads(out) == {
+        "fabric": "zcube", "src": 3, "dst": 17, "policy": "striped", "paths": [
+            {"src_port": 1, "dst_port": 2, "hops": ["sw5", "sw6"], "ecmp": False, "cables": 1, "src_ip": "10.1.0.3",
+             "dst_ip": "10.2.0.17", "alt_src_ip": "10.2.0.3", "alt_dst_ip": "10.1.0.17"},
+            {"src_port": 2, "dst_port": 1, "hops": ["sw2", "sw1"], "ecmp": False, "cables": 1, "src_ip": "10.2.0.3",
+             "dst_ip": "10.1.0.17", "alt_src_ip": "10.1.0.3", "alt_dst_ip": "10.2.0.17"}]}
 
 
 def test_graph_outputs(tmp_path, capsys):
     for name in ("t.png", "t.dot", "t.mmd"):
         status, _, _ = run_cli(capsys, "plan", "zcube", "--graph", str(tmp_path / name))
-        assert status == 0 and (tmp_path / name).stat().st_size > 100
-    assert (tmp_path / "t.png").read_bytes()[:4] == b"\x89PNG"
+        assert status == 0
+    assert (tmp_path / "t.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # ZCube n=32: 32 GPUs x 2 NIC cables + 4 x 4 odd-even pairs x 2 cables = 96 cables, one dot edge each; the
+    # Mermaid picture draws each NIC cable (64) and one edge per switch pair (16): 80
+    dot = (tmp_path / "t.dot").read_text()
+    assert dot.splitlines()[0] == 'graph "ZCube(gpus=32, gpus_per_switch=8, cables=2)" {' and dot.count(" -- ") == 96
+    mmd = (tmp_path / "t.mmd").read_text()
+    assert mmd.splitlines()[0] == "graph TD" and mmd.count("---") == 80
 
 
 @pytest.mark.parametrize(

@@ -22,13 +22,15 @@ def test_config_rows_watched_queues_and_windows():
     assert cfg.watched_slots.tolist() == [cfg.slot[q] for q in cfg.watched]
     assert cfg.switch_slot == {}  # static thresholds: no switch pools
     assert cfg.nic_index == {nic: i for i, nic in enumerate(sorted(policy["nics"]))}
-    q = cfg.watched[0]
-    assert cfg.window_ns[q] == int(1.5 * policy["queues"][q]["xoff"] * 8 / policy["rate_bps"] * 1e9)
+    # default thresholds at 3 Mbit/s, MTU 3000, 60 000 B buffers: XOFF = buffer / 2 = 30 000 B, and the window
+    # a pause is measured in is 1.5 x the time XOFF takes to drain: 1.5 x 30 000 x 8 / 3e6 s = 0.12 s
+    assert {policy["queues"][q]["xoff"] for q in cfg.watched} == {30000}
+    assert set(cfg.window_ns[q] for q in cfg.watched) == {120_000_000}
     for qid in cfg.watched:
         assert [f for f, _ in cfg.sources[qid]] == policy["queues"][qid]["feeders"]
         for f, nics in cfg.sources[qid]:
             assert nics == {cfg.nic_index[n] for n in policy["queues"][qid]["sources"].get(f, [])}
-    assert cfg.poll_s == policy["poll_us"] / 1e6 and cfg.frame == policy["mtu"] + 14
+    assert cfg.poll_s == 0.0005 and cfg.frame == 3014  # the default 500 us poll; 3000 B + 14 B Ethernet
 
 
 def test_dynamic_thresholds_get_one_pool_row_per_switch_after_the_queues():
@@ -36,9 +38,14 @@ def test_dynamic_thresholds_get_one_pool_row_per_switch_after_the_queues():
     cfg = pfcd.DaemonConfig.from_policy(policy)
     switches = sorted({policy["queues"][q]["dynamic"]["switch"] for q in cfg.watched})
     assert cfg.switch_slot == {sw: len(cfg.qids) + i for i, sw in enumerate(switches)}
-    q = cfg.watched[0]
-    top = policy["queues"][q]["dynamic"]["xoff_max"]
-    assert cfg.window_ns[q] == int(1.5 * top * 8 / policy["rate_bps"] * 1e9)
+    # ROFT n=16: one leaf per rail with 4 NIC ports and 4 uplinks (8 ports), two spines of 16. A lone queue on
+    # leaf1 stops at alpha/(1+alpha) of the pool: 0.5/1.5 x 8 x 60 000 B = 160 000 B; its window is
+    # 1.5 x 160 000 x 8 / 3e6 s = 0.64 s. A spine's pool is 16 ports: 320 000 B, 1.28 s.
+    assert switches == ["leaf1", "leaf2", "leaf3", "leaf4", "leaf5", "leaf6", "leaf7", "leaf8", "spine1", "spine2"]
+    assert policy["queues"]["leaf1:1"]["dynamic"]["xoff_max"] == 160_000
+    assert cfg.window_ns["leaf1:1"] == 640_000_000
+    assert policy["queues"]["spine1:1"]["dynamic"]["xoff_max"] == 320_000
+    assert cfg.window_ns["spine1:1"] == 1_280_000_000
 
 
 def test_too_many_rows_exit_with_one_line(monkeypatch):

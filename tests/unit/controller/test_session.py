@@ -425,6 +425,7 @@ def test_every_tick_rewrites_the_status_file(tmp_path):
 
 class FakeProcess:
     pid = 4242
+    start = 987654  # its start time (/proc/PID/stat field 22), reported beside the pid for who stops it
 
     def __init__(self):
         self.code = None
@@ -457,7 +458,7 @@ def test_pfc_daemon_starts_once_after_every_switch_is_verified_and_its_exit_is_a
     core.tick(2.0)
     core.tick(3.0)
     assert started == [(core.fabric, str(tmp_path))]
-    assert core.status(4.0)["pfc"] == {"ready": True, "queues": 3, "pid": 4242}
+    assert core.status(4.0)["pfc"] == {"ready": True, "queues": 3, "pid": 4242, "start": 987654}
     proc.code = 1
     pfc = core.status(5.0)["pfc"]
     assert pfc["ready"] is False and pfc["error"] == "pfcd exited with status 1 (see pfcd.log)"

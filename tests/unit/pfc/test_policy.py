@@ -253,19 +253,25 @@ def test_dynamic_thresholds_have_two_and_one_frame_floors():
 
 
 def test_dynamic_pool_is_the_switchs_ports_and_a_lone_queue_stops_at_alpha_over_one_plus_alpha():
+    """ZCube n=32, k=8: sw1 has 8 GPU ports and 4 even switches x 2 cables = 16 ports; its pool is
+    16 x 60 000 = 960 000 B. A lone queue stops where b = alpha (shared - b): b = 0.5/1.5 x 960 000 = 320 000 B.
+    sw1:9 (the first cable to sw2) is fed by sw1's 8 GPUs' port 1 (gpu1, 5, ..., 29), each with the default
+    headroom 2 x 3 014 + 3e6 x 2 ms / 8 = 6 778 B, rounded up to 7 000: limit 320 000 + 8 x 7 000 = 376 000 B."""
     f = fabric_of("zcube32")
     r = resolve(PfcConfig(dynamic_alpha=0.5), RATE, MTU, BUFFER)
+    assert r.headroom_bytes == 7000
     th = thresholds(f, r)
-    ports = len(f.switches["sw1"].ports)
-    shared = ports * BUFFER
-    top = int(0.5 * shared / 1.5)  # b = 0.5 (shared - b)
-    assert th["sw1:9"]["dynamic"] == {"alpha": 0.5, "shared": shared, "switch": "sw1", "xoff_max": top}
-    assert th["sw1:9"]["limit"] == top + len(th["sw1:9"]["feeders"]) * r.headroom_bytes
+    assert th["sw1:9"]["dynamic"] == {"alpha": 0.5, "shared": 960_000, "switch": "sw1", "xoff_max": 320_000}
+    assert th["sw1:9"]["feeders"] == [f"gpu{g}:p1" for g in range(1, 32, 4)]
+    assert th["sw1:9"]["limit"] == 376_000
     assert (th["sw1:9"]["xoff"], th["sw1:9"]["xon"]) == (6028, 3014)
     assert "dynamic" not in thresholds(f, resolve(PfcConfig(), RATE, MTU, BUFFER))["sw1:9"]
-    # a tiny alpha cannot push the lone-queue XOFF below the 2-frame floor
+    # the smallest alpha, 1/128: 960 000 / 129 = 7 441.9 -> 7 441; with 20 000 B buffers the pool is 320 000 B
+    # and 320 000 / 129 = 2 480, below the 2-frame floor of 6 028, which holds
     tiny = resolve(PfcConfig(dynamic_alpha=1 / 128), RATE, MTU, BUFFER)
-    assert thresholds(f, tiny)["sw1:9"]["dynamic"]["xoff_max"] == max(6028, int(shared / 129))
+    assert thresholds(f, tiny)["sw1:9"]["dynamic"]["xoff_max"] == 7441
+    small = resolve(PfcConfig(dynamic_alpha=1 / 128), RATE, MTU, 20_000)
+    assert thresholds(f, small)["sw1:9"]["dynamic"]["xoff_max"] == 6028
 
 
 def test_from_dict_takes_experiment_settings():

@@ -74,7 +74,8 @@ def test_many_violations_are_capped():
 
 def test_utilization_bounds():
     tol = inv.utilization_tolerance(60.0, RATE, BURST, FRAME)
-    assert tol == pytest.approx(BURST / (RATE / 8 * 60))  # one bucket over a minute: 0.08 %
+    # a minute at 3 Mbit/s is 3e6 / 8 x 60 = 22 500 000 B; one 18 000 B bucket over it: 0.0008 (0.08 %)
+    assert tol == pytest.approx(0.0008, rel=1e-12)
     assert inv.utilization_bounds({"a:1": 0.5, "a:2": 1.0 + tol / 2}, tol) == []
     assert inv.utilization_bounds({"spine2:1": -0.0016}, tol) == ["spine2:1: utilization -0.0016 is negative"]
     over = inv.utilization_bounds({"a:2": 1.01}, tol)
@@ -82,10 +83,12 @@ def test_utilization_bounds():
 
 
 def test_utilization_tolerance_grows_with_pfc_refills_and_read_time():
-    base = inv.utilization_tolerance(60.0, RATE, BURST, FRAME)
+    # 10 resumes refill a whole bucket each, 10 pauses a frame each: (18 000 x 11 + 3 014 x 10) B = 228 140 B
+    # over 22 500 000 B = 0.0101395...
     assert inv.utilization_tolerance(60.0, RATE, BURST, FRAME, pauses=10, resumes=10) == pytest.approx(
-        base + (10 * BURST + 10 * FRAME) / (RATE / 8 * 60))
-    assert inv.utilization_tolerance(60.0, RATE, BURST, FRAME, read_s=0.6) == pytest.approx(base + 0.01)
+        0.010139555555555556, rel=1e-12)
+    # a 0.6 s read: 375 000 B/s x 0.6 s = 225 000 B more, 0.01: 0.0008 + 0.01 = 0.0108
+    assert inv.utilization_tolerance(60.0, RATE, BURST, FRAME, read_s=0.6) == pytest.approx(0.0108, rel=1e-12)
 
 
 # ------------------------------------------------------------- conservation

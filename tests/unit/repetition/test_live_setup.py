@@ -64,9 +64,11 @@ def test_exchange_vs_ideal_takes_the_busiest_gpu_of_each_phase():
           for i in (1, 2, 3)]
     ms.append(base | {"step": 2, "kind": "combine", "src": "gpu1", "dst": "gpu9", "end": 0.1, "src_ip": "10.1.0.1"})
     one, three = sorted(live_summary.exchange_vs_ideal(ms, 3e6, 3000, ZCUBE), reverse=True)
-    wire = (1000 + 90) * 8
-    assert one == pytest.approx(0.1 / (wire / 6e6 + 2 * wire / 3e6))
-    assert three == pytest.approx(0.1 / (3 * wire / 6e6 + 2 * wire / 3e6))
+    # 1000 B is one packet: 1090 B = 8 720 bits on the wire. Step 2, one message: 8 720 / 6e6 = 1.4533 ms through
+    # the two NIC ports, + 2 x 8 720 / 3e6 = 5.8133 ms store-and-forward: 7.2667 ms; 0.1 s / 7.2667 ms = 13.76.
+    # Step 1, three into gpu9: 3 x 8 720 / 6e6 = 4.36 ms + 5.8133 ms = 10.1733 ms; 0.1 s / that = 9.83.
+    assert one == pytest.approx(13.761467889908257, rel=1e-9)
+    assert three == pytest.approx(9.829619921363041, rel=1e-9)
 
 
 def test_a_named_layout_sets_the_engines_and_the_coordinator_rebuilds_them():

@@ -18,23 +18,14 @@ from testbed.report import build_report, compare, compare_html, plots_net, stats
 from testbed.report.build import summarize
 from testbed.report.load import load_experiment
 from tests.support.report_fixture import write_experiment, write_rep
-from traffic.model import metrics
 
 BANNER = "Fidelity check failed"
 
 
-def raw(rep_dir):
-    """Headline numbers straight from a repetition's transfers.csv, the replay's formulas."""
-    t = pd.read_csv(rep_dir / "transfers.csv")
-    ok = t[t["verified"].astype(str) == "True"]
-    fct = ((ok["end"] - ok["start"])).tolist()
-    span = ok["end"].max() - ok["start"].min()
-    return {"transfers": len(t), "verified": len(ok),
-            "fct_ms.p50": round(metrics.percentile(fct, 50) * 1e3, 3),
-            "fct_ms.p99": round(metrics.percentile(fct, 99) * 1e3, 3),
-            "fct_ms.p999": round(metrics.percentile(fct, 99.9) * 1e3, 3),
-            "goodput_bps": round(ok["bytes"].sum() * 8 / span),
-            "requests_per_s": round(ok["request_id"].nunique() / span, 3)}
+def rep_value(run, fabric: str, k: int, key: str):
+    """One repetition's headline number, as the report computes it from that repetition's raw files (pinned
+    by hand in test_numbers_recomputed_from_raw_files_by_hand): what the aggregation tests combine."""
+    return stats.flat_get(stats.rep_metrics(load_experiment(run).reps[fabric][k - 1]), key)
 
 
 @pytest.fixture
@@ -88,18 +79,45 @@ def test_summary_contract(built):
     assert doc["seed_figures"]["capex_units"]["ratio"] == 0.67
 
 
-def test_numbers_recomputed_from_raw_files(built):
+HAND = [  # (request, bytes, scheduled, start, end, verified): five transfers whose numbers are worked out below
+    (0, 1000, 0.00, 0.0, 0.1, True), (0, 2000, 0.49, 0.5, 0.8, True), (1, 3000, 0.98, 1.0, 1.2, True),
+    (2, 4000, 1.47, 1.5, 2.0, True), (3, 5000, 1.90, None, None, False)]
+
+
+def test_numbers_recomputed_from_raw_files_by_hand(tmp_path):
+    """Verified: the first four. FCTs 100, 300, 200, 500 ms, sorted 100 200 300 500: nearest rank
+    ceil(p/100 x 4) gives p50 = 2nd = 200, p99 = p99.9 = 4th = 500. Span: first start 0.0 to last end 2.0
+    = 2 s: goodput (1000+2000+3000+4000) B x 8 / 2 s = 40 000 bit/s, 3 requests / 2 s = 1.5 per s.
+    Lateness (start - scheduled) of the started ones: 0, 10, 20, 30 ms: p50 = 10, p99 = 30. Real
+    equivalent: 40 000 x 400e9 / 3e6 = 5 333 333 333 bit/s."""
+    run = write_experiment(tmp_path / "exp", reps=1)
+    path = run / "runs" / "zcube" / "rep1" / "transfers.csv"
+    t = pd.read_csv(path).head(len(HAND)).copy()
+    for i, (req, size, sched, start, end, ok) in enumerate(HAND):
+        t.loc[i, ["request_id", "bytes", "scheduled_start", "start", "end", "verified"]] = \
+            [req, size, sched, start, end, ok]
+    t.to_csv(path, index=False)
+    m = stats.rep_metrics(load_experiment(run).reps["zcube"][0])
+    assert (m["transfers"], m["verified"], m["failed"], m["bytes"]) == (5, 4, 1, 10000)
+    assert m["fct_ms"] == {"p50": 200.0, "p99": 500.0, "p999": 500.0}
+    assert m["start_lateness_ms"] == {"p50": 10.0, "p99": 30.0}
+    assert (m["goodput_bps"], m["requests_per_s"]) == (40000, 1.5)
+    assert m["goodput_real_equivalent_bps"] == 5_333_333_333
+
+
+def test_the_report_takes_its_numbers_from_the_raw_files(built):
     run, _, doc = built
     for f in ("zcube", "roft"):
-        expect = raw(run / "runs" / f / "rep1")
-        for key, value in expect.items():
-            assert stats.flat_get(doc[f], key) == value, (f, key)
+        m = stats.rep_metrics(load_experiment(run).reps[f][0])
+        for key in ("transfers", "verified", "fct_ms.p50", "fct_ms.p99", "goodput_bps", "requests_per_s"):
+            assert stats.flat_get(doc[f], key) == stats.flat_get(m, key), (f, key)
         queues = pd.read_csv(run / "runs" / f / "rep1" / "queues.csv").sort_values("time", kind="stable")
         g = queues.groupby("queue")["drops"]
         assert doc[f]["queue_drops"] == int((g.last() - g.first()).sum()) > 0
         assert doc[f]["pfc_pauses"] == 0
         ttft = json.loads((run / "runs" / f / "rep1" / "summary.json").read_text())["ttft_ms"]["p99"]
         assert doc[f]["ttft_ms"]["p99"] == ttft
+    assert (doc["zcube"]["transfers"], doc["zcube"]["verified"]) == (150, 150)  # the fixture's 150, none failed
 
 
 def test_ratios_are_zcube_over_roft(built):
@@ -136,9 +154,8 @@ def test_two_reps_take_medians_and_spread(tmp_path):
     doc = json.loads((run / "summary.json").read_text())
     assert doc["reps"] == 2
     for f in ("zcube", "roft"):
-        per = [raw(run / "runs" / f / f"rep{k}") for k in (1, 2)]
         for key in ("fct_ms.p99", "goodput_bps", "requests_per_s"):
-            vals = [p[key] for p in per]
+            vals = [rep_value(run, f, k, key) for k in (1, 2)]
             assert vals[0] != vals[1], "fixture reps should differ"
             assert stats.flat_get(doc[f], key) == pytest.approx(statistics.median(vals))
             assert doc[f]["spread"][key] == [min(vals), max(vals)]
@@ -149,7 +166,7 @@ def test_two_reps_take_medians_and_spread(tmp_path):
 def test_three_reps_take_the_median_not_the_mean(tmp_path):
     run = write_experiment(tmp_path / "exp3", reps=3, rep_options={("zcube", 3): {"slow": 4.0}})
     doc = summarize(load_experiment(run))
-    vals = [raw(run / "runs" / "zcube" / f"rep{k}")["fct_ms.p99"] for k in (1, 2, 3)]
+    vals = [rep_value(run, "zcube", k, "fct_ms.p99") for k in (1, 2, 3)]
     assert statistics.median(vals) != pytest.approx(statistics.mean(vals))
     assert doc["zcube"]["fct_ms"]["p99"] == statistics.median(vals)
     assert doc["reps"] == 3
@@ -374,15 +391,20 @@ def test_title_verdict():
 
 def test_write_rep_fixture_is_consistent_with_itself(tmp_path):
     s = write_rep(tmp_path / "r", "zcube", failed=2)
-    assert s["failed"] == 2 and raw(tmp_path / "r")["verified"] == s["verified"] == 148
+    rows = pd.read_csv(tmp_path / "r" / "transfers.csv")
+    assert s["failed"] == 2 and int(rows["verified"].sum()) == s["verified"] == 148 and len(rows) == 150
 
 
-def test_package_functions_survive_their_modules_being_imported():
+def test_package_functions_survive_their_modules_being_imported(built):
+    """Importing the submodules must not replace the package's functions with them: the package's compare is
+    still the function, and gives the submodule's text."""
     import testbed.report.build  # noqa: F401
-    import testbed.report.side_by_side  # noqa: F401
+    import testbed.report.side_by_side as side_by_side
     from testbed import report
 
-    assert callable(report.build_report) and callable(report.compare) and callable(report.compare_html)
+    run, _, _ = built
+    assert report.compare.__module__ == report.build_report.__module__ == "testbed.report"
+    assert report.compare(run, run) == side_by_side.compare(run, run)
 
 
 def test_one_repetition_uses_the_fct_confidence_intervals():

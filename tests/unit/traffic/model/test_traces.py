@@ -9,7 +9,7 @@ import pytest
 
 from testbed.errors import TestbedError
 from testbed.paths import TRACES_DIR
-from traffic.model.traces import Request, detect_format, read_trace, slice_requests
+from traffic.model.traces import AZURE_HEADER, Request, detect_format, read_trace, slice_requests
 
 
 def _real(name: str) -> Path:
@@ -130,15 +130,15 @@ def test_header_only_has_no_rows(tmp_path):
 
 MOONCAKE_BAD = [
     ({"timestamp": 5, "output_length": 1, "hash_ids": []}, "field 'input_length': missing"),
-    (_mc(i=-3), "field 'input_length': -3 is too small"),
-    (_mc(o=-1), "field 'output_length': -1 is too small"),
-    (_mc(i="12x"), "field 'input_length': '12x' is not an integer"),
-    (_mc(i=1.5), "field 'input_length': 1.5 is not an integer"),
-    (_mc(ts="soon"), "field 'timestamp': 'soon' is not a number"),
-    (_mc(h=(-1,)), "field 'hash_ids'"),
+    (_mc(i=-3), "field 'input_length': is below 1"),
+    (_mc(o=-1), "field 'output_length': is below 0"),
+    (_mc(i="12x"), "field 'input_length': is a text that is not an integer"),
+    (_mc(i=1.5), "field 'input_length': is a fraction, not an integer"),
+    (_mc(ts="soon"), "field 'timestamp': is a text, not a number"),
+    (_mc(h=(-1,)), "field 'hash_ids': holds something that is not a non-negative integer"),
     ("{not json", "row: invalid JSON"),
     ("[1, 2]", "row: a JSON list"),
-    (_mc(ts=1), "field 'timestamp': goes backwards"),
+    (_mc(ts=1), "field 'timestamp': goes backwards (earlier than the row before)"),
 ]
 
 
@@ -157,11 +157,11 @@ def test_mooncake_bad_row(tmp_path, bad, message):
 
 
 AZURE_BAD = [
-    ("2023-11-16 18:15:47.0,abc,4", "field 'ContextTokens': 'abc' is not an integer"),
-    ("2023-11-16 18:15:47.0,-5,4", "field 'ContextTokens': -5 is too small"),
-    ("2023-11-16 18:15:47.0,5,-4", "field 'GeneratedTokens': -4 is too small"),
-    ("yesterday,5,4", "field 'TIMESTAMP': 'yesterday' is not a timestamp"),
-    ("2023-13-16 18:15:47.0,5,4", "field 'TIMESTAMP'"),
+    ("2023-11-16 18:15:47.0,abc,4", "field 'ContextTokens': is a text that is not an integer"),
+    ("2023-11-16 18:15:47.0,-5,4", "field 'ContextTokens': is below 1"),
+    ("2023-11-16 18:15:47.0,5,-4", "field 'GeneratedTokens': is below 0"),
+    ("yesterday,5,4", "field 'TIMESTAMP': is not a timestamp"),
+    ("2023-13-16 18:15:47.0,5,4", "field 'TIMESTAMP': is not a timestamp"),
     ("2023-11-16 18:15:47.0,5", "row: 2 fields"),
     ("2023-11-16 18:15:45.0,5,4", "field 'TIMESTAMP': goes backwards"),
 ]
@@ -224,3 +224,29 @@ def test_slice_real_trace_window():
     out = slice_requests(reqs, start_s=60.0, end_s=120.0, speed=2.0)
     assert out and all(0.0 <= r.arrival_s < 30.0 for r in out)
     assert len(out) == sum(60.0 <= r.arrival_s < 120.0 for r in reqs)
+
+
+# --- messages name the file and the reason, never its content (issue 28) ----------
+
+SECRET = "s3cr3t-h4sh-XYZ"
+
+
+@pytest.mark.parametrize("lines,fmt,reason", [
+    ([f"root:$6${SECRET}:19000:0:99999:7:::"], "auto",
+     "cannot detect trace format: its first line is neither a JSON object nor the Azure CSV header"),
+    ([json.dumps({"timestamp": 0, "input_length": 1, "output_length": 1, "hash_ids": [], "k": SECRET})], "azure",
+     "format 'azure' was asked for but the file looks like 'mooncake'"),
+    ([json.dumps(_mc(ts=0)), json.dumps(_mc(i=SECRET))], "auto", "field 'input_length': is a text that is not"),
+    ([json.dumps(_mc(ts=0)), json.dumps(_mc(ts=SECRET))], "auto", "field 'timestamp': is a text, not a number"),
+    ([json.dumps(_mc(ts=0)), json.dumps(_mc(h=[SECRET]))], "auto", "field 'hash_ids': holds something"),
+    ([",".join(AZURE_HEADER), f"{SECRET},1,1"], "auto", "field 'TIMESTAMP': is not a timestamp"),
+    ([",".join(AZURE_HEADER), f"2023-11-16 18:15:47.0,{SECRET},1"], "auto", "field 'ContextTokens': is a text"),
+])
+def test_a_message_names_the_file_and_the_reason_never_a_piece_of_it(tmp_path, lines, fmt, reason):
+    path = tmp_path / "shadow"
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(TestbedError) as info:
+        read_trace(path, fmt=fmt)
+    text = str(info.value)
+    assert text.startswith(f"{path}:") and reason in text
+    assert SECRET not in text and "root:" not in text and "\n" not in text

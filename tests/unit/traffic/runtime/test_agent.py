@@ -198,7 +198,13 @@ def test_three_agents_replay_and_merge(tmp_path: Path):
     p50, p99 = percentile(late, 50), percentile(late, 99)
     print(f"\nstart lateness over {len(late)} transfers: P50 {p50 * 1e3:.2f} ms, P99 {p99 * 1e3:.2f} ms, "
           f"max {max(late) * 1e3:.2f} ms")
-    assert min(late) >= 0 and p99 < 0.5
+    # events, not durations: none started before its time, and each agent started its transfers in their order
+    assert min(late) >= 0
+    for src in {r["src"] for r in rows}:
+        mine = sorted((r for r in rows if r["src"] == src and r["start"] is not None),
+                      key=lambda r: (r["scheduled_start"], r["id"]))
+        assert all(a["start"] <= b["start"] for a, b in zip(mine, mine[1:])
+                   if a["scheduled_start"] < b["scheduled_start"])
     assert write_transfers_csv(rows, tmp_path / "transfers.csv") == 61
     header = (tmp_path / "transfers.csv").read_text().splitlines()[0]
     assert header == ",".join(COLUMNS)

@@ -247,15 +247,14 @@ def test_every_sender_socket_gets_the_user_timeout():
 @pytest.mark.parametrize("mode", MODES)
 def test_a_connect_nobody_answers_fails_as_dead_within_dead_after(tmp_path: Path, mode: str):
     with _blackhole(NEAR) as port:
-        t0 = time.monotonic()
         asyncio.run(_run(tmp_path, [_transfer(1, port)], connections=mode, dead_after=0.3,
                          transfer_timeout=10.0))
-        took = time.monotonic() - t0
     rec = _sent(tmp_path)[1]
     assert rec["ok"] is False and rec["retried"] is True and rec["moved"] is False  # no other pair: same one again
+    # both attempts ended on the 0.3 s dead-connection bound, not on the 10 s transfer timeout (its error would
+    # be the transfer's timeout, and there would have been no second attempt)
     assert re.fullmatch(r"retry failed: TimeoutError: .*connect not done within 0\.3 s.* \(first: TimeoutError: "
                         r".*connect not done within 0\.3 s.*\)", rec["error"]), rec
-    assert took < 3.0  # two dead-connection bounds, not the 10 s transfer timeout
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -279,14 +278,14 @@ def _kernel_at_least(major: int, minor: int) -> bool:
 def test_data_left_unacknowledged_fails_the_connection_with_etimedout(tmp_path: Path, mode: str):
     """Through the agent's own sockets: the kernel aborts once data waits dead_after unacknowledged."""
     with _stalled(NEAR) as port:
-        t0 = time.monotonic()
         asyncio.run(_run(tmp_path, [_transfer(1, port, nbytes=8_000_000)], connections=mode,
                          dead_after=0.3, transfer_timeout=10.0))
-        took = time.monotonic() - t0
     rec = _sent(tmp_path)[1]
+    # the kernel aborted both attempts with ETIMEDOUT (errno 110: TCP_USER_TIMEOUT), each once connected; the
+    # 10 s transfer timeout would have ended the transfer once, with no retry
     assert rec["ok"] is False and rec["error"].startswith("retry failed: TimeoutError: [Errno 110]"), rec
-    assert rec["first_error"].startswith("TimeoutError: [Errno 110]")
-    assert rec["connected"] is not None and took < 5.0
+    assert rec["first_error"].startswith("TimeoutError: [Errno 110]") and rec["retried"] is True
+    assert rec["connected"] is not None
 
 
 # --------------------------------------------------------------------------- command line
@@ -363,17 +362,38 @@ def test_a_failing_persistent_connection_retries_everything_queued_or_in_flight_
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_a_dead_pair_is_skipped_for_the_hold_then_tried_again(tmp_path: Path, mode: str):
+def test_a_dead_pair_is_skipped_while_held(tmp_path: Path, mode: str):
+    """The first transfer finds the planned pair dead and moves; the next goes straight to the other pair while
+    the hold lasts (60 s: longer than the run, so no timing decides it). One connection to the dead pair only."""
     with _peer(NEAR, resets=99) as near:
-        plan = [_transfer(1, near.port, alt=ALT), _transfer(2, near.port, start=0.25, alt=ALT),
-                _transfer(3, near.port, start=1.3, alt=ALT)]
-        asyncio.run(_run(tmp_path, plan, near.port, connections=mode, dead_hold=0.6))
-    first, held, after = (_sent(tmp_path)[i] for i in (1, 2, 3))
-    assert all(r["ok"] and r["moved"] and (r["sent_src_ip"], r["sent_dst_ip"]) == ALT for r in (first, held, after))
+        plan = [_transfer(1, near.port, alt=ALT), _transfer(2, near.port, start=0.25, alt=ALT)]
+        asyncio.run(_run(tmp_path, plan, near.port, connections=mode, dead_hold=60.0))
+    first, held = (_sent(tmp_path)[i] for i in (1, 2))
+    assert all(r["ok"] and r["moved"] and (r["sent_src_ip"], r["sent_dst_ip"]) == ALT for r in (first, held))
     assert first["retried"] and RESET.match(first["first_error"])
     assert held["retried"] is False and held["first_error"] is None  # straight to the other pair
-    assert after["retried"] and RESET.match(after["first_error"])  # the hold was over: the planned pair again
-    assert near.accepted == 2
+    assert near.accepted == 1
+
+
+def test_the_planned_pair_is_tried_again_once_its_hold_is_over(tmp_path: Path, monkeypatch):
+    """The route choice on a clock of our own: held until the hold's end, the planned pair from then on; not
+    the other pair if that one is held too."""
+    now = [100.0]
+    monkeypatch.setattr(ag.time, "monotonic", lambda: now[0])
+    agent = ag.Agent("gpu1", [], [], str(tmp_path), None, dead_hold=0.6)
+    t = _transfer(1, 9, alt=ALT)
+    agent._dead_until[(SENDER, NEAR)] = 100.0 + 0.6  # as _with_retry sets it on a dead connection at t=100
+    route = agent._route(t)
+    assert (route.src_ip, route.dst_ip) == ALT
+    now[0] = 100.59
+    assert (agent._route(t).src_ip, agent._route(t).dst_ip) == ALT
+    now[0] = 100.6  # the hold is over
+    assert (agent._route(t).src_ip, agent._route(t).dst_ip) == (SENDER, NEAR)
+    now[0] = 100.3
+    agent._dead_until[ALT] = 101.0  # both pairs held: the planned one
+    assert (agent._route(t).src_ip, agent._route(t).dst_ip) == (SENDER, NEAR)
+    plain = _transfer(2, 9)  # no other pair: always the planned one
+    assert (agent._route(plain).src_ip, agent._route(plain).dst_ip) == (SENDER, NEAR)
 
 
 def test_control_mode_reports_a_failure_after_a_retry_as_retried(tmp_path: Path):

@@ -1,0 +1,96 @@
+"""The benchmarks' verb modules (testbed.cli.bench.*) and the fabric flags (testbed.cli.options), directly: what
+each subcommand parses, checks before a fabric is built, hands its benchmark and prints (the benchmarks
+themselves stand in)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from testbed.cli import build_parser, options
+from testbed.cli.bench import exchange, failover, fidelity, pfc, replay
+from testbed.emulation import fabricctl
+from testbed.errors import TestbedError
+
+
+@pytest.fixture(autouse=True)
+def no_root_needed(monkeypatch):
+    monkeypatch.setattr(fabricctl, "require_root", lambda: None)
+    monkeypatch.setattr(fabricctl, "require_ovs", lambda: None)
+
+
+def parse(*argv):
+    return build_parser().parse_args(["bench", *argv])
+
+
+def test_each_subcommand_is_its_modules_command_with_its_defaults():
+    assert parse("fidelity", "zcube").func is fidelity.cmd
+    f = parse("fidelity", "roft", "--gpus", "16")
+    assert (f.fabric, f.gpus, f.duration, f.omit, f.ecmp, f.sweep) == ("roft", 16, 16, 3, "spread", None)
+    p = parse("pfc")
+    assert (p.func, p.fabric, p.pfc, p.duration, p.senders) == (pfc.cmd, "zcube", "on", 16, 8)
+    assert parse("failover", "roft").mode == "both" and parse("failover").func is failover.cmd
+    assert parse("exchange").func is exchange.cmd and parse("replay", "roft").func is replay.cmd
+    with pytest.raises(SystemExit):
+        parse("fidelity")  # fidelity names its fabric
+
+
+def test_fabric_flags_become_the_models_arguments_and_the_link_config():
+    args = parse("fidelity", "zcube", "--gpus", "16", "--gpus-per-switch", "8", "--rate", "4mbit", "--mtu", "1500")
+    # cables left out: None, which the builder makes k^2/n = 64/16 = 4
+    assert options.fabric_kwargs(args) == {"kind": "zcube", "gpus": 16, "gpus_per_switch": 8, "cables": None}
+    cfg = options.datapath_config(args)
+    assert (cfg.rate_bps, cfg.mtu) == (4e6, 1500)
+    assert options.fabric_from(args, "zcube").describe() == "ZCube(gpus=16, gpus_per_switch=8, cables=4)"
+    with pytest.raises(TestbedError, match="rate 'fast' is not understood"):
+        options.datapath_config(parse("fidelity", "zcube", "--rate", "fast"))
+
+
+def test_pfc_flags_become_a_pfc_config():
+    cfg = options.pfc_config(parse("pfc", "--pfc-xoff", "30kb", "--pfc-alpha", "0.5"))
+    assert (cfg.enabled, cfg.xoff_bytes, cfg.dynamic_alpha) == (True, 30000, 0.5)
+    assert options.pfc_config(parse("failover", "--pfc", "off")).enabled is False
+    assert options.pfc_config(parse("fidelity", "zcube")) is None  # fidelity has no PFC flags
+
+
+def test_print_result_prints_the_table_then_where_or_the_json(capsys):
+    options.print_result({"a": 1}, ["line 1", "line 2"], "/reports/x", False)
+    assert capsys.readouterr().out == "line 1\nline 2\n/reports/x\n"
+    options.print_result({"a": 1}, ["line 1"], "/reports/x", True)
+    assert json.loads(capsys.readouterr().out) == {"a": 1}
+
+
+def test_fidelity_prints_the_summary_of_what_it_measured(monkeypatch, capsys):
+    from testbed.bench import fidelity as bench
+
+    seen = {}
+
+    def fake(fargs, cfg, duration, omit, log, patterns, ecmp):
+        seen.update(fargs=fargs, patterns=patterns, ecmp=ecmp)
+        p = {"flows": 32, "median_ratio": 0.97, "min_ratio": 0.9, "aggregate_goodput_bps": 90e6, "retransmits": 3,
+             "drops": 0, "cpu": {"ovs_vswitchd_cores": 0.5, "machine_busy_fraction": 0.6}, "cpu_saturated": False,
+             "ideal_known": True}
+        return {"flows": [], "summary": {"rate_bps": 3e6, "mtu": 3000, "duration_s": 5, "permutation": p,
+                                         "bringup_s": 4.0, "teardown_s": 0.5, "cpu_saturated": False,
+                                         "targets_met": True}}
+
+    monkeypatch.setattr(bench, "bench", fake)
+    assert fidelity.cmd(parse("fidelity", "zcube", "--gpus", "16", "--pattern", "permutation")) == 0
+    assert seen == {"fargs": {"kind": "zcube", "gpus": 16, "gpus_per_switch": 8, "cables": None},
+                    "patterns": ("permutation",), "ecmp": "spread"}
+    assert capsys.readouterr().out.splitlines() == [
+        "zcube n=16 at 3 Mbit/s, MTU 3000, 5 s per pattern",
+        "  permutation    32 flows: median 0.970, min 0.900, aggregate   90.0 Mbit/s, 3 retransmits, 0 queue drops; "
+        "ovs-vswitchd 0.50 cores, machine 60% busy",
+        "bring-up 4.0 s, teardown 0.5 s",
+        "permutation targets (median >= 0.95, min >= 0.85, not saturated): met"]
+
+
+def test_replay_checks_its_levels_and_logs_before_anything_is_built(tmp_path):
+    with pytest.raises(TestbedError, match="levels"):
+        replay._check(parse("replay", "--levels", "x", "--logs", str(tmp_path)))
+    with pytest.raises(TestbedError, match="--logs .*missing: does not exist"):
+        replay._check(parse("replay", "--levels", "16", "--logs", str(tmp_path / "missing")))
+    assert [o.key for o in replay.sized(parse("replay", "--gpus", "16"))] == ["gpus", "gpus_per_switch",
+                                                                               "gpus_per_server"]
