@@ -84,11 +84,11 @@ def test_targets_are_repetition_major_with_seeds_seed_plus_r_minus_one():
 
 
 def test_wall_time_estimate_of_the_default_fits_fifteen_minutes():
-    """experiments/default.yaml: 14 s of cluster time at dilation 12 = 168 s replayed (live, closed loop), plus
-    40 s of set-up, for 2 fabrics x 2 repetitions: 4 x 208 s = 832 s = 13.9 min, under 15 min."""
+    """experiments/default.yaml: 32 s of cluster time at dilation 12 = 384 s replayed (live, closed loop), plus
+    40 s of set-up, for 2 fabrics x 1 repetition: 2 x 424 s = 848 s = 14.1 min, under 15 min."""
     exp = resolve(None).experiment
-    assert run.estimate_s(exp) == 832.0
-    assert run.estimate_text(exp) == "2 fabric(s) x 2 repetition(s) x (168 s replayed + ~40 s set-up) = ~13.9 min"
+    assert run.estimate_s(exp) == 848.0
+    assert run.estimate_text(exp) == "2 fabric(s) x 1 repetition(s) x (384 s replayed + ~40 s set-up) = ~14.1 min"
 
 
 def test_run_ids_are_unique_and_named(tmp_path):
