@@ -65,6 +65,13 @@ def exchange_vs_ideal(messages: list[dict], rate_bps: float, mtu: int, fabric: F
             / exchange_ideal_s(ms, rate_bps, mtu, longest_path(fabric, ms, tables), ports) for ms in phases.values()]
 
 
+def start_lateness(rows: list[dict]) -> list[float]:
+    """Each started message's start minus its scheduled start (wall seconds), each message once:
+    ``rows`` already holds the EP messages beside the KV transfers."""
+    return [r["start"] - r["scheduled_start"] for r in rows
+            if r["start"] is not None and r["scheduled_start"] is not None]
+
+
 def serving_summary(outcome: ServingOutcome, traffic: ServingTraffic, engines: dict, rows: list[dict], run_dir: Path,
                     link: LinkSettings, fabric: Fabric, layout: dict | None = None) -> dict:
     """The live run's serving figures for summary.json, in real-cluster time (wall time / dilation);
@@ -90,8 +97,7 @@ def serving_summary(outcome: ServingOutcome, traffic: ServingTraffic, engines: d
     exchange = [float(s["exchange_s"]) for s in steps if s["exchange_s"] and int(s["messages"])]
     decode_step = [float(s["end_s"]) - float(s["start_s"]) for s in steps
                    if s["engine"].startswith("decode") and s["end_s"]]
-    lateness = [r["start"] - r["scheduled_start"] for r in rows + messages  # (EP messages twice: as it was)
-                if r["start"] is not None and r["scheduled_start"] is not None]
+    lateness = start_lateness(rows)
     lateness_real = [x / dilation for x in lateness]
     packets = [math.ceil(r["bytes"] / link.payload_bytes) for r in rows if r["bytes"]]
     util = srv["utilization"]

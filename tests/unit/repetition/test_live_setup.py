@@ -80,3 +80,13 @@ def test_a_named_layout_sets_the_engines_and_the_coordinator_rebuilds_them():
     spec = coordinator.spec_from_config(setup.config)
     assert [[u.gpus for u in e] for e in spec.prefill] == [[(1, 2, 3, 4)], [(5, 6, 7, 8)]]
     assert spec.prefill_chunk_tokens == 8192
+
+
+def test_start_lateness_counts_each_message_once():
+    # Two KV rows and one EP row, starts 1 ms, 3 ms and 2 ms late; one never started. Before, EP
+    # messages were counted twice (rows + messages), giving four values.
+    rows = [{"kind": "kv", "start": 1.001, "scheduled_start": 1.0},
+            {"kind": "kv", "start": 2.003, "scheduled_start": 2.0},
+            {"kind": "dispatch", "start": 3.002, "scheduled_start": 3.0},
+            {"kind": "combine", "start": None, "scheduled_start": 4.0}]
+    assert live_summary.start_lateness(rows) == [pytest.approx(0.001), pytest.approx(0.003), pytest.approx(0.002)]
