@@ -98,8 +98,9 @@ class Experiment(_Section):
                                 description="run-id suffix; null: the experiment file's stem, or 'default'")
     fabrics: list[FabricName] = Field(["zcube", "roft"], min_length=1, description="run one after the other")
     backend: BackendName = Field(backends.DEFAULT, description="what carries the messages: emulated (the "
-                                 "emulated fabric: Open vSwitch, namespaces, real TCP; root) or ideal (every "
-                                 "message as fast as its sender's NICs allow; no fabric, no root)")
+                                 "emulated fabric: Open vSwitch, namespaces, real TCP; root), ideal (every "
+                                 "message as fast as its sender's NICs allow; no fabric, no root) or ns3 (the "
+                                 "ns-3 twin: a packet-level simulated fabric; no root)")
     gpus: int = Field(32, ge=2)
     gpus_per_switch: int = Field(8, ge=1, description="ZCube k")
     cables: Optional[int] = Field(None, ge=1, description="ZCube parallel cables per odd-even pair; null: k^2/n")
