@@ -61,7 +61,12 @@ class GateQueueDisc : public QueueDisc
     void Resume() { paused = false; Run(); }
 
   private:
-    // the items sit in an internal queue so that QueueDisc's own statistics stay consistent
+    // Linux's TCP small queues keep each socket to about two frames in the NIC's qdisc, so backlogged
+    // connections take turns at the wire; here each flow (by its 5-tuple hash) has its own internal queue and
+    // the gate serves the active ones round robin, a packet each. The internal queues keep QueueDisc's own
+    // statistics consistent.
+    static const uint32_t BUCKETS = 64;
+    std::deque<uint32_t> active;
     bool DoEnqueue(Ptr<QueueDiscItem> item) override
     {
         uint32_t s = item->GetSize() + 14;
@@ -71,28 +76,39 @@ class GateQueueDisc : public QueueDisc
             DropBeforeEnqueue(item, "limit");
             return false;
         }
-        if (!GetInternalQueue(0)->Enqueue(item))
+        uint32_t b = item->Hash(0) % BUCKETS;
+        Ptr<InternalQueue> q = GetInternalQueue(b);
+        bool idle = q->IsEmpty();
+        if (!q->Enqueue(item))
             return false;
+        if (idle)
+            active.push_back(b);
         c.backlog += s;
         return true;
     }
     Ptr<QueueDiscItem> DoDequeue() override
     {
-        if (paused)
+        if (paused || active.empty())
             return nullptr;
-        Ptr<QueueDiscItem> item = GetInternalQueue(0)->Dequeue();
-        if (!item)
-            return nullptr;
+        uint32_t b = active.front();
+        active.pop_front();
+        Ptr<InternalQueue> q = GetInternalQueue(b);
+        Ptr<QueueDiscItem> item = q->Dequeue();
+        if (!q->IsEmpty())
+            active.push_back(b);
         uint32_t s = item->GetSize() + 14;
         c.backlog -= s;
         c.bytes += s;
         c.packets++;
         return item;
     }
-    Ptr<const QueueDiscItem> DoPeek() override { return paused ? nullptr : GetInternalQueue(0)->Peek(); }
+    Ptr<const QueueDiscItem> DoPeek() override
+    {
+        return (paused || active.empty()) ? nullptr : GetInternalQueue(active.front())->Peek();
+    }
     bool CheckConfig() override
     {
-        if (GetNInternalQueues() == 0)
+        while (GetNInternalQueues() < BUCKETS)
         {
             Ptr<InternalQueue> q = CreateObject<DropTailQueue<QueueDiscItem>>();
             q->SetMaxSize(QueueSize("1000000p"));
