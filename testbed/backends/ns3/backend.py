@@ -64,9 +64,11 @@ class Ns3Backend(Backend):
         sim_s, events = float(tb.Now()), int(tb.Events())
         no_route, failures = int(built.twin.noRoute), int(built.twin.connectFailures)
         first_no_route = str(built.twin.firstNoRoute)
+        device_drops = int(built.twin.deviceDrops)
         figures = summarise.speed(wall_s=wall_s, build_s=build_s, load_s=engine.load_s(), sim_s=sim_s,
                                   cluster_s=cluster_s, events=events, packets=summarise.packets(sampler),
                                   gpus=net.model.n_gpus, kind=net.model.kind)
+        figures["device_drops"] = device_drops
         summarise.write_speed(run_dir, figures)
         del built.twin
         tb.Destroy()
@@ -75,7 +77,8 @@ class Ns3Backend(Backend):
                               f"{failures} failed connections")
         pfc.check_lossless(resolved, counters.drops("switch"))
         log(f"twin: {sim_s:.1f} simulated s in {wall_s:.1f} wall s ({figures['wall_per_cluster_s']} wall s per "
-            f"cluster s, {figures['events_per_wall_s']} events/s, peak RSS {figures['peak_rss_mb']:.0f} MB)")
+            f"cluster s, {figures['events_per_wall_s']} events/s, peak RSS {figures['peak_rss_mb']:.0f} MB, "
+            f"{device_drops} device drops)")
         t_end = max((r["end"] for r in rows if r["end"] is not None), default=0.0)
         record = FabricRecord(dict(spec.args), dataclasses.asdict(spec.datapath), pfc.record(resolved))
         return Carried(0.0, max(t_end, counters.t_last), rows, record, counters, pauses, serving=serving, cpu_s=cpu_s)

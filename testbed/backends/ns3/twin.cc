@@ -348,6 +348,20 @@ struct Twin
         {
             p.dev->TraceConnectWithoutContext("PhyTxEnd", MakeCallback(&Port::TxEnd, &p));
         }
+        // drops nobody should see: a device queue overflowing or a frame lost on the wire
+        for (auto& p : ports)
+            WatchDevice(p.dev);
+        for (auto& g : gpus)
+            for (int i = 1; i <= 2; i++)
+                WatchDevice(g.dev[i]);
+    }
+
+    uint64_t deviceDrops = 0;
+    void DeviceDrop(Ptr<const Packet>) { deviceDrops++; }
+    void WatchDevice(Ptr<NetDevice> d)
+    {
+        for (const char* t : {"MacTxDrop", "PhyTxDrop", "PhyRxDrop"})
+            d->TraceConnectWithoutContext(t, MakeCallback(&Twin::DeviceDrop, this));
     }
 
     void Route(int sw, uint32_t src, uint32_t dst, uint16_t sport, uint16_t dport, int ofPort)
