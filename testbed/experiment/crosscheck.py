@@ -171,10 +171,13 @@ def run_crosscheck(experiment: str | None, overrides: list, out_root: Path, agai
 
     emulator_dir = Path(against) if against is not None else None
     emulator = side(emulator_dir) if emulator_dir is not None else None  # a bad --against fails before the twin
-    twin_dir = _run(resolve(experiment, [o for o in overrides if o.key != "backend"] + [Override("backend", "ns3", "crosscheck")]), out_root, log, run)
+
+    def on(backend: str):
+        return [o for o in overrides if o.key != "backend"] + [Override("backend", backend, "crosscheck")]
+
+    twin_dir = _run(resolve(experiment, on("ns3")), out_root, log, run)
     if emulator_dir is None and os.geteuid() == 0:
-        emulator_dir = _run(resolve(experiment, [o for o in overrides if o.key != "backend"] +
-                                     [Override("backend", "emulated", "crosscheck")]), out_root, log, run)
+        emulator_dir = _run(resolve(experiment, on("emulated")), out_root, log, run)
         emulator = side(emulator_dir)
     elif emulator_dir is None:
         log("crosscheck: not root, so the emulator side is not run (give --against EMULATOR_RUN_DIR)")

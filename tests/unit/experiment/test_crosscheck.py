@@ -8,6 +8,7 @@ import json
 import pytest
 
 from testbed.cli import build_parser
+from testbed.cli import crosscheck as crosscheck_verb
 from testbed.errors import TestbedError
 from testbed.experiment import crosscheck
 
@@ -77,4 +78,4 @@ def test_the_verb_runs_the_library_and_prints_the_json(monkeypatch, tmp_path, ca
     assert args.func(args) == 0
     doc = json.loads(capsys.readouterr().out)
     assert set(doc) >= {"fabrics", "ratios", "within_goals"} and seen["against"] == tmp_path
-    assert "gpus" in seen["keys"]
+    assert "gpus" in seen["keys"] and args.func is crosscheck_verb.cmd_crosscheck
