@@ -29,9 +29,9 @@ def _senders(fabric):
     return [g for gs in sorted(by_switch.values()) for g in gs[:2]]
 
 
-def _incast(pfc_on: bool, tmp_path):
+def _incast(pfc_on: bool, tmp_path, alpha=None):
     fabric = build_fabric("zcube", gpus=16)
-    resolved = pfc.resolve(PfcConfig(enabled=pfc_on), LINK)
+    resolved = pfc.resolve(PfcConfig(enabled=pfc_on, dynamic_alpha=alpha), LINK)
     engine.load()
     engine.configure(LINK.mtu, 0)
     built = plan.build(fabric, LINK, resolved, 0)
@@ -78,6 +78,13 @@ def test_without_pfc_the_same_incast_drops_and_logs_no_pause(tmp_path):
     assert resolved is None and not log.enabled and log.lines == ()
     assert counters.drops("switch") > 0  # TCP recovers: every message still arrives
     assert all(r["verified"] for r in rows)
+
+
+def test_dynamic_thresholds_keep_the_incast_lossless(tmp_path):
+    resolved, rows, counters, log = _incast(True, tmp_path, alpha=0.5)
+    assert resolved.dynamic_alpha == 0.5 and all(r["verified"] for r in rows)
+    assert counters.drops("switch") == 0
+    assert {ln.split()[4] for ln in log.lines} == {"0", "1"}  # pauses and resumes
 
 
 def test_a_fabric_drop_with_pfc_on_fails_the_run():
