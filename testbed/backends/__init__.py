@@ -2,7 +2,8 @@
 counters (the seam: ``testbed.backends.base``).
 
 * ``emulated``: the emulated fabric (Open vSwitch, namespaces, real TCP; root), ``testbed.backends.emulated``;
-* ``ideal``: the ideal network (no fabric, no root), ``testbed.backends.ideal``.
+* ``ideal``: the ideal network (no fabric, no root), ``testbed.backends.ideal``;
+* ``ns3``: the ns-3 twin (a packet-level simulated fabric, no root), ``testbed.backends.ns3``.
 
 ``get(name)`` returns one; a new backend adds its name and loader here.
 """
@@ -27,7 +28,13 @@ def _ideal() -> Backend:
     return IdealBackend()
 
 
-_LOADERS: dict[str, Callable[[], Backend]] = {"emulated": _emulated, "ideal": _ideal}
+def _ns3() -> Backend:
+    from testbed.backends.ns3.backend import Ns3Backend
+
+    return Ns3Backend()
+
+
+_LOADERS: dict[str, Callable[[], Backend]] = {"emulated": _emulated, "ideal": _ideal, "ns3": _ns3}
 NAMES = tuple(_LOADERS)
 DEFAULT = "emulated"
 

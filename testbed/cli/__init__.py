@@ -1,7 +1,7 @@
 """Command line: `python -m testbed <verb> ...`.
 
 This package holds the verbs, one module per group (``plan``, ``fabric``, ``fault``, ``bench``,
-``replay``, ``run``, ``sensitivity``, ``report``; shared flags in ``options``); this module only
+``replay``, ``run``, ``sensitivity``, ``report``, ``crosscheck``; shared flags in ``options``); this module only
 assembles the parser and runs a verb. Library code never imports from here.
 
 Every verb is a function taking the parsed arguments and returning an exit
@@ -28,7 +28,7 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from testbed.cli import bench, fabric, fault, hosts, plan, replay, report, run, sensitivity
+    from testbed.cli import bench, crosscheck, fabric, fault, hosts, plan, replay, report, run, sensitivity
 
     parser = OneLineParser(prog="testbed", description="ZCube vs rail-optimized fat-tree testbed")
     sub = parser.add_subparsers(dest="verb", required=True, parser_class=OneLineParser)
@@ -42,6 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.register(sub)  # run, sweep, calibrate
     sensitivity.register(sub)  # sensitivity
     report.register(sub)  # report, compare
+    crosscheck.register(sub)  # crosscheck (the ns-3 twin beside the emulator)
     hosts.register(sub)  # hosts pseudo|check (several machines)
     return parser
 

@@ -23,7 +23,7 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, Literal, Optional, Union
 
 import yaml
 from pydantic import BaseModel, Field, ValidationError, ValidationInfo, field_validator
@@ -98,10 +98,13 @@ class Experiment(_Section):
                                 description="run-id suffix; null: the experiment file's stem, or 'default'")
     fabrics: list[FabricName] = Field(["zcube", "roft"], min_length=1, description="run one after the other")
     backend: BackendName = Field(backends.DEFAULT, description="what carries the messages: emulated (the "
-                                 "emulated fabric: Open vSwitch, namespaces, real TCP; root) or ideal (every "
-                                 "message as fast as its sender's NICs allow; no fabric, no root)")
+                                 "emulated fabric: Open vSwitch, namespaces, real TCP; root), ideal (every "
+                                 "message as fast as its sender's NICs allow; no fabric, no root) or ns3 (the "
+                                 "ns-3 twin: a packet-level simulated fabric; no root)")
     gpus: int = Field(32, ge=2)
-    gpus_per_switch: int = Field(8, ge=1, description="ZCube k")
+    gpus_per_switch: Union[int, Literal["auto"]] = Field(
+        8, description="ZCube k (>= 1); auto: the smallest power of two with k^2 >= 2 x gpus (the scale "
+                       "study's rule: 8 at 32 GPUs, 32 at 512; ROFT's default radix follows it)")
     cables: Optional[int] = Field(None, ge=1, description="ZCube parallel cables per odd-even pair; null: k^2/n")
     gpus_per_server: int = Field(8, ge=1, description="ROFT server size")
     radix: Optional[int] = Field(None, ge=2, description="ROFT switch radix; null: the ZCube's")
@@ -179,6 +182,22 @@ class Experiment(_Section):
                 raise ValueError(f"alternative {name!r} is listed twice")
             if name == "baseline":
                 raise ValueError("an alternative cannot be called 'baseline' (the experiment as given is)")
+        return v
+
+    @field_validator("gpus_per_switch")
+    @classmethod
+    def _k(cls, v, info: ValidationInfo):
+        from testbed.fabric.zcube import scaled_k
+
+        if v == "auto":
+            if "gpus" not in info.data:
+                raise ValueError("auto needs a valid gpus")
+            try:
+                return scaled_k(info.data["gpus"])
+            except TestbedError as exc:
+                raise ValueError(str(exc)) from None
+        if v < 1:
+            raise ValueError("expected a whole number >= 1 or auto")
         return v
 
     @field_validator("fabrics")

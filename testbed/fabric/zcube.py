@@ -29,6 +29,19 @@ def default_cables(n_gpus: int, gpus_per_switch: int) -> int:
     return k2 // n_gpus if k2 % n_gpus == 0 and k2 >= n_gpus else 1
 
 
+def scaled_k(n_gpus: int) -> int:
+    """The ZCube k a scale study uses for n GPUs: the smallest power of two with k^2 >= 2n, so the default
+    cables k^2/n are 2 or 4 (non-blocking) and switches have 2k ports: n=32 -> 8 (the default fabric),
+    128 -> 16, 512 -> 32 (16 + 16 switches of 64 ports, 2 cables per pair)."""
+    n = _positive_int("gpus", n_gpus)
+    k = 1
+    while k * k < 2 * n:
+        k *= 2
+    if n % k:
+        raise TestbedError(f"gpus={n} is not divisible by the scaled k={k}: expected a multiple of {k}", key="gpus")
+    return k
+
+
 def odd_switch_of(gpu: int, n_gpus: int, gpus_per_switch: int) -> int:
     """Number of the odd switch GPU ``gpu``'s port 1 connects to."""
     return ((gpu - 1) % (n_gpus // gpus_per_switch)) * 2 + 1

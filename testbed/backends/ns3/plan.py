@@ -1,0 +1,154 @@
+"""The fabric model as an ns-3 network: one node per GPU (two NIC devices) and per switch, one
+point-to-point link per cable, each queue's limit and PFC thresholds from the PFC policy, and the
+route of each connection from the model's forwarding tables (``route``).
+
+Routes are installed per connection (5-tuple), for its data and its ACKs, when it opens: at every switch
+the model's table gives the next hop; an ECMP group (ROFT) picks its member with the model's hash
+(``testbed.fabric.routing.ecmp_bucket``: CRC-32) of (src ip, dst ip, 6, src port, dst port, switch).
+The source port is the connection's ephemeral port, drawn from the experiment's seed (``source_port``):
+the seed is the port lottery that decides which flows collide, as the kernel's does on the emulator.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import random
+from dataclasses import dataclass, field
+
+from testbed.backends.base import LinkSettings, QueueInfo
+from testbed.backends.ns3 import engine
+from testbed.backends.ns3.pfc import queue_params, shared_pool
+from testbed.fabric import Fabric, addressing
+from testbed.fabric.routing import ForwardingTables, ecmp_bucket, forwarding_tables
+
+CABLE_DELAY_S = 2e-6  # propagation and switching per cable (the emulator's is its agents' and OVS's delay)
+LISTEN_PORT = 5201
+EPHEMERAL = (32768, 60999)  # Linux's ip_local_port_range
+
+
+def ip_int(ip: str) -> int:
+    return int(ipaddress.IPv4Address(ip))
+
+
+def source_port(seed: int, src_ip: str, dst_ip: str, used: set[tuple[str, int]]) -> int:
+    """The connection's ephemeral port: drawn from the seed and the pair, the next free one on a clash."""
+    rnd = random.Random(f"{seed}|{src_ip}|{dst_ip}")
+    lo, hi = EPHEMERAL
+    port = rnd.randint(lo, hi)
+    while (src_ip, port) in used:
+        port = lo if port == hi else port + 1
+    used.add((src_ip, port))
+    return port
+
+
+def route(fabric: Fabric, tables: ForwardingTables, src: tuple[int, int], dst: tuple[int, int], sport: int,
+          dport: int, seed: int = 0) -> list[tuple[str, int]]:
+    """(switch, output port) hops of the flow from NIC port ``src`` to ``dst`` with these TCP ports: the
+    model's table at each switch, ECMP by the model's hash."""
+    src_ip, dst_ip = addressing.ip_of(*src), addressing.ip_of(*dst)
+    target = (addressing.host_name(dst[0]), dst[1])
+    switch = fabric.switch_of(*src)
+    hops: list[tuple[str, int]] = []
+    while True:
+        ports = tables[switch][dst_ip].ports
+        port = ports[ecmp_bucket((src_ip, dst_ip, 6, sport, dport, switch), len(ports))] if len(ports) > 1 \
+            else ports[0]
+        hops.append((switch, port))
+        peer, peer_port = fabric.peer(switch, port)
+        if peer.startswith("gpu"):
+            if (peer, peer_port) != target:
+                raise RuntimeError(f"{switch} port {port} delivers {dst_ip} to {peer}:p{peer_port}")
+            return hops
+        if len(hops) > len(fabric.switches):
+            raise RuntimeError(f"forwarding loop towards {dst_ip}: {hops}")
+        switch = peer
+
+
+@dataclass
+class Built:
+    """The twin's network: the C++ object and how its queues and nodes map to the model's names."""
+
+    twin: object
+    fabric: Fabric
+    tables: ForwardingTables
+    seed: int
+    switch_index: dict[str, int]
+    queues: list[QueueInfo]  # in the order of ``Twin::Snapshot``
+    conns: dict[tuple[int, int, int, int], int] = field(default_factory=dict)  # (src gpu, sp, dst gpu, dp) -> id
+    sports: dict[tuple[int, int, int, int], int] = field(default_factory=dict)
+    used_ports: set = field(default_factory=set)
+
+    def connection(self, src: int, sp: int, dst: int, dp: int) -> int:
+        """The persistent connection between two NIC ports (opened, and its routes installed, on first use)."""
+        key = (src, sp, dst, dp)
+        ci = self.conns.get(key)
+        if ci is not None:
+            return ci
+        src_ip, dst_ip = addressing.ip_of(src, sp), addressing.ip_of(dst, dp)
+        sport = source_port(self.seed, src_ip, dst_ip, self.used_ports)
+        for a, b, pa, pb in (((src, sp), (dst, dp), sport, LISTEN_PORT), ((dst, dp), (src, sp), LISTEN_PORT, sport)):
+            ia, ib = ip_int(addressing.ip_of(*a)), ip_int(addressing.ip_of(*b))
+            for switch, port in route(self.fabric, self.tables, a, b, pa, pb, self.seed):
+                self.twin.Route(self.switch_index[switch], ia, ib, pa, pb, port)
+        ci = int(self.twin.Open(src - 1, sp, sport, dst - 1, dp))
+        self.conns[key] = ci
+        self.sports[key] = sport
+        return ci
+
+
+def build(fabric: Fabric, link: LinkSettings, resolved, seed: int = 0) -> Built:
+    """The ns-3 network of ``fabric`` with ``link``'s rate, MTU and buffers and the PFC settings
+    ``resolved`` (None: off). Call ``engine.configure`` first."""
+    tb = engine.load()
+    twin = tb.Twin(float(link.rate_bps), int(link.mtu), CABLE_DELAY_S, int(link.nic_buffer_bytes), LISTEN_PORT)
+    if resolved is not None:
+        twin.pfc = True
+        twin.alpha = float(resolved.dynamic_alpha or 0.0)
+    params = queue_params(fabric, link, resolved)
+    for g in fabric.gpus():
+        twin.AddGpu(ip_int(addressing.ip_of(g, 1)), ip_int(addressing.ip_of(g, 2)))
+    index = {}
+    for name in fabric.switches:
+        index[name] = int(twin.AddSwitch(name, shared_pool(fabric, name, resolved)))
+    switch_queues: list[QueueInfo] = []
+    nic_queues: list[QueueInfo] = []
+    done: set[tuple[str, int]] = set()
+    for name, sw in fabric.switches.items():
+        for port, (peer, peer_port) in sorted(sw.ports.items()):
+            if (name, port) in done:
+                continue
+            q = params[f"{name}:{port}"]
+            if peer.startswith("gpu"):
+                g = int(peer[3:])
+                twin.CableHost(g - 1, peer_port, index[name], port, q.limit, q.xoff, q.xon)
+                switch_queues.append(QueueInfo(f"{name}:{port}", "switch", f"gpu{g}:p{peer_port}"))
+                nic_queues.append(QueueInfo(f"gpu{g}:p{peer_port}", "nic", name))
+            else:
+                r = params[f"{peer}:{peer_port}"]
+                twin.CableSwitches(index[name], port, index[peer], peer_port, q.limit, q.xoff, q.xon, r.limit,
+                                   r.xoff, r.xon)
+                switch_queues.append(QueueInfo(f"{name}:{port}", "switch", peer))
+                switch_queues.append(QueueInfo(f"{peer}:{peer_port}", "switch", name))
+                done.add((peer, peer_port))
+            done.add((name, port))
+    twin.Finish()
+    return Built(twin, fabric, forwarding_tables(fabric), seed, index, switch_queues + nic_queues)
+
+
+def installed_path(built: Built, src: tuple[int, int], dst: tuple[int, int]) -> list[tuple[str, int]]:
+    """The hops the twin's switches forward the connection src -> dst on (after ``connection``), read from
+    their flow tables."""
+    sport = built.sports[(src[0], src[1], dst[0], dst[1])]
+    a, b = ip_int(addressing.ip_of(*src)), ip_int(addressing.ip_of(*dst))
+    switch = built.fabric.switch_of(*src)
+    hops: list[tuple[str, int]] = []
+    while len(hops) <= len(built.fabric.switches):
+        port = int(built.twin.Lookup(built.switch_index[switch], a, b, sport, LISTEN_PORT))
+        if port < 0:
+            raise RuntimeError(f"{switch} has no flow entry for {src} -> {dst}")
+        hops.append((switch, port))
+        peer, _ = built.fabric.peer(switch, port)
+        if peer.startswith("gpu"):
+            return hops
+        switch = peer
+    raise RuntimeError(f"forwarding loop: {hops}")

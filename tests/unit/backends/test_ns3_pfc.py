@@ -1,0 +1,95 @@
+"""PFC on the twin in a 4-to-1 incast (ZCube n=16: two senders behind each odd switch, one destination NIC
+port): lossless with PFC on (pauses and resumes in the log, spreading one hop up to the NICs), drops with
+it off; the pause log reads as the emulator's pfc.txt."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from pfc import analysis
+from pfc.policy import PfcConfig
+from testbed.backends.base import LinkSettings
+from testbed.backends.ns3 import apps, engine, pfc, plan, summarise
+from testbed.emulation.datapath import DatapathConfig
+from testbed.errors import TestbedError
+from testbed.fabric import addressing, build_fabric
+
+FRAME = 3014
+LINK = LinkSettings.of(DatapathConfig(buffer_bytes=4 * FRAME).validate(), 200e9)
+DST = (1, 2)
+
+
+def _senders(fabric):
+    by_switch: dict[str, list[int]] = {}
+    for g in fabric.gpus():
+        if g != DST[0]:
+            by_switch.setdefault(fabric.switch_of(g, 1), []).append(g)
+    return [g for gs in sorted(by_switch.values()) for g in gs[:2]]
+
+
+def _incast(pfc_on: bool, tmp_path, alpha=None):
+    fabric = build_fabric("zcube", gpus=16)
+    resolved = pfc.resolve(PfcConfig(enabled=pfc_on, dynamic_alpha=alpha), LINK)
+    engine.load()
+    engine.configure(LINK.mtu, 0)
+    built = plan.build(fabric, LINK, resolved, 0)
+    rows = [{"id": i, "src": f"gpu{g}", "dst": f"gpu{DST[0]}", "src_ip": addressing.ip_of(g, 1),
+             "dst_ip": addressing.ip_of(*DST), "bytes": 150_000, "start": 0.0} for i, g in enumerate(_senders(fabric))]
+    try:
+        sent, sampler = apps.carry(built, rows)
+        merged = summarise.merged_rows(sent, built.twin, key=lambda i, _r: i)
+        counters = summarise.counters(built, sampler)
+        log = pfc.pause_log(resolved, str(built.twin.Log()))
+        summarise.write_speed(tmp_path, summarise.speed(wall_s=1.0, build_s=0.1, load_s=engine.load_s(),
+                                                        sim_s=float(engine.load().Now()), cluster_s=1.0,
+                                                        events=int(engine.load().Events()),
+                                                        packets=summarise.packets(sampler), gpus=16, kind="zcube"))
+    finally:
+        del built.twin
+        engine.load().Destroy()
+    return resolved, merged, counters, log
+
+
+def test_pfc_keeps_the_incast_lossless_and_pauses_spread_one_hop_up(tmp_path):
+    resolved, rows, counters, log = _incast(True, tmp_path)
+    assert len(rows) == 4 and all(r["verified"] and r["end"] > r["first_byte"] >= 0 for r in rows)
+    assert counters.drops("switch") == 0
+    pfc.check_lossless(resolved, counters.drops("switch"))
+    (tmp_path / "pfc.txt").write_text("\n".join(log.lines) + "\n")
+    events = analysis.read_events(tmp_path / "pfc.txt")
+    assert {e.event for e in events} == {0, 1}  # pauses and resumes
+    paused_nodes = {e.node_type for e in events if e.event == 1}
+    assert paused_nodes == {0, 1}  # switch ports feeding the destination's queue, then the NICs behind them
+    assert analysis.spread(events)["max_hops"] >= 2
+    assert all(e.cause.startswith("sw") for e in events)
+    # every pause is resumed by the end (the last holder lets go)
+    state: dict[str, int] = {}
+    for e in events:
+        state[e.queue] = e.event
+    assert set(state.values()) == {0}
+    speed = (tmp_path / "twin.json").read_text()
+    assert '"events_per_wall_s"' in speed and '"peak_rss_mb"' in speed
+
+
+def test_without_pfc_the_same_incast_drops_and_logs_no_pause(tmp_path):
+    resolved, rows, counters, log = _incast(False, tmp_path)
+    assert resolved is None and not log.enabled and log.lines == ()
+    assert counters.drops("switch") > 0  # TCP recovers: every message still arrives
+    assert all(r["verified"] for r in rows)
+
+
+def test_dynamic_thresholds_keep_the_incast_lossless(tmp_path):
+    resolved, rows, counters, log = _incast(True, tmp_path, alpha=0.5)
+    assert resolved.dynamic_alpha == 0.5 and all(r["verified"] for r in rows)
+    assert counters.drops("switch") == 0
+    assert {ln.split()[4] for ln in log.lines} == {"0", "1"}  # pauses and resumes
+
+
+def test_a_fabric_drop_with_pfc_on_fails_the_run():
+    resolved = pfc.resolve(PfcConfig(), LINK)
+    with pytest.raises(TestbedError, match="lossless invariant"):
+        pfc.check_lossless(resolved, 3)
+    pfc.check_lossless(None, 3)  # PFC off: drops are the fabric's business
+    assert dataclasses.asdict(resolved)["enabled"] is True

@@ -1,0 +1,40 @@
+"""The scale study's fabric rule (gpus_per_switch: auto): ZCube k is the smallest power of two with
+k^2 >= 2n, and experiments/scale.yaml resolves to it at every n of its sweep."""
+
+from __future__ import annotations
+
+import pytest
+
+from testbed.errors import TestbedError
+from testbed.experiment.schema import EXAMPLES_DIR, Override, fabric_args, resolve, validate
+from testbed.fabric import build_fabric
+from testbed.fabric.zcube import scaled_k
+
+
+@pytest.mark.parametrize("n,k,cables,radix", [(32, 8, 2, 16), (64, 16, 4, 32), (128, 16, 2, 32), (256, 32, 4, 64),
+                                              (512, 32, 2, 64)])
+def test_the_rule_gives_non_blocking_zcubes_and_roft_of_the_same_radix(n, k, cables, radix):
+    assert scaled_k(n) == k
+    z = build_fabric("zcube", gpus=n, gpus_per_switch=k)
+    assert z.params["cables"] == cables and {s.radix for s in z.switches.values()} == {radix}
+    assert z.oversubscription == 1.0
+    r = build_fabric("roft", gpus=n, gpus_per_switch=k)
+    assert {s.radix for s in r.switches.values()} == {radix}
+
+
+def test_auto_in_an_experiment_and_its_refusals():
+    exp = validate({"gpus": 512, "gpus_per_switch": "auto"}, "t")
+    assert exp.gpus_per_switch == 32 and fabric_args(exp, "zcube")["gpus_per_switch"] == 32
+    assert validate({"gpus": 32}, "t").gpus_per_switch == 8  # the default is untouched
+    with pytest.raises(TestbedError, match="gpus_per_switch"):
+        validate({"gpus": 40, "gpus_per_switch": "auto"}, "t")
+    with pytest.raises(TestbedError):
+        scaled_k(0)
+
+
+def test_scale_yaml_sweeps_gpus_on_the_twin():
+    r = resolve(EXAMPLES_DIR / "scale.yaml")
+    assert r.experiment.backend == "ns3" and r.experiment.sweep == {"gpus": [32, 64, 128, 256, 512]}
+    for n in r.experiment.sweep["gpus"]:
+        exp = resolve(EXAMPLES_DIR / "scale.yaml", [Override("gpus", n, "test")]).experiment
+        assert exp.gpus_per_switch == scaled_k(n)
