@@ -2,7 +2,18 @@
 
 import pytest
 
-from testbed.bench.failover import cables_crossed, cables_to_cut, flows_of, probe_recovery, resent, restart_effect
+from testbed.bench.failover import (
+    cables_crossed,
+    cables_to_cut,
+    classify_stalled,
+    cut_times,
+    flows_of,
+    probe_recovery,
+    probe_windows,
+    resent,
+    restart_effect,
+    summarise,
+)
 from testbed.fabric import build_fabric
 from testbed.fabric.routing import forwarding_tables, walk
 
@@ -81,3 +92,51 @@ def test_restart_effect_counts_misses_and_young_flows():
     before = {"sw1": {"miss": 3, "ages": [10.0, 10.0]}}
     after = {"sw1": {"miss": 5, "ages": [12.0, 0.4]}}
     assert restart_effect(before, after, span_s=2.0) == {"controller_restart_drops": 2, "flows_reinstalled": 1}
+
+
+# ------------------------------------------------------------------ the switches' reaction and stalled flows
+def reaction(ms, into=0.0, proto=17):
+    return {"reaction_ms": ms, "into_dead_ms": into, "proto": proto}
+
+
+def test_a_flow_that_delivered_is_not_classified():
+    assert classify_stalled(("a", "b"), True, [reaction(None, 1000, 6)], [], {"backoff": 3}) is None
+
+
+def test_packets_still_going_into_the_dead_cable_with_no_other_port_is_a_black_hole():
+    assert classify_stalled(("a", "b"), False, [reaction(None, 900, 6)], [], {"backoff": 2}) == "blackholed"
+
+
+def test_a_silent_flow_whose_pair_probes_never_moved_is_black_holed_and_whose_probes_moved_is_in_backoff():
+    silent = [reaction(None, 0.0, 6)]
+    assert classify_stalled(("a", "b"), False, silent, [reaction(None, 1400)], {"backoff": 3}) == "blackholed"
+    assert classify_stalled(("a", "b"), False, silent, [reaction(35.0)], {"backoff": 3}) == "backoff"
+
+
+def test_backoff_needs_the_senders_timer_and_otherwise_the_flow_was_held_downstream():
+    assert classify_stalled(("a", "b"), False, [], [], {"backoff": 0, "ca_state": 4}) == "backoff"
+    assert classify_stalled(("a", "b"), False, [reaction(20.0, 0, 6)], [], {"backoff": 0, "ca_state": 0}) \
+        == "downstream"
+    assert classify_stalled(("a", "b"), False, [], [], {}) == "downstream"
+
+
+def test_summarise_counts_reactions_of_probe_streams_only_and_names_stalled_flows_apart():
+    streams = [{"stalled": True, "recovery_ms": 50.0, "blackhole_ms": 5.0, "delay_ms": 40.0, "lost": 3}]
+    rows = [{"crossing": True, "lost": True, "stalled": "backoff", "bytes_retrans": 100},
+            {"crossing": False, "lost": True, "stalled": "downstream", "bytes_retrans": 0},
+            {"crossing": True, "lost": False, "stalled": None, "bytes_retrans": 50}]
+    moved = [reaction(float(i)) for i in range(1, 101)] + [reaction(None, 1500.0), reaction(3.0, 0, 6)]
+    got = summarise(streams, rows, moved)
+    assert got["switch_reaction_ms"] == {"p50": 50.0, "p99": 99.0, "max": 100.0, "n": 100}
+    assert got["probes_never_moved"] == 1 and got["switch_into_dead_ms"]["max"] == 1500.0
+    assert (got["blackholed_flows"], got["backoff_flows"], got["downstream_flows"]) == (0, 1, 1)
+    assert (got["lost_transfers"], got["crossing"], got["bytes_retrans"]) == (1, 2, 150)
+
+
+def test_probe_windows_surround_the_cuts_a_pair_crosses_or_are_empty_when_it_crosses_all():
+    cables = [{("sw1", 9)}, {("sw2", 9)}, {("sw3", 9)}]
+    assert probe_windows(cables, lambda c: ("sw2", 9) in c) == "@6-9"
+    assert probe_windows(cables, lambda c: True) == ""
+    c0 = cut_times(0)
+    assert probe_windows(cables, lambda c: ("sw2", 9) not in c) == (
+        f"@{c0[0] - 1:g}-{c0[1] + 0.5:g},{cut_times(2)[0] - 1:g}-{cut_times(2)[1] + 0.5:g}")
