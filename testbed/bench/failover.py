@@ -28,12 +28,13 @@ a cut is classified: ``blackholed`` (its path was dead for the whole cut: the fa
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import time
 from pathlib import Path
 
-from testbed.bench import reaction_watch
+from testbed.bench import ovs_watch, reaction_watch
 from testbed.bench.fidelity import BULK, _cpu_between, _cpu_sample, _saturated, permutation
 from testbed.emulation import fabricctl, faults
 from testbed.emulation.datapath import DatapathConfig, netns_of
@@ -335,7 +336,8 @@ def run_one(fabric_args: dict, config: DatapathConfig, mode: str, log=print, log
         raise TestbedError("a fabric is up: bench failover brings its own ('testbed down' first)")
     st = fabricctl.up(fabric_args, config, log=log, failover=mode, pfc=pfc)
     procs: dict = {}
-    watch = None
+    watch = monitor = None
+    raised: list[int] = []
     try:
         fabric = st.model()
         flows = flows_of(fabric)
@@ -346,6 +348,9 @@ def run_one(fabric_args: dict, config: DatapathConfig, mode: str, log=print, log
                   if any(data_crosses(fabric, *flows[k], c) for c in cables)}
         watch = reaction_watch.Watch(sorted(addressing.switch_intf(sw, p) for sw in fabric.switches
                                             for p in fabric.switches[sw].ports), st.directory, port=PORT)
+        monitor = ovs_watch.PortStatusMonitor(sorted(fabric.switches), st.directory)
+        raised = ovs_watch.realtime(log)
+        wall_minus_mono = time.time() - time.monotonic()
         log(f"{fabric.kind} ({mode}): {len(flows)} flows; cutting {', '.join(targets)} in turn "
             f"({len(probed)} NIC pairs probed)")
         start = time.monotonic() + 2.0 + 0.1 * fabric.n_gpus
@@ -365,6 +370,7 @@ def run_one(fabric_args: dict, config: DatapathConfig, mode: str, log=print, log
             dead = {watch.ifindex[addressing.switch_intf(*e)] for e in (end, fabric.peer(*end))}
             reactions.append([r | {"cycle": i} for r in reaction_watch.stream_reactions(
                 rows, i + 1, round(down["t"] * 1e9), clear_ns, dead)])
+            down["wall"] = down["t"] + wall_minus_mono
             events.append((down, faults.inject(targets[i % len(targets)], "up", log=log)))
         _at(start + RESTART_S)
         c2 = _cpu_sample()
@@ -374,7 +380,11 @@ def run_one(fabric_args: dict, config: DatapathConfig, mode: str, log=print, log
         _at(start + DURATION_S - 0.5)
         effect = restart_effect(before, switch_counters(st), time.monotonic() - t_before)
         bins, sent, probes = _collect(procs)
+        status = monitor.events()
     finally:
+        ovs_watch.unrealtime(raised)
+        if monitor is not None:
+            monitor.close()
         for proc in procs.values():
             if proc.poll() is None:
                 proc.kill()
@@ -382,19 +392,23 @@ def run_one(fabric_args: dict, config: DatapathConfig, mode: str, log=print, log
         if watch is not None:
             watch.close()
         fabricctl.down()
-    streams, rows = [], []
+    streams, rows, port_status = [], [], []
     for i, (down, up) in enumerate(events):
         end, crossing = cuts[i % len(cuts)]
         more = analyse_cut(fabric, flows, i, end, crossing, bins, sent, probes, (down["t"] - start) * 1e3,
                            (up["t"] - start) * 1e3, reactions[i])
         streams += more[0]
         rows += more[1]
+        for sw, port in (end, fabric.peer(*end)):
+            ms = ovs_watch.status_after(status.get(sw, []), port, down["wall"], down["wall"] + DOWN_S)
+            port_status.append({"cycle": i, "switch": sw, "port": port, "port_status_ms": ms})
     cpu = _cpu_between(c1, c2)
     if logs:
         logs.mkdir(parents=True, exist_ok=True)
         (logs / f"failover-{fabric.kind}-{mode}.json").write_text(json.dumps(
             {"bins": bins, "sent": sent, "probes": probes, "events": events, "restart": restart, "start": start,
-             "streams": streams, "flows": rows, "reactions": reactions}))
+             "streams": streams, "flows": rows, "reactions": reactions, "port_status": port_status,
+             "port_status_events": status}))
     moved = [r for cut in reactions for r in cut]
     return {"fabric": fabric.kind, "mode": mode, **summarise(streams, rows, moved), **effect,
             **_restart_retransmits(sent),
@@ -403,8 +417,12 @@ def run_one(fabric_args: dict, config: DatapathConfig, mode: str, log=print, log
             "restart_s": restart["took_s"],
             "aggregate_goodput_bps": round(sum(goodput_bps(v, 0, DURATION_S * 1e3) for v in bins.values())),
             "probes_per_pair": PROBES_PER_PAIR[fabric.kind], "cycles": CYCLES,
+            "ovs_port_status_ms": percentiles([r["port_status_ms"] for r in port_status
+                                               if r["port_status_ms"] is not None]),
+            "ovs_port_status_missing": sum(r["port_status_ms"] is None for r in port_status),
+            "ovs_realtime": os.environ.get(ovs_watch.ENV, "") if raised else "",
             "cpu": cpu, "cpu_saturated": _saturated(cpu), "per_stream": streams, "per_flow": rows,
-            "per_reaction": moved}
+            "per_reaction": moved, "per_port_status": port_status}
 
 
 def bench(fabric_args: dict, config: DatapathConfig, modes: tuple[str, ...] = MODES, log=print,

@@ -29,7 +29,8 @@ def cmd(args) -> int:
         r, sw = d["recovery_ms"], d["switch_reaction_ms"]
         print(f"{d['fabric']} {d['mode']:<10} {len(d['cables'])} cables, {d['cycles']} cuts: switch reaction "
               f"p50 {sw['p50']} p99 {sw['p99']} max {sw['max']} ms over {sw['n']} probe streams "
-              f"({d['probes_never_moved']} never moved); "
+              f"({d['probes_never_moved']} never moved; OVS port-status p50 {d['ovs_port_status_ms']['p50']} "
+              f"p99 {d['ovs_port_status_ms']['p99']} ms after the cut); "
               f"{d['probes_stalled']}/{d['probes']} probe "
               f"streams hit, data-plane recovery p50 {r['p50']} p99 {r['p99']} max {r['max']} ms (blackhole p99 "
               f"{d['blackhole_ms']['p99']} ms); {d['lost_transfers']}/{d['crossing']} crossing TCP flows lost; "
