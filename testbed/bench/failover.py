@@ -297,7 +297,8 @@ def _start_bulk(fabric: Fabric, flows: dict, probed: dict[str, str], start: floa
                 continue
             pair = f"{addressing.ip_of(s, sp)}>{addressing.ip_of(d, dp)}:{PORT}"
             argv += ["--connect", pair]
-            argv += ["--probe", pair + probed[key]] * (PROBES_PER_PAIR[fabric.kind] if key in probed else 0)
+            if key in probed:
+                argv += ["--probe", pair + probed[key]] * PROBES_PER_PAIR[fabric.kind]
         procs[g] = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     return procs
 
