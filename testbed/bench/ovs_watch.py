@@ -64,7 +64,8 @@ class PortStatusMonitor:
         self.procs = {}
         for br, path in self.files.items():
             with open(path, "wb") as out:
-                self.procs[br] = subprocess.Popen(["ovs-ofctl", "-O", "OpenFlow13", "--timestamp", "monitor", br],
+                self.procs[br] = subprocess.Popen(["stdbuf", "-oL", "ovs-ofctl", "-O", "OpenFlow13", "--timestamp",
+                                                   "monitor", br],  # line-buffered: a SIGTERM loses nothing
                                                   stdout=out, stderr=subprocess.DEVNULL)
 
     def events(self) -> dict[str, list[dict]]:
