@@ -54,7 +54,9 @@ PROBE_MS = 4.0  # between probe datagrams: the recovery's resolution
 # ROFT hashes 5-tuples over its ECMP set: several source ports; ZCube moves a destination's streams together,
 # but the samples of the switch's reaction are a stream's
 PROBES_PER_PAIR = {"zcube": 6, "roft": 4}
-PROBE_LEAD_S, PROBE_TAIL_S = 1.0, 0.5  # a probe stream sends from this long before a cut to this long after
+# a probe stream sends from this long before a cut to this long after its clear (up to the next cut: the loop
+# slips when a clear's restore runs long on a busy machine)
+PROBE_LEAD_S, PROBE_TAIL_S = 1.0, UP_S
 EPOCH_LEAD_S = 0.3  # the reaction watch starts its rows again this long before a cut: the ports used before it
 LOSS_BEFORE_MS = 200.0  # datagrams sent this long before the cut may still have been on the dead cable
 GOAL_P99_MS = 50.0
@@ -354,7 +356,7 @@ def run_one(fabric_args: dict, config: DatapathConfig, mode: str, log=print, log
         wall_minus_mono = time.time() - time.monotonic()
         log(f"{fabric.kind} ({mode}): {len(flows)} flows; cutting {', '.join(targets)} in turn "
             f"({len(probed)} NIC pairs probed)")
-        start = time.monotonic() + 2.0 + 0.1 * fabric.n_gpus
+        start = time.monotonic() + 2.0 + 0.25 * fabric.n_gpus  # ~165 ms of CPU per bulk.py, on one free core
         procs = _start_bulk(fabric, flows, probed, start)
         events, reactions = [], []
         _at(start + WARM_S - 2)

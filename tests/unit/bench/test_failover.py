@@ -135,8 +135,8 @@ def test_summarise_counts_reactions_of_probe_streams_only_and_names_stalled_flow
 
 def test_probe_windows_surround_the_cuts_a_pair_crosses_or_are_empty_when_it_crosses_all():
     cables = [{("sw1", 9)}, {("sw2", 9)}, {("sw3", 9)}]
-    assert probe_windows(cables, lambda c: ("sw2", 9) in c) == "@6-9"
+    assert probe_windows(cables, lambda c: ("sw2", 9) in c) == "@6-10"
     assert probe_windows(cables, lambda c: True) == ""
     c0 = cut_times(0)
     assert probe_windows(cables, lambda c: ("sw2", 9) not in c) == (
-        f"@{c0[0] - 1:g}-{c0[1] + 0.5:g},{cut_times(2)[0] - 1:g}-{cut_times(2)[1] + 0.5:g}")
+        f"@{c0[0] - 1:g}-{c0[1] + 1.5:g},{cut_times(2)[0] - 1:g}-{cut_times(2)[1] + 1.5:g}")
