@@ -64,8 +64,10 @@ class PortStatusMonitor:
         self.procs = {}
         for br, path in self.files.items():
             with open(path, "wb") as out:
+                # a service connection gets no asynchronous message until it sets a miss_send_len (connmgr.c);
+                # line-buffered, so stopping it loses no line
                 self.procs[br] = subprocess.Popen(["stdbuf", "-oL", "ovs-ofctl", "-O", "OpenFlow13", "--timestamp",
-                                                   "monitor", br],  # line-buffered: a SIGTERM loses nothing
+                                                   "monitor", br, "128"],
                                                   stdout=out, stderr=subprocess.DEVNULL)
 
     def events(self) -> dict[str, list[dict]]:
