@@ -383,7 +383,7 @@ def run_one(fabric_args: dict, config: DatapathConfig, mode: str, log=print, log
         _at(start + DURATION_S - 0.5)
         effect = restart_effect(before, switch_counters(st), time.monotonic() - t_before)
         bins, sent, probes = _collect(procs)
-        status = monitor.events()
+        status, status_raw = monitor.events(), monitor.raw()
     finally:
         ovs_watch.unrealtime(raised)
         if monitor is not None:
@@ -411,7 +411,7 @@ def run_one(fabric_args: dict, config: DatapathConfig, mode: str, log=print, log
         (logs / f"failover-{fabric.kind}-{mode}.json").write_text(json.dumps(
             {"bins": bins, "sent": sent, "probes": probes, "events": events, "restart": restart, "start": start,
              "streams": streams, "flows": rows, "reactions": reactions, "port_status": port_status,
-             "port_status_events": status}))
+             "port_status_events": status, "port_status_raw": status_raw}))
     moved = [r for cut in reactions for r in cut]
     return {"fabric": fabric.kind, "mode": mode, **summarise(streams, rows, moved), **effect,
             **_restart_retransmits(sent),

@@ -68,7 +68,12 @@ class PortStatusMonitor:
                 # line-buffered, so stopping it loses no line
                 self.procs[br] = subprocess.Popen(["stdbuf", "-oL", "ovs-ofctl", "-O", "OpenFlow13", "--timestamp",
                                                    "monitor", br, "128"],
-                                                  stdout=out, stderr=subprocess.DEVNULL)
+                                                  stdout=out, stderr=subprocess.STDOUT)
+
+    def raw(self) -> dict[str, str]:
+        """What each monitor printed (kept with the benchmark's logs)."""
+        return {br: path.read_text(errors="replace")[-20000:] if path.exists() else ""
+                for br, path in self.files.items()}
 
     def events(self) -> dict[str, list[dict]]:
         return {br: parse_port_status(path.read_text(errors="replace")) if path.exists() else []
