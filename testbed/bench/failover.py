@@ -371,9 +371,10 @@ def run_one(fabric_args: dict, config: DatapathConfig, mode: str, log=print, log
             rows, clear_ns = watch.rows(), time.monotonic_ns()
             end = cuts[i % len(cuts)][0]
             dead = {watch.ifindex[addressing.switch_intf(*e)] for e in (end, fabric.peer(*end))}
+            carrier = down.get("t_carrier", down["t"])  # the carrier loss, not the verb's start
             reactions.append([r | {"cycle": i} for r in reaction_watch.stream_reactions(
-                rows, i + 1, round(down["t"] * 1e9), clear_ns, dead)])
-            down["wall"] = down["t"] + wall_minus_mono
+                rows, i + 1, round(carrier * 1e9), clear_ns, dead)])
+            down["wall"] = carrier + wall_minus_mono
             events.append((down, faults.inject(targets[i % len(targets)], "up", log=log)))
         _at(start + RESTART_S)
         c2 = _cpu_sample()
