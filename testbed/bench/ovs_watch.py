@@ -31,7 +31,9 @@ ENV = "TESTBED_OVS_REALTIME"
 
 def parse_port_status(text: str) -> list[dict]:
     """Port-status messages of one ``ovs-ofctl --timestamp monitor`` output (its timestamps are UTC with ms):
-    wall_s, port, name, reason and ``down`` (LINK_DOWN in its state, or a deleted port)."""
+    wall_s, port, name, reason and ``down``: a deleted port, or a state without LIVE (OVS reports a port
+    that lost carrier first as no longer live, the liveness a fast-failover bucket watches, then as
+    LINK_DOWN)."""
     out: list[dict] = []
     for line in text.splitlines():
         m = _HEADER.match(line)
@@ -43,7 +45,8 @@ def parse_port_status(text: str) -> list[dict]:
         s = _STATE.match(line)
         if s and out and "state_seen" not in out[-1]:
             out[-1]["state_seen"] = True
-            out[-1]["down"] = out[-1]["down"] or "LINK_DOWN" in s.group(1)
+            flags = s.group(1).split()
+            out[-1]["down"] = out[-1]["down"] or "LINK_DOWN" in flags or "LIVE" not in flags
     for ev in out:
         ev.pop("state_seen", None)
     return out
@@ -80,6 +83,7 @@ class PortStatusMonitor:
                 for br, path in self.files.items()}
 
     def close(self) -> None:
+        """Stop the monitors and remove their files."""
         for proc in self.procs.values():
             if proc.poll() is None:
                 proc.terminate()
@@ -89,6 +93,8 @@ class PortStatusMonitor:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+        for path in self.files.values():
+            path.unlink(missing_ok=True)
 
 
 # ------------------------------------------------------------------ real-time scheduling (opt-in)

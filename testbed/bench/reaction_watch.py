@@ -153,7 +153,8 @@ class Watch:
 
         ensure_bpffs()
         remove_pins()
-        obj = compile_object(workdir / "reaction_watch.o")
+        self.obj = compile_object(workdir / "reaction_watch.o")
+        obj = self.obj
         shown = subprocess.run(["tc", "qdisc", "show"], capture_output=True, text=True, timeout=30).stdout
         self.devs = list(devs)
         proc = _tc_batch(tc_lines(self.devs, obj, clsact_devices(shown)))
@@ -196,6 +197,7 @@ class Watch:
                 setattr(self, name, None)
         _tc_batch([f"filter del dev {d} egress prio {PRIO}" for d in self.devs], force=True)
         remove_pins()
+        self.obj.unlink(missing_ok=True)
 
 
 def remove_pins() -> None:
