@@ -27,6 +27,7 @@ a cut is classified: ``blackholed`` (its path was dead for the whole cut: the fa
 
 from __future__ import annotations
 
+import bisect
 import json
 import os
 import re
@@ -135,7 +136,10 @@ def probe_recovery(got: list[tuple[int, float, float]], cut_ms: float, until_ms:
     first = next(((seq, r) for seq, s, r in got if cut_ms <= s < until_ms), None)
     last = first[0] if first else got[-1][0] + 1
     have = {seq for seq, _, _ in got}
-    missing = [seq for seq in range(got[0][0], last) if seq not in have
+    # a datagram missing before one that arrived and was sent before the window was sent before it too:
+    # start from the last such one (a stream's sequence runs through its idle windows: thousands of gaps)
+    lo = max((seq for seq, s, _ in got if s < cut_ms - LOSS_BEFORE_MS), default=got[0][0])
+    missing = [seq for seq in range(lo, last) if seq not in have
                and _sent_at(seq, got, every_ms) >= cut_ms - LOSS_BEFORE_MS]
     usual = sorted(r - s for _, s, r in got if cut_ms - 1000 <= s < cut_ms)
     return {"stalled": bool(missing) or first is None, "lost": len(missing),
@@ -147,8 +151,9 @@ def probe_recovery(got: list[tuple[int, float, float]], cut_ms: float, until_ms:
 def _sent_at(seq: int, got: list[tuple[int, float, float]], every_ms: float) -> float:
     """When a missing datagram was sent: between the send times of the arrived ones around it (the sender's
     loop slips when it waits for the CPU, so its schedule alone would misplace it)."""
-    before = max((g for g in got if g[0] < seq), default=None)
-    after = min((g for g in got if g[0] > seq), default=None)
+    i = bisect.bisect_left(got, (seq,))  # got is sorted by sequence
+    before = got[i - 1] if i > 0 else None
+    after = next((g for g in got[i:i + 2] if g[0] > seq), None)
     if before and after:
         return before[1] + (after[1] - before[1]) * (seq - before[0]) / (after[0] - before[0])
     ref = before or after
@@ -205,11 +210,15 @@ def analyse_cut(fabric: Fabric, flows: dict, cycle: int, end: tuple[str, int], c
     (``classify_stalled``; ``reactions``: the reaction watch's streams that left by the cable)."""
     cable = {end, fabric.peer(*end)}
     ip_pair = {f"{addressing.ip_of(*src)}>{addressing.ip_of(*dst)}": k for k, (src, dst) in flows.items()}
+    tables = forwarding_tables(fabric)  # once: building them is most of this function's time
+    crosses: dict[str, bool] = {}
     streams = []
     for key, got in sorted(probes.items()):
         src, dst = key.split(">")
         flow = ip_pair[f"{src.rsplit(':', 1)[0]}>{dst}"]
-        if data_crosses(fabric, *flows[flow], cable):
+        if flow not in crosses:
+            crosses[flow] = data_crosses(fabric, *flows[flow], cable, tables)
+        if crosses[flow]:
             streams.append({"cycle": cycle, "probe": key, "flow": flow,
                             **probe_recovery([tuple(x) for x in got], cut_ms, clear_ms, PROBE_MS)})
     rows = []
@@ -347,8 +356,10 @@ def run_one(fabric_args: dict, config: DatapathConfig, mode: str, log=print, log
         cuts = cables_to_cut(fabric, flows)
         targets = [f"link {end[0]}:{end[1]}" for end, _ in cuts]
         cables = [{end, fabric.peer(*end)} for end, _ in cuts]
-        probed = {k: probe_windows(cables, lambda c, k=k: data_crosses(fabric, *flows[k], c)) for k in flows
-                  if any(data_crosses(fabric, *flows[k], c) for c in cables)}
+        tables = forwarding_tables(fabric)
+        crossing = {k: [data_crosses(fabric, *flows[k], c, tables) for c in cables] for k in flows}
+        probed = {k: probe_windows(cables, lambda c, k=k: crossing[k][cables.index(c)]) for k in flows
+                  if any(crossing[k])}
         watch = reaction_watch.Watch(sorted(addressing.switch_intf(sw, p) for sw in fabric.switches
                                             for p in fabric.switches[sw].ports), st.directory, port=PORT)
         monitor = ovs_watch.PortStatusMonitor(sorted(fabric.switches), st.directory)

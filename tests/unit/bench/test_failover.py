@@ -140,3 +140,14 @@ def test_probe_windows_surround_the_cuts_a_pair_crosses_or_are_empty_when_it_cro
     c0 = cut_times(0)
     assert probe_windows(cables, lambda c: ("sw2", 9) not in c) == (
         f"@{c0[0] - 1:g}-{c0[1] + 1.5:g},{cut_times(2)[0] - 1:g}-{cut_times(2)[1] + 1.5:g}")
+
+
+def test_a_stream_idle_between_its_windows_counts_no_gap_as_lost_and_stays_quick():
+    import time
+
+    # sequence numbers run on through an idle stretch: 200,000 ticks between two windows
+    got = stream(0, 1000) + [d for d in stream(5000, 8000, seq0=200_000) if not 5994 <= d[1] < 6000]
+    t = time.perf_counter()
+    r = probe_recovery(got, cut_ms=6000, until_ms=8000, every_ms=2)
+    assert time.perf_counter() - t < 0.5
+    assert r == {"stalled": True, "lost": 3, "delay_ms": 3.0, "recovery_ms": 3.0, "blackhole_ms": 0.0}
