@@ -381,11 +381,13 @@ def run_one(fabric_args: dict, config: DatapathConfig, mode: str, log=print, log
             _at(start + clear_s)
             rows, clear_ns = watch.rows(), time.monotonic_ns()
             end = cuts[i % len(cuts)][0]
-            dead = {watch.ifindex[addressing.switch_intf(*e)] for e in (end, fabric.peer(*end))}
-            carrier = down.get("t_carrier", down["t"])  # the carrier loss, not the verb's start
-            reactions.append([r | {"cycle": i} for r in reaction_watch.stream_reactions(
-                rows, i + 1, round(carrier * 1e9), clear_ns, dead)])
-            down["wall"] = carrier + wall_minus_mono
+            # each dead port's carrier loss: when its far end went down, not when the verb started
+            lost = {e: down.get("t_devices", {}).get(addressing.switch_intf(*e) + "r", down["t"])
+                    for e in (end, fabric.peer(*end))}
+            dead = {watch.ifindex[addressing.switch_intf(*e)]: round(t * 1e9) for e, t in lost.items()}
+            reactions.append([r | {"cycle": i} for r in reaction_watch.stream_reactions(rows, i + 1, dead,
+                                                                                         clear_ns)])
+            down["wall"] = {f"{e[0]}:{e[1]}": t + wall_minus_mono for e, t in lost.items()}
             events.append((down, faults.inject(targets[i % len(targets)], "up", log=log)))
         _at(start + RESTART_S)
         c2 = _cpu_sample()
@@ -415,7 +417,8 @@ def run_one(fabric_args: dict, config: DatapathConfig, mode: str, log=print, log
         streams += more[0]
         rows += more[1]
         for sw, port in (end, fabric.peer(*end)):
-            ms = ovs_watch.status_after(status.get(sw, []), port, down["wall"], down["wall"] + DOWN_S)
+            cut_wall = down["wall"][f"{sw}:{port}"]
+            ms = ovs_watch.status_after(status.get(sw, []), port, cut_wall, cut_wall + DOWN_S)
             port_status.append({"cycle": i, "switch": sw, "port": port, "port_status_ms": ms})
     cpu = _cpu_between(c1, c2)
     if logs:

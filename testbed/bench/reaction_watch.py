@@ -100,21 +100,23 @@ def tc_lines(devs: list[str], obj: Path, have_clsact: set[str]) -> list[str]:
     return lines
 
 
-def stream_reactions(rows: list[Row], epoch: int, cut_ns: int, clear_ns: int, dead: set[int]) -> list[dict]:
-    """Per stream that left by a dead port (``dead``: ifindexes) before the cut in ``epoch``: ``reaction_ms``,
-    from the cut to the first packet out of a port the stream had not used in the epoch before the cut (the
-    switch, or one upstream of it, moved it; None when none did before the clear), and ``into_dead_ms``, from
-    the cut to the last packet still handed to a dead port (0 when none was after the cut): the switch's
-    reaction lies between the two, and the two meet when the stream's packets reach the switch steadily."""
+def stream_reactions(rows: list[Row], epoch: int, dead: dict[int, int], clear_ns: int) -> list[dict]:
+    """Per stream that left by a dead port (``dead``: ifindex -> when it lost carrier, ns) before the port's cut
+    in ``epoch``: ``reaction_ms``, from the cut to the first packet out of a port the stream had not used in the
+    epoch before the cut (the switch, or one upstream of it, moved it; None when none did before the clear),
+    and ``into_dead_ms``, from the cut to the last packet still handed to a dead port (0 when none was after
+    the cut): the switch's reaction lies between the two, and the two meet when the stream's packets reach the
+    switch steadily."""
     by: dict[tuple, list[Row]] = {}
     for r in rows:
         if r.epoch == epoch:
             by.setdefault(r.stream, []).append(r)
     out = []
     for stream, mine in sorted(by.items()):
-        on_dead = [r for r in mine if r.ifindex in dead]
-        if not any(r.first_ns < cut_ns for r in on_dead):
+        on_dead = [r for r in mine if r.ifindex in dead and r.first_ns < dead[r.ifindex]]
+        if not on_dead:
             continue
+        cut_ns = min(dead[r.ifindex] for r in on_dead)
         new = [r.first_ns for r in mine if r.ifindex not in dead and cut_ns <= r.first_ns < clear_ns]
         last_dead = max(r.last_ns for r in on_dead)
         src, sport, dst, dport, proto = stream

@@ -104,9 +104,9 @@ def test_the_reaction_watch_sees_a_cut_streams_first_packet_out_of_another_port(
         time.sleep(1.0)
         rows, clear_ns = watch.rows(), time.monotonic_ns()
         run_testbed("fault", "link", f"{end[0]}:{end[1]}", "up", check=True)
-        dead = {watch.ifindex[addressing.switch_intf(*e)] for e in cable}
-        got = [r for r in reaction_watch.stream_reactions(rows, 1, round(down["t"] * 1e9), clear_ns, dead)
-               if r["proto"] == reaction_watch.UDP]
+        dead = {watch.ifindex[addressing.switch_intf(*e)]: round(down["t_devices"][addressing.switch_intf(*e) + "r"]
+                                                                  * 1e9) for e in cable}
+        got = [r for r in reaction_watch.stream_reactions(rows, 1, dead, clear_ns) if r["proto"] == reaction_watch.UDP]
     finally:
         proc.wait(timeout=10)
         watch.close()

@@ -57,22 +57,30 @@ def test_tc_lines_add_clsact_only_where_missing_and_go_before_the_queue_watch():
 def test_a_stream_moved_by_the_switch_reacts_at_its_first_packet_on_a_new_port():
     cut = 5000
     rows = [row(7, 4700, 5030), row(8, 5041, 6400), row(9, 4700, 6400)]  # 7 dead; 9 a port used all along
-    (r,) = stream_reactions(rows, 1, cut * MS, 6500 * MS, dead={7})
+    (r,) = stream_reactions(rows, 1, {7: cut * MS}, 6500 * MS)
     assert r["reaction_ms"] == 41.0 and r["into_dead_ms"] == 30.0 and r["ports_new"] == 1
 
 
 def test_streams_that_never_used_the_dead_port_or_rows_of_another_epoch_do_not_count():
     rows = [row(8, 4700, 6000, sport=1), row(7, 4700, 4990, sport=2, epoch=0), row(8, 5100, 6000, sport=2, epoch=0)]
-    assert stream_reactions(rows, 1, 5000 * MS, 6500 * MS, dead={7}) == []
+    assert stream_reactions(rows, 1, {7: 5000 * MS}, 6500 * MS) == []
 
 
 def test_a_stream_that_never_left_by_another_port_before_the_clear_has_no_reaction():
     rows = [row(7, 4700, 6400, proto=TCP), row(8, 6600, 6700, proto=TCP)]  # after the clear: not a reaction
-    (r,) = stream_reactions(rows, 1, 5000 * MS, 6500 * MS, dead={7})
+    (r,) = stream_reactions(rows, 1, {7: 5000 * MS}, 6500 * MS)
     assert r["reaction_ms"] is None and r["into_dead_ms"] == 1400.0 and r["proto"] == TCP
 
 
 def test_the_first_new_port_counts_when_several_switches_move_a_stream():
     rows = [row(7, 4700, 5000), row(8, 5020, 6000), row(11, 5021, 6000), row(12, 5300, 6000)]
-    (r,) = stream_reactions(rows, 1, 5000 * MS, 6500 * MS, dead={7, 30})
+    (r,) = stream_reactions(rows, 1, {7: 5000 * MS, 30: 4000 * MS}, 6500 * MS)
     assert r["reaction_ms"] == 20.0 and r["into_dead_ms"] == 0.0 and r["ports_new"] == 3
+
+
+def test_each_dead_port_counts_from_its_own_carrier_loss():
+    # the cable's second end went down 60 ms after the first (one netlink call after the other)
+    rows = [row(7, 4700, 5000, sport=1), row(8, 5030, 6000, sport=1),
+            row(30, 4700, 5080, sport=2), row(31, 5090, 6000, sport=2)]
+    got = stream_reactions(rows, 1, {7: 5000 * MS, 30: 5060 * MS}, 6500 * MS)
+    assert [(r["sport"], r["reaction_ms"], r["into_dead_ms"]) for r in got] == [(1, 30.0, 0.0), (2, 30.0, 20.0)]

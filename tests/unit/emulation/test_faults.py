@@ -67,6 +67,8 @@ def test_a_cable_goes_down_at_both_ends_and_is_recorded(fab, tmp_path):
     assert [json.loads(line) for line in (tmp_path / "faults.jsonl").read_text().splitlines()] == [event]
     # the carrier loss is stamped around the state changes alone, after the verb's own start
     assert event["t"] <= event["t_carrier"] and 0 <= event["carrier_s"] <= event["took_s"]
+    assert list(event["t_devices"]) == ["sw1-eth13r", "sw4-eth9r"]
+    assert event["t_carrier"] == event["t_devices"]["sw1-eth13r"] <= event["t_devices"]["sw4-eth9r"]
 
 
 def test_a_device_another_fault_holds_stays_down(fab, tmp_path):
