@@ -161,19 +161,23 @@ def _sent_at(seq: int, got: list[tuple[int, float, float]], every_ms: float) -> 
 
 
 def classify_stalled(flow_key: tuple[str, str], delivered: bool, tcp: list[dict], probes: list[dict],
-                     info: dict) -> str | None:
+                     info: dict, moved_ms: float | None = None, before: bool = True) -> str | None:
     """Why a TCP flow (``flow_key``: source and destination address) delivered nothing during a cut (None: it
     delivered). ``tcp``: the reaction watch's rows of its data streams that left by the dead cable;
-    ``probes``: those of its NIC pair's probe streams; ``info``: its sender's TCP_INFO just before the clear.
-    ``blackholed``: its own packets still went into the dead cable after the cut and none left by another port,
-    or its pair's probes that used the cable never left by another port before the clear (the path was dead
-    the whole cut); ``backoff``: the path was live and the sender was waiting out a doubled retransmission
-    timer (TCP's, not the fabric's); ``downstream``: neither (held in a queue further on: PFC pauses)."""
+    ``probes``: those of its NIC pair's probe streams; ``info``: its sender's TCP_INFO just before the clear;
+    ``moved_ms``: by when the switches had moved every probe stream the cut hit (None: none was hit);
+    ``before``: it delivered something in the second before the cut (a flow starved already is not the cut's).
+    ``blackholed``: the cut's: none of its own packets left by another port before the clear and they still
+    went into the dead cable after the switches had moved the probes (or half the cut when no probe was hit),
+    or its pair's probes that used the cable never left by another port (the path was dead the whole cut);
+    ``backoff``: the path was live and the sender was waiting out a doubled retransmission timer (TCP's, not
+    the fabric's); ``downstream``: neither (held in a queue further on: PFC pauses)."""
     if delivered:
         return None
-    if any(r["reaction_ms"] is None and r["into_dead_ms"] > 0 for r in tcp):
+    late = moved_ms if moved_ms is not None else DOWN_S * 1e3 / 2
+    if before and any(r["reaction_ms"] is None and r["into_dead_ms"] > late for r in tcp):
         return "blackholed"
-    if tcp and all(r["reaction_ms"] is None for r in tcp) and probes and all(
+    if before and tcp and all(r["reaction_ms"] is None for r in tcp) and probes and all(
             p["reaction_ms"] is None for p in probes):
         return "blackholed"
     if info.get("backoff", 0) > 0 or info.get("ca_state") == 4:
@@ -221,6 +225,8 @@ def analyse_cut(fabric: Fabric, flows: dict, cycle: int, end: tuple[str, int], c
         if crosses[flow]:
             streams.append({"cycle": cycle, "probe": key, "flow": flow,
                             **probe_recovery([tuple(x) for x in got], cut_ms, clear_ms, PROBE_MS)})
+    moved = [r["reaction_ms"] for r in reactions if r["proto"] == reaction_watch.UDP and r["reaction_ms"] is not None]
+    moved_ms = max(moved) if moved else None
     rows = []
     for key, (src, dst) in flows.items():
         ip_key = f"{addressing.ip_of(*src)}>{addressing.ip_of(*dst)}"
@@ -231,9 +237,10 @@ def analyse_cut(fabric: Fabric, flows: dict, cycle: int, end: tuple[str, int], c
         pair = (addressing.ip_of(*src), addressing.ip_of(*dst))
         mine = [r for r in reactions if (r["src"], r["dst"]) == pair]
         infos = sent.get(ip_key, [])
+        before = goodput_bps(fb, cut_ms - 1000, cut_ms) > 0
         stalled = classify_stalled(pair, delivered, [r for r in mine if r["proto"] == reaction_watch.TCP],
                                    [r for r in mine if r["proto"] == reaction_watch.UDP],
-                                   infos[2 + 2 * cycle] if len(infos) > 2 + 2 * cycle else {})
+                                   infos[2 + 2 * cycle] if len(infos) > 2 + 2 * cycle else {}, moved_ms, before)
         rows.append({"cycle": cycle, "flow": key, "crossing": key in crossing, "lost": not delivered,
                      "stalled": stalled,
                      "bytes_retrans": resent(infos, 1 + 2 * cycle, 2 + 2 * cycle),

@@ -105,6 +105,20 @@ def test_a_flow_that_delivered_is_not_classified():
 
 def test_packets_still_going_into_the_dead_cable_with_no_other_port_is_a_black_hole():
     assert classify_stalled(("a", "b"), False, [reaction(None, 900, 6)], [], {"backoff": 2}) == "blackholed"
+    assert classify_stalled(("a", "b"), False, [reaction(None, 300, 6)], [], {"backoff": 2}, moved_ms=250) \
+        == "blackholed"
+
+
+def test_a_packet_into_the_dead_cable_before_the_switches_moved_anyone_is_no_black_hole():
+    # one retransmission 21 ms after the cut, then the sender backed off: the switch had not reacted yet
+    assert classify_stalled(("a", "b"), False, [reaction(None, 21.5, 6)], [], {"backoff": 3}, moved_ms=285) \
+        == "backoff"
+    assert classify_stalled(("a", "b"), False, [reaction(None, 600, 6)], [], {"backoff": 0}) == "downstream"
+
+
+def test_a_flow_starved_before_the_cut_is_not_the_cuts():
+    assert classify_stalled(("a", "b"), False, [reaction(None, 900, 6)], [reaction(None, 1400)], {"backoff": 0},
+                            before=False) == "downstream"
 
 
 def test_a_silent_flow_whose_pair_probes_never_moved_is_black_holed_and_whose_probes_moved_is_in_backoff():
