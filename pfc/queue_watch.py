@@ -2,7 +2,8 @@
 
 ``up`` compiles queue_watch.bpf.c (clang, ~0.3 s) into the state directory
 and attaches, through the same ``tc -batch`` that builds the queues, the
-enqueue counter at the clsact egress hook of every switch queue's device and
+enqueue counter at the clsact egress hook of every switch queue's device (prio 2:
+the failover benchmark's reaction watch goes before it at prio 1) and
 the departure counter at the ingress hook of every queue's veth peer (switch
 queues and host NIC queues; all peers are in the root namespace). tc's
 libbpf loader pins the maps by name in PIN_DIR, where the pause daemon finds
@@ -62,7 +63,7 @@ def tc_lines(queues, obj: Path, clsact_ready: set[str]) -> list[str]:
     for q in queues:
         if q.kind == "switch":
             lines += [f"qdisc replace dev {q.dev} clsact",
-                      f"filter add dev {q.dev} egress prio 1 bpf da obj {obj} sec tc/enqueue"]
+                      f"filter add dev {q.dev} egress prio 2 bpf da obj {obj} sec tc/enqueue"]
         if q.peer not in clsact_ready:
             lines.append(f"qdisc replace dev {q.peer} clsact")
         lines.append(f"filter add dev {q.peer} ingress prio 1 bpf da obj {obj} sec tc/dequeue")

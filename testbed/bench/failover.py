@@ -14,16 +14,28 @@ controller restart: packets the switches dropped for want of a rule (the table-m
 directly), flows the restarted controller re-installed, and the bytes TCP resent in that window against a
 window as long before the first cut. ``fast`` mode: group buckets watch their ports; ``controller``: only
 the controller's repair moves traffic.
+
+The switches' own reaction is stamped in the kernel as OVS hands packets to its ports (``reaction_watch``):
+per probe stream that left by the cut cable, from the carrier loss to the first packet out of another port
+(``switch_reaction_ms``), without the queues' or the probes' one-way delay. A ZCube cut moves the probe
+streams of two NIC pairs, so each probed pair sends PROBES_PER_PAIR streams (other source ports), only
+around the cuts its data crosses (fewer datagrams in the queues). A TCP flow that delivered nothing during
+a cut is classified: ``blackholed`` (its path was dead for the whole cut: the fabric's failure),
+``backoff`` (its path was live, its sender waiting out TCP's doubled retransmission timer: transport),
+``downstream`` (path live, sender not in back-off: held in queues downstream, PFC pauses).
 """
 
 from __future__ import annotations
 
+import bisect
 import json
+import os
 import re
 import subprocess
 import time
 from pathlib import Path
 
+from testbed.bench import ovs_watch, reaction_watch
 from testbed.bench.fidelity import BULK, _cpu_between, _cpu_sample, _saturated, permutation
 from testbed.emulation import fabricctl, faults
 from testbed.emulation.datapath import DatapathConfig, netns_of
@@ -36,11 +48,17 @@ MODES = ("fast", "controller")
 BIN_MS = 1.0
 PORT = 5400
 # seconds after the traffic starts: warm-up, then CYCLES cuts (each down DOWN_S, then up UP_S), the restart
-WARM_S, CYCLES, DOWN_S, UP_S, RESTART_WINDOW_S = 4.0, 4, 1.5, 1.5, 3.5
+WARM_S, CYCLES, DOWN_S, UP_S, RESTART_WINDOW_S = 4.0, 8, 1.5, 1.5, 3.5
 RESTART_S = WARM_S + CYCLES * (DOWN_S + UP_S) + 0.5
 DURATION_S = RESTART_S + RESTART_WINDOW_S
 PROBE_MS = 4.0  # between probe datagrams: the recovery's resolution
-PROBES_PER_PAIR = {"zcube": 1, "roft": 3}  # ROFT hashes 5-tuples over its ECMP set: several source ports
+# ROFT hashes 5-tuples over its ECMP set: several source ports; ZCube moves a destination's streams together,
+# but the samples of the switch's reaction are a stream's
+PROBES_PER_PAIR = {"zcube": 6, "roft": 4}
+# a probe stream sends from this long before a cut to this long after its clear (up to the next cut: the loop
+# slips when a clear's restore runs long on a busy machine)
+PROBE_LEAD_S, PROBE_TAIL_S = 1.0, UP_S
+EPOCH_LEAD_S = 0.3  # the reaction watch starts its rows again this long before a cut: the ports used before it
 LOSS_BEFORE_MS = 200.0  # datagrams sent this long before the cut may still have been on the dead cable
 GOAL_P99_MS = 50.0
 
@@ -73,6 +91,14 @@ def cables_crossed(fabric: Fabric, src: tuple[int, int], dst: tuple[int, int], t
         for hops, ports in walk(fabric, tables, a, b):
             out |= {(sw, p) for sw, p in zip(hops, ports) if not fabric.peer(sw, p)[0].startswith("gpu")}
     return out
+
+
+def probe_windows(cables: list[set], crosses) -> str:
+    """``@LO-HI,...`` (seconds after the start) around the cuts of the cables (``crosses(cable)``: whether the
+    pair's data crosses it), or "" when it crosses every cut cable (send all the time)."""
+    spans = [(round(lo - PROBE_LEAD_S, 3), round(hi + PROBE_TAIL_S, 3))
+             for i, cable in enumerate(cables) if crosses(cable) for lo, hi in [cut_times(i)]]
+    return "" if len(spans) == len(cables) else "@" + ",".join(f"{lo:g}-{hi:g}" for lo, hi in spans)
 
 
 def cables_to_cut(fabric: Fabric, flows: dict, k: int = CYCLES) -> list[tuple[tuple[str, int], list[str]]]:
@@ -110,7 +136,10 @@ def probe_recovery(got: list[tuple[int, float, float]], cut_ms: float, until_ms:
     first = next(((seq, r) for seq, s, r in got if cut_ms <= s < until_ms), None)
     last = first[0] if first else got[-1][0] + 1
     have = {seq for seq, _, _ in got}
-    missing = [seq for seq in range(got[0][0], last) if seq not in have
+    # a datagram missing before one that arrived and was sent before the window was sent before it too:
+    # start from the last such one (a stream's sequence runs through its idle windows: thousands of gaps)
+    lo = max((seq for seq, s, _ in got if s < cut_ms - LOSS_BEFORE_MS), default=got[0][0])
+    missing = [seq for seq in range(lo, last) if seq not in have
                and _sent_at(seq, got, every_ms) >= cut_ms - LOSS_BEFORE_MS]
     usual = sorted(r - s for _, s, r in got if cut_ms - 1000 <= s < cut_ms)
     return {"stalled": bool(missing) or first is None, "lost": len(missing),
@@ -122,12 +151,38 @@ def probe_recovery(got: list[tuple[int, float, float]], cut_ms: float, until_ms:
 def _sent_at(seq: int, got: list[tuple[int, float, float]], every_ms: float) -> float:
     """When a missing datagram was sent: between the send times of the arrived ones around it (the sender's
     loop slips when it waits for the CPU, so its schedule alone would misplace it)."""
-    before = max((g for g in got if g[0] < seq), default=None)
-    after = min((g for g in got if g[0] > seq), default=None)
+    i = bisect.bisect_left(got, (seq,))  # got is sorted by sequence
+    before = got[i - 1] if i > 0 else None
+    after = next((g for g in got[i:i + 2] if g[0] > seq), None)
     if before and after:
         return before[1] + (after[1] - before[1]) * (seq - before[0]) / (after[0] - before[0])
     ref = before or after
     return ref[1] + (seq - ref[0]) * every_ms
+
+
+def classify_stalled(flow_key: tuple[str, str], delivered: bool, tcp: list[dict], probes: list[dict],
+                     info: dict, moved_ms: float | None = None, before: bool = True) -> str | None:
+    """Why a TCP flow (``flow_key``: source and destination address) delivered nothing during a cut (None: it
+    delivered). ``tcp``: the reaction watch's rows of its data streams that left by the dead cable;
+    ``probes``: those of its NIC pair's probe streams; ``info``: its sender's TCP_INFO just before the clear;
+    ``moved_ms``: by when the switches had moved every probe stream the cut hit (None: none was hit);
+    ``before``: it delivered something in the second before the cut (a flow starved already is not the cut's).
+    ``blackholed``: the cut's: none of its own packets left by another port before the clear and they still
+    went into the dead cable after the switches had moved the probes (or half the cut when no probe was hit),
+    or its pair's probes that used the cable never left by another port (the path was dead the whole cut);
+    ``backoff``: the path was live and the sender was waiting out a doubled retransmission timer (TCP's, not
+    the fabric's); ``downstream``: neither (held in a queue further on: PFC pauses)."""
+    if delivered:
+        return None
+    late = moved_ms if moved_ms is not None else DOWN_S * 1e3 / 2
+    if before and any(r["reaction_ms"] is None and r["into_dead_ms"] > late for r in tcp):
+        return "blackholed"
+    if before and tcp and all(r["reaction_ms"] is None for r in tcp) and probes and all(
+            p["reaction_ms"] is None for p in probes):
+        return "blackholed"
+    if info.get("backoff", 0) > 0 or info.get("ca_state") == 4:
+        return "backoff"
+    return "downstream"
 
 
 def goodput_bps(bins: list[tuple[int, int]], lo_ms: float, hi_ms: float) -> float:
@@ -151,40 +206,69 @@ def resent(infos: list[dict], lo: int, hi: int) -> int | None:
 
 
 def analyse_cut(fabric: Fabric, flows: dict, cycle: int, end: tuple[str, int], crossing: list[str], bins: dict,
-                sent: dict, probes: dict, cut_ms: float, clear_ms: float) -> tuple[list[dict], list[dict]]:
+                sent: dict, probes: dict, cut_ms: float, clear_ms: float,
+                reactions: list[dict] = ()) -> tuple[list[dict], list[dict]]:
     """One cut: a row per probe stream whose data crosses the cable (data-plane recovery), a row per TCP flow
-    that may cross it (bytes resent while it was down, goodput before/during/after, lost)."""
+    that may cross it (bytes resent while it was down, goodput before/during/after, lost), and one per other
+    flow that delivered nothing during it; ``stalled`` classifies each flow that delivered nothing
+    (``classify_stalled``; ``reactions``: the reaction watch's streams that left by the cable)."""
     cable = {end, fabric.peer(*end)}
     ip_pair = {f"{addressing.ip_of(*src)}>{addressing.ip_of(*dst)}": k for k, (src, dst) in flows.items()}
+    tables = forwarding_tables(fabric)  # once: building them is most of this function's time
+    crosses: dict[str, bool] = {}
     streams = []
     for key, got in sorted(probes.items()):
         src, dst = key.split(">")
         flow = ip_pair[f"{src.rsplit(':', 1)[0]}>{dst}"]
-        if data_crosses(fabric, *flows[flow], cable):
+        if flow not in crosses:
+            crosses[flow] = data_crosses(fabric, *flows[flow], cable, tables)
+        if crosses[flow]:
             streams.append({"cycle": cycle, "probe": key, "flow": flow,
                             **probe_recovery([tuple(x) for x in got], cut_ms, clear_ms, PROBE_MS)})
+    moved = [r["reaction_ms"] for r in reactions if r["proto"] == reaction_watch.UDP and r["reaction_ms"] is not None]
+    moved_ms = max(moved) if moved else None
     rows = []
-    for key in crossing:
-        src, dst = flows[key]
+    for key, (src, dst) in flows.items():
         ip_key = f"{addressing.ip_of(*src)}>{addressing.ip_of(*dst)}"
         fb = bins.get(ip_key, [])
-        rows.append({"cycle": cycle, "flow": key, "lost": not any(n for b, n in fb if cut_ms <= b * BIN_MS < clear_ms),
-                     "bytes_retrans": resent(sent.get(ip_key, []), 1 + 2 * cycle, 2 + 2 * cycle),
+        delivered = any(n for b, n in fb if cut_ms <= b * BIN_MS < clear_ms)
+        if key not in crossing and delivered:
+            continue
+        pair = (addressing.ip_of(*src), addressing.ip_of(*dst))
+        mine = [r for r in reactions if (r["src"], r["dst"]) == pair]
+        infos = sent.get(ip_key, [])
+        before = goodput_bps(fb, cut_ms - 1000, cut_ms) > 0
+        stalled = classify_stalled(pair, delivered, [r for r in mine if r["proto"] == reaction_watch.TCP],
+                                   [r for r in mine if r["proto"] == reaction_watch.UDP],
+                                   infos[2 + 2 * cycle] if len(infos) > 2 + 2 * cycle else {}, moved_ms, before)
+        rows.append({"cycle": cycle, "flow": key, "crossing": key in crossing, "lost": not delivered,
+                     "stalled": stalled,
+                     "bytes_retrans": resent(infos, 1 + 2 * cycle, 2 + 2 * cycle),
                      "goodput_before_bps": round(goodput_bps(fb, cut_ms - 1000, cut_ms)),
                      "goodput_during_bps": round(goodput_bps(fb, cut_ms, clear_ms)),
                      "goodput_after_bps": round(goodput_bps(fb, clear_ms + 200, clear_ms + 1200))})
     return streams, rows
 
 
-def summarise(streams: list[dict], rows: list[dict]) -> dict:
-    """The contract's figures over every cut: recovery of the streams that lost something, lost TCP flows."""
+def summarise(streams: list[dict], rows: list[dict], reactions: list[dict] = ()) -> dict:
+    """The contract's figures over every cut: the switches' reaction (probe streams that left by a cut cable),
+    recovery of the streams that lost something, lost TCP flows (crossing the cut cable) and why every flow
+    that delivered nothing during a cut did."""
     hit = [r for r in streams if r["stalled"]]
-    return {"recovery_ms": percentiles([r["recovery_ms"] for r in hit if r["recovery_ms"] is not None]),
+    moved = [r for r in reactions if r["proto"] == reaction_watch.UDP]
+    crossing = [r for r in rows if r.get("crossing", True)]
+    return {"switch_reaction_ms": percentiles([r["reaction_ms"] for r in moved if r["reaction_ms"] is not None]),
+            "switch_into_dead_ms": percentiles([r["into_dead_ms"] for r in moved]),
+            "probes_never_moved": sum(r["reaction_ms"] is None for r in moved),
+            "blackholed_flows": sum(r.get("stalled") == "blackholed" for r in rows),
+            "backoff_flows": sum(r.get("stalled") == "backoff" for r in rows),
+            "downstream_flows": sum(r.get("stalled") == "downstream" for r in rows),
+            "recovery_ms": percentiles([r["recovery_ms"] for r in hit if r["recovery_ms"] is not None]),
             "blackhole_ms": percentiles([r["blackhole_ms"] for r in hit if r["blackhole_ms"] is not None]),
             "delay_ms": percentiles([r["delay_ms"] for r in hit if r["delay_ms"] is not None]),
-            "lost_transfers": sum(r["lost"] for r in rows), "crossing": len(rows), "probes": len(streams),
+            "lost_transfers": sum(r["lost"] for r in crossing), "crossing": len(crossing), "probes": len(streams),
             "probes_stalled": len(hit), "probes_lost": sum(r["recovery_ms"] is None for r in hit),
-            "bytes_retrans": sum(r["bytes_retrans"] or 0 for r in rows)}
+            "bytes_retrans": sum(r["bytes_retrans"] or 0 for r in crossing)}
 
 
 # ------------------------------------------------------------------ the fabric side
@@ -216,8 +300,9 @@ def restart_effect(before: dict, after: dict, span_s: float) -> dict:
     return {"controller_restart_drops": drops, "flows_reinstalled": readded}
 
 
-def _start_bulk(fabric: Fabric, flows: dict, probed: list[str], start: float) -> dict:
-    """One bulk.py per GPU: its TCP flows, the UDP probes of the pairs in ``probed``, sinks for both."""
+def _start_bulk(fabric: Fabric, flows: dict, probed: dict[str, str], start: float) -> dict:
+    """One bulk.py per GPU: its TCP flows, the UDP probes of the pairs in ``probed`` (flow -> windows), sinks
+    for both."""
     procs = {}
     marks = ",".join(f"{start + m:.3f}" for m in MARKS_S)
     for g in fabric.gpus():
@@ -230,7 +315,8 @@ def _start_bulk(fabric: Fabric, flows: dict, probed: list[str], start: float) ->
                 continue
             pair = f"{addressing.ip_of(s, sp)}>{addressing.ip_of(d, dp)}:{PORT}"
             argv += ["--connect", pair]
-            argv += ["--probe", pair] * (PROBES_PER_PAIR[fabric.kind] if key in probed else 0)
+            if key in probed:
+                argv += ["--probe", pair + probed[key]] * PROBES_PER_PAIR[fabric.kind]
         procs[g] = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     return procs
 
@@ -269,25 +355,46 @@ def run_one(fabric_args: dict, config: DatapathConfig, mode: str, log=print, log
         raise TestbedError("a fabric is up: bench failover brings its own ('testbed down' first)")
     st = fabricctl.up(fabric_args, config, log=log, failover=mode, pfc=pfc)
     procs: dict = {}
+    watch = monitor = None
+    raised: list[int] = []
     try:
         fabric = st.model()
         flows = flows_of(fabric)
         cuts = cables_to_cut(fabric, flows)
         targets = [f"link {end[0]}:{end[1]}" for end, _ in cuts]
         cables = [{end, fabric.peer(*end)} for end, _ in cuts]
-        probed = [k for k in flows if any(data_crosses(fabric, *flows[k], c) for c in cables)]
+        tables = forwarding_tables(fabric)
+        crossing = {k: [data_crosses(fabric, *flows[k], c, tables) for c in cables] for k in flows}
+        probed = {k: probe_windows(cables, lambda c, k=k: crossing[k][cables.index(c)]) for k in flows
+                  if any(crossing[k])}
+        watch = reaction_watch.Watch(sorted(addressing.switch_intf(sw, p) for sw in fabric.switches
+                                            for p in fabric.switches[sw].ports), st.directory, port=PORT)
+        monitor = ovs_watch.PortStatusMonitor(sorted(fabric.switches), st.directory)
+        raised = ovs_watch.realtime(log)
+        wall_minus_mono = time.time() - time.monotonic()
         log(f"{fabric.kind} ({mode}): {len(flows)} flows; cutting {', '.join(targets)} in turn "
             f"({len(probed)} NIC pairs probed)")
-        start = time.monotonic() + 2.0 + 0.1 * fabric.n_gpus
+        start = time.monotonic() + 2.0 + 0.25 * fabric.n_gpus  # ~165 ms of CPU per bulk.py, on one free core
         procs = _start_bulk(fabric, flows, probed, start)
-        events = []
+        events, reactions = [], []
         _at(start + WARM_S - 2)
         c1 = _cpu_sample()
         for i in range(CYCLES):
             cut_s, clear_s = cut_times(i)
+            _at(start + cut_s - EPOCH_LEAD_S)
+            watch.epoch(i + 1)
             _at(start + cut_s)
             down = faults.inject(targets[i % len(targets)], "down", log=log)
             _at(start + clear_s)
+            rows, clear_ns = watch.rows(), time.monotonic_ns()
+            end = cuts[i % len(cuts)][0]
+            # each dead port's carrier loss: when its far end went down, not when the verb started
+            lost = {e: down.get("t_devices", {}).get(addressing.switch_intf(*e) + "r", down["t"])
+                    for e in (end, fabric.peer(*end))}
+            dead = {watch.ifindex[addressing.switch_intf(*e)]: round(t * 1e9) for e, t in lost.items()}
+            reactions.append([r | {"cycle": i} for r in reaction_watch.stream_reactions(rows, i + 1, dead,
+                                                                                         clear_ns)])
+            down["wall"] = {f"{e[0]}:{e[1]}": t + wall_minus_mono for e, t in lost.items()}
             events.append((down, faults.inject(targets[i % len(targets)], "up", log=log)))
         _at(start + RESTART_S)
         c2 = _cpu_sample()
@@ -297,31 +404,50 @@ def run_one(fabric_args: dict, config: DatapathConfig, mode: str, log=print, log
         _at(start + DURATION_S - 0.5)
         effect = restart_effect(before, switch_counters(st), time.monotonic() - t_before)
         bins, sent, probes = _collect(procs)
+        status, status_raw = monitor.events(), monitor.raw()
     finally:
+        ovs_watch.unrealtime(raised)
+        if monitor is not None:
+            monitor.close()
         for proc in procs.values():
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+        if watch is not None:
+            watch.close()
         fabricctl.down()
-    streams, rows = [], []
+    streams, rows, port_status = [], [], []
     for i, (down, up) in enumerate(events):
         end, crossing = cuts[i % len(cuts)]
         more = analyse_cut(fabric, flows, i, end, crossing, bins, sent, probes, (down["t"] - start) * 1e3,
-                           (up["t"] - start) * 1e3)
+                           (up["t"] - start) * 1e3, reactions[i])
         streams += more[0]
         rows += more[1]
+        for sw, port in (end, fabric.peer(*end)):
+            cut_wall = down["wall"][f"{sw}:{port}"]
+            ms = ovs_watch.status_after(status.get(sw, []), port, cut_wall, cut_wall + DOWN_S)
+            port_status.append({"cycle": i, "switch": sw, "port": port, "port_status_ms": ms})
     cpu = _cpu_between(c1, c2)
     if logs:
         logs.mkdir(parents=True, exist_ok=True)
         (logs / f"failover-{fabric.kind}-{mode}.json").write_text(json.dumps(
             {"bins": bins, "sent": sent, "probes": probes, "events": events, "restart": restart, "start": start,
-             "streams": streams, "flows": rows}))
-    return {"fabric": fabric.kind, "mode": mode, **summarise(streams, rows), **effect, **_restart_retransmits(sent),
+             "streams": streams, "flows": rows, "reactions": reactions, "port_status": port_status,
+             "port_status_events": status, "port_status_raw": status_raw}))
+    moved = [r for cut in reactions for r in cut]
+    return {"fabric": fabric.kind, "mode": mode, **summarise(streams, rows, moved), **effect,
+            **_restart_retransmits(sent),
             "cables": targets, "flows": len(flows),
             "restored_ms": percentiles([up["restored_s"] * 1e3 for _, up in events]),
             "restart_s": restart["took_s"],
             "aggregate_goodput_bps": round(sum(goodput_bps(v, 0, DURATION_S * 1e3) for v in bins.values())),
-            "cpu": cpu, "cpu_saturated": _saturated(cpu), "per_stream": streams, "per_flow": rows}
+            "probes_per_pair": PROBES_PER_PAIR[fabric.kind], "cycles": CYCLES,
+            "ovs_port_status_ms": percentiles([r["port_status_ms"] for r in port_status
+                                               if r["port_status_ms"] is not None]),
+            "ovs_port_status_missing": sum(r["port_status_ms"] is None for r in port_status),
+            "ovs_realtime": os.environ.get(ovs_watch.ENV, "") if raised else "",
+            "cpu": cpu, "cpu_saturated": _saturated(cpu), "per_stream": streams, "per_flow": rows,
+            "per_reaction": moved, "per_port_status": port_status}
 
 
 def bench(fabric_args: dict, config: DatapathConfig, modes: tuple[str, ...] = MODES, log=print,

@@ -42,19 +42,26 @@ def inject(text: str, action: str, log=print, wait: bool = True) -> dict:
     target = target_of(fabric, text, action)
     t0 = time.monotonic()
     active = fabricctl.faults_in_force(st)
+    carrier = None
     if target.kind == "controller":
         _controller(st, action, log)
     else:
-        _carrier(fabric, target, action, active)
+        carrier = _carrier(fabric, target, action, active)
     event = {"t": t0, "target": target.text, "action": action, "took_s": round(time.monotonic() - t0, 4)}
+    if carrier:  # when the first device changed state, how long setting them all took, when each began
+        event["t_carrier"], event["carrier_s"] = carrier[0], round(carrier[1] - carrier[0], 6)
+        event["t_devices"] = carrier[2]
     if wait and action == "up":
         event["restored_s"] = round(wait_restored(st) - t0, 4)
     _record(st, event, active)
     return event
 
 
-def _carrier(fabric: Fabric, target: Target, action: str, active: dict) -> None:
-    """Set the admin state of the devices that cut the target's cables; refuse a no-op."""
+def _carrier(fabric: Fabric, target: Target, action: str, active: dict) -> tuple[float, float, dict]:
+    """Set the admin state of the devices that cut the target's cables; refuse a no-op. The CLOCK_MONOTONIC
+    times just before the first device's change and just after the last's, and when each device's change
+    began: the kernel takes the peer's carrier away at the start of the call (veth_close), and the call then
+    waits for the qdisc's deactivation (an RCU grace period: tens of ms on a busy machine)."""
     if action == "down" and target.text in active:
         raise TestbedError(f"{target.text} is already down (since {active[target.text]:.3f})")
     if action == "up" and target.text not in active:
@@ -66,11 +73,17 @@ def _carrier(fabric: Fabric, target: Target, action: str, active: dict) -> None:
                 for d in cut_devices(fabric, parse_target(fabric, other).cut_ends(fabric))}
         devs = [d for d in devs if d not in held]
     with IPRoute() as ipr:
+        found = []
         for dev in devs:
             idx = ipr.link_lookup(ifname=dev)
             if not idx:
                 raise EnvironmentProblem(f"device {dev} of {target.text} is gone: is the fabric whole?")
-            ipr.link("set", index=idx[0], state=action)
+            found.append(idx[0])
+        began = {}
+        for dev, idx in zip(devs, found):
+            began[dev] = time.monotonic()
+            ipr.link("set", index=idx, state=action)
+        return min(began.values(), default=time.monotonic()), time.monotonic(), began
 
 
 def _controller(st: FabricState, action: str, log) -> None:

@@ -347,9 +347,12 @@ def _operating_section(doc: dict, exp: ExperimentRun, figs: dict) -> str:
 
 
 def _pair(group: dict) -> str:
-    """'P50 / P99' of a group's FCT in ms."""
-    p = group["fct_ms"]
-    return "-" if p["p50"] is None else f"{num(p['p50'])} / {num(p['p99'])}"
+    """'P50 / P99' of a group's FCT in ms of run time, with the emulated wall time's beside it when it differs."""
+    p, w = group["fct_ms"], group.get("fct_wall_ms") or group["fct_ms"]
+    if p["p50"] is None:
+        return "-"
+    text = f"{num(p['p50'])} / {num(p['p99'])}"
+    return text if w == p else f"{text} (wall {num(w['p50'])} / {num(w['p99'])})"
 
 
 def _fault_label(f: dict) -> str:
@@ -370,6 +373,9 @@ def _fault_rows(reps: list[tuple[int, dict]]) -> list[list[str]]:
                 c, nb, dp, after = t["affected"], t["neighbours"], t["dead_path_starts"], t["after_cut_ms"]
                 after_text = "-" if after["p50"] is None else \
                     f"{num(after['p50'])} / {num(after['p99'])} / {num(after['max'])}"
+                wall = t.get("after_cut_wall_ms") or after
+                if after["p50"] is not None and wall != after:
+                    after_text += f" (wall {num(wall['p50'])} / {num(wall['p99'])} / {num(wall['max'])})"
                 dead_text = ("-" if f["kind"] == "controller" else
                              num(dp["n"]) + (f": FCT {_pair(dp)} ms, {num(dp['failed'])} failed, "
                                              f"{num(dp['retried'])} retried, {num(dp['moved'])} moved"
@@ -423,7 +429,8 @@ def _faults_section(docs: dict, exp: ExperimentRun, figures: Path) -> str:
                 f"the trace's seconds, wall x {1 / scale:g} (the replay speed)")
         parts.append(f'<p class="note">Whole run{" (rep" + str(reps[0][0]) + ")" if many else ""}: '
                      f"{H.escape(totals)}. Run time is {H.escape(unit)}; FCT and the time after the fault are ms of "
-                     "emulated wall time, like the headline FCT." + "".join(f" {H.escape(n)}." for _, d in reps
+                     "the same run time, like every serving time, with the emulated wall time's in brackets where "
+                     "it differs." + "".join(f" {H.escape(n)}." for _, d in reps
                                                                            for n in d["notes"]) + "</p>")
     parts.append(
         '<p class="note"><b>Affected</b>: a KV transfer (transfers.csv) or EP message (messages.csv) in flight when '

@@ -24,8 +24,10 @@ returns None for it. Everything here reads the saved files of one repetition and
   stalled behind a cut cable is not the controller restart's doing when it is still in flight at the restart.
 
   FCT is end - start; "after the cut" is an affected transfer's end - the fault's wall time (how long after the
-  cut it completed), over those in flight at that instant (for the controller: at its stop). Both in ms of
-  emulated wall time, like the headline FCT; nearest-rank percentiles (``traffic.model.metrics``) over completed rows.
+  cut it completed), over those in flight at that instant (for the controller: at its stop). Both in ms of run
+  time (``fct_ms``, ``after_cut_ms``: real-cluster time under the live driver, wall / dilation, like every
+  serving time), with the emulated wall time beside them (``fct_wall_ms``, ``after_cut_wall_ms``);
+  nearest-rank percentiles (``traffic.model.metrics``) over completed rows.
 * ``goodput``: bytes delivered per 100 ms of run time (by each completed row's end), KV and EP apart, as
   emulated bit/s; goodput.csv's per-second figures when the run left no rows.
 
@@ -221,20 +223,24 @@ def _fct(rows: list[dict]) -> list[float]:
     return [r["end"] - r["start"] for r in rows if r["verified"] and r["end"] is not None and r["start"] is not None]
 
 
-def group_stats(rows: list[dict]) -> dict:
-    """n, failed (not verified), retried, moved and the FCT P50/P99 (ms) of completed rows."""
+def group_stats(rows: list[dict], scale: float = 1.0) -> dict:
+    """n, failed (not verified), retried, moved and the FCT P50/P99 of completed rows: ``fct_ms`` in ms of run
+    time (wall / ``scale``, the wall seconds per run second), ``fct_wall_ms`` in ms of emulated wall time."""
+    fct = _fct(rows)
     return {"n": len(rows), "failed": sum(not r["verified"] for r in rows),
             "retried": sum(r["retried"] for r in rows), "moved": sum(r["moved"] for r in rows),
-            "fct_ms": metrics.rounded_percentiles(_fct(rows), ("p50", "p99"), 1e3)}
+            "fct_ms": metrics.rounded_percentiles(fct, ("p50", "p99"), 1e3 / scale),
+            "fct_wall_ms": metrics.rounded_percentiles(fct, ("p50", "p99"), 1e3)}
 
 
 def traffic_at(fault: dict, rows: list[dict], paths: Paths | None, dead: Dead | None,
-               skip: frozenset[int] = frozenset()) -> dict:
+               skip: frozenset[int] = frozenset(), scale: float = 1.0) -> dict:
     """What one fault did to one kind of traffic: affected, dead-path starts and neighbours (``group_stats`` each),
     the completion after the cut (P50/P99/max ms) of the affected rows in flight at that instant, and the affected
     ids. ``dead``: what a cable or switch fault kills (None for the controller); ``paths``: the fabric model
     (None: paths unknown, every row in flight counts as affected); ``skip``: ``id()`` of rows an earlier fault
-    took (counted there only). ``taken`` in the result: the ``id()`` of the rows this one took."""
+    took (counted there only); ``scale``: wall seconds per run second (figures in run time, wall beside).
+    ``taken`` in the result: the ``id()`` of the rows this one took."""
     down, up = fault["down_wall_s"], fault["up_wall_s"]
     affected, dead_starts, unknown = [], [], 0
     rows = [r for r in rows if id(r) not in skip]
@@ -255,9 +261,11 @@ def traffic_at(fault: dict, rows: list[dict], paths: Paths | None, dead: Dead | 
     lo = down - (up - down)
     neighbours = [r for r in rows if id(r) not in taken and r["start"] is not None and lo <= r["start"] < up]
     after = [r["end"] - down for r in affected if r["verified"] and r["end"] is not None and r["start"] <= down]
-    out = {"affected": group_stats(affected), "dead_path_starts": group_stats(dead_starts),
-           "neighbours": group_stats(neighbours),
-           "after_cut_ms": metrics.rounded_percentiles(after, ("p50", "p99"), 1e3)
+    out = {"affected": group_stats(affected, scale), "dead_path_starts": group_stats(dead_starts, scale),
+           "neighbours": group_stats(neighbours, scale),
+           "after_cut_ms": metrics.rounded_percentiles(after, ("p50", "p99"), 1e3 / scale)
+           | {"max": round(max(after) * 1e3 / scale, 3) if after else None},
+           "after_cut_wall_ms": metrics.rounded_percentiles(after, ("p50", "p99"), 1e3)
            | {"max": round(max(after) * 1e3, 3) if after else None},
            "affected_ids": [r["id"] for r in affected], "paths_unknown": unknown, "taken": taken}
     if dead is not None and paths is not None:
@@ -348,7 +356,7 @@ def analyze_rep(rep_dir: Path | str) -> dict | None:
         f["traffic"] = {}
         for key, _, _ in KINDS:
             if rows[key]:
-                t = traffic_at(f, rows[key], model, dead, frozenset(taken[key]))
+                t = traffic_at(f, rows[key], model, dead, frozenset(taken[key]), scale)
                 taken[key] |= t.pop("taken")
                 f["traffic"][key] = t
         faults.append(f)

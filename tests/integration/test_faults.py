@@ -69,3 +69,47 @@ def test_a_restarted_controller_leaves_the_switches_alone(fabric):
     assert young == [], f"{len(young)} flows re-installed by the restart"
     status = json.loads(run_testbed("status", "--json", check=True).stdout)
     assert status["controller"]["alive"] and status["controller"]["pid"] != fabric.controller_pid
+
+
+@pytest.mark.parametrize("fabric", ["zcube16"], indirect=True)
+def test_the_reaction_watch_sees_a_cut_streams_first_packet_out_of_another_port(fabric, tmp_path):
+    """The tc watch stamps a UDP stream at the switch ports: into the dead port before the cut and out of a
+    sibling after it, without a path's queues in between (what ``bench failover`` reports)."""
+    import subprocess
+    import sys
+    import time
+
+    from testbed.bench import failover, reaction_watch
+    from testbed.emulation.datapath import netns_of
+    from testbed.fabric import addressing
+
+    f = fabric.model()
+    flows = failover.flows_of(f)
+    (end, _), = failover.cables_to_cut(f, flows, k=1)
+    cable = {end, f.peer(*end)}
+    key = next(k for k in flows if failover.data_crosses(f, *flows[k], cable))
+    (sg, sp), (dg, dp) = flows[key]
+    devs = [addressing.switch_intf(sw, p) for sw in f.switches for p in f.switches[sw].ports]
+    watch = reaction_watch.Watch(devs, tmp_path, port=failover.PORT)
+    sender = ("import socket,time\ns=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\n"
+              f"s.bind(('{addressing.ip_of(sg, sp)}',0))\nend=time.monotonic()+3\n"
+              "while time.monotonic()<end:\n"
+              f"    s.sendto(b'x'*16,('{addressing.ip_of(dg, dp)}',{failover.PORT}))\n    time.sleep(0.002)\n")
+    proc = subprocess.Popen(["ip", "netns", "exec", netns_of(sg), sys.executable, "-c", sender])
+    try:
+        time.sleep(0.5)
+        watch.epoch(1)
+        time.sleep(0.3)
+        down = json.loads(run_testbed("fault", "link", f"{end[0]}:{end[1]}", "down", "--json", check=True).stdout)
+        time.sleep(1.0)
+        rows, clear_ns = watch.rows(), time.monotonic_ns()
+        run_testbed("fault", "link", f"{end[0]}:{end[1]}", "up", check=True)
+        dead = {watch.ifindex[addressing.switch_intf(*e)]: round(down["t_devices"][addressing.switch_intf(*e) + "r"]
+                                                                  * 1e9) for e in cable}
+        got = [r for r in reaction_watch.stream_reactions(rows, 1, dead, clear_ns) if r["proto"] == reaction_watch.UDP]
+    finally:
+        proc.wait(timeout=10)
+        watch.close()
+    assert len(got) == 1, got
+    assert got[0]["reaction_ms"] is not None and 0 <= got[0]["reaction_ms"] < 1000
+    assert got[0]["into_dead_ms"] <= got[0]["reaction_ms"] + 5

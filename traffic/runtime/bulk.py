@@ -29,18 +29,24 @@ import time
 CHUNK = memoryview(b"\x5a" * 65536)
 
 
-# struct tcp_info (linux/tcp.h): tcpi_total_retrans (u32) at 100, tcpi_bytes_acked (u64) at 120,
-# tcpi_bytes_retrans (u64) at 208
+# struct tcp_info (linux/tcp.h): tcpi_ca_state (u8) at 1, tcpi_backoff (u8) at 4, tcpi_rto (u32, us) at 8,
+# tcpi_total_retrans (u32) at 100, tcpi_bytes_acked (u64) at 120, tcpi_bytes_retrans (u64) at 208
 TCP_INFO_LEN = 216
 
 
-def tcp_info(sock: socket.socket) -> dict:
-    """What TCP resent on this connection: segments, bytes, and the bytes the peer acknowledged."""
-    raw = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, TCP_INFO_LEN)
+def parse_tcp_info(raw: bytes) -> dict:
+    """What TCP resent on this connection (segments, bytes), the bytes the peer acknowledged, and whether the
+    sender is waiting out a retransmission timer: ``backoff`` (times the RTO doubled), ``ca_state`` (4: Loss),
+    ``rto_us``."""
     if len(raw) < TCP_INFO_LEN:
         return {}
     return {"total_retrans": struct.unpack_from("I", raw, 100)[0], "bytes_acked": struct.unpack_from("Q", raw, 120)[0],
-            "bytes_retrans": struct.unpack_from("Q", raw, 208)[0]}
+            "bytes_retrans": struct.unpack_from("Q", raw, 208)[0], "ca_state": raw[1], "backoff": raw[4],
+            "rto_us": struct.unpack_from("I", raw, 8)[0]}
+
+
+def tcp_info(sock: socket.socket) -> dict:
+    return parse_tcp_info(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, TCP_INFO_LEN))
 
 
 async def _sink(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, counts: dict, window: tuple,
@@ -145,25 +151,40 @@ async def _probe(targets: list[str], start: float, end: float, every_s: float) -
     switches forwarded on another, without TCP's retransmission timers in between."""
     socks = []
     for target in targets:
+        target, windows = probe_windows(target)
         src, rest = target.split(">", 1)
         dst, port = rest.rsplit(":", 1)
         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         s.setblocking(False)
         s.bind((src, 0))
         s.connect((dst, int(port)))
-        socks.append(s)
+        socks.append((s, [(start + lo, start + hi) for lo, hi in windows]))
     await asyncio.sleep(max(0.0, start - time.monotonic()))
     seq = 0
     while (now := time.monotonic()) < end:
-        for s in socks:
+        for s, windows in socks:
+            if windows and not any(lo <= now < hi for lo, hi in windows):
+                continue
             try:
                 s.send(PROBE.pack(seq, time.monotonic()))
             except OSError:
                 pass  # no route or a full queue: the gap shows at the sink
         seq += 1
         await asyncio.sleep(max(0.0, start + seq * every_s - now))
-    for s in socks:
+    for s, _ in socks:
         s.close()
+
+
+def probe_windows(target: str) -> tuple[str, list[tuple[float, float]]]:
+    """``SRC>DST:PORT[@LO-HI,LO-HI...]``: the stream and the windows (seconds after the start) it sends in;
+    no windows: all the time. A stream's sequence numbers count every tick, so a gap between windows is no
+    loss."""
+    stream, _, spec = target.partition("@")
+    windows = []
+    for part in filter(None, spec.split(",")):
+        lo, hi = part.split("-")
+        windows.append((float(lo), float(hi)))
+    return stream, windows
 
 
 def tcp_retransmits() -> int:
@@ -222,7 +243,9 @@ def main() -> None:
     p.add_argument("--bins-ms", type=float, default=0,
                    help="also report each flow's delivered bytes per this many ms, and its sender's TCP_INFO")
     p.add_argument("--marks", help="comma-separated CLOCK_MONOTONIC times to sample each sender's TCP_INFO at")
-    p.add_argument("--probe", action="append", default=[], help="SRC_IP>DST_IP:PORT UDP probe stream (repeatable)")
+    p.add_argument("--probe", action="append", default=[],
+                   help="SRC_IP>DST_IP:PORT[@LO-HI,...] UDP probe stream, sending only in those windows (seconds "
+                        "after --start) if given (repeatable)")
     p.add_argument("--probe-ms", type=float, default=0, help="ms between probe datagrams; 0: no probe sink")
     args = p.parse_args()
     if not 0 <= args.omit < args.duration:

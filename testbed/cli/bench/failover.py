@@ -1,5 +1,5 @@
 """``bench failover [zcube|roft]``: cables cut and cleared under load, and a controller restart: how fast the
-data plane recovers (``testbed.bench.failover``)."""
+data plane recovers, the switches' own reaction stamped at their ports (``testbed.bench.failover``)."""
 
 from __future__ import annotations
 
@@ -26,10 +26,16 @@ def cmd(args) -> int:
         print(json.dumps(contract[0] if len(contract) == 1 else contract, indent=1))
         return 0
     for d in docs:
-        r = d["recovery_ms"]
-        print(f"{d['fabric']} {d['mode']:<10} {len(d['cables'])} cuts: {d['probes_stalled']}/{d['probes']} probe "
+        r, sw = d["recovery_ms"], d["switch_reaction_ms"]
+        print(f"{d['fabric']} {d['mode']:<10} {len(d['cables'])} cables, {d['cycles']} cuts: switch reaction "
+              f"p50 {sw['p50']} p99 {sw['p99']} max {sw['max']} ms over {sw['n']} probe streams "
+              f"({d['probes_never_moved']} never moved; OVS port-status p50 {d['ovs_port_status_ms']['p50']} "
+              f"p99 {d['ovs_port_status_ms']['p99']} ms after the cut); "
+              f"{d['probes_stalled']}/{d['probes']} probe "
               f"streams hit, data-plane recovery p50 {r['p50']} p99 {r['p99']} max {r['max']} ms (blackhole p99 "
-              f"{d['blackhole_ms']['p99']} ms); {d['lost_transfers']}/{d['crossing']} crossing TCP flows lost, "
+              f"{d['blackhole_ms']['p99']} ms); {d['lost_transfers']}/{d['crossing']} crossing TCP flows lost; "
+              f"flows that delivered nothing in a cut: {d['blackholed_flows']} black-holed (path dead), "
+              f"{d['backoff_flows']} in RTO back-off (transport), {d['downstream_flows']} held downstream (PFC); "
               f"{d['bytes_retrans']} B resent; planned paths back {d['restored_ms']['p50']} ms after a clear; "
               "controller restart: "
               f"{d['controller_restart_drops']} packets dropped, {d['flows_reinstalled']} flows reinstalled"

@@ -65,6 +65,10 @@ def test_a_cable_goes_down_at_both_ends_and_is_recorded(fab, tmp_path):
     assert (event["target"], event["action"]) == ("link sw1:13 sw4:9", "down")
     assert json.loads((tmp_path / "faults.json").read_text()) == {"link sw1:13 sw4:9": event["t"]}
     assert [json.loads(line) for line in (tmp_path / "faults.jsonl").read_text().splitlines()] == [event]
+    # the carrier loss is stamped around the state changes alone, after the verb's own start
+    assert event["t"] <= event["t_carrier"] and 0 <= event["carrier_s"] <= event["took_s"]
+    assert list(event["t_devices"]) == ["sw1-eth13r", "sw4-eth9r"]
+    assert event["t_carrier"] == event["t_devices"]["sw1-eth13r"] <= event["t_devices"]["sw4-eth9r"]
 
 
 def test_a_device_another_fault_holds_stays_down(fab, tmp_path):

@@ -104,8 +104,8 @@ def test_which_transfers_a_cut_cable_caught(doc):
     # on the cable and in flight: 1, 2 (the other direction) and 7 (never finished); not 3 (another path),
     # not 4 (done before the cut), not 5 (started after it), not 8 (long before)
     assert sorted(kv["affected_ids"]) == ["1", "2", "7"]
-    assert kv["affected"] | {"fct_ms": None} == {"n": 3, "failed": 1, "retried": 1, "moved": 1, "fct_ms": None,
-                                               "surely_crossing": 3}
+    assert kv["affected"] | {"fct_ms": None, "fct_wall_ms": None} == {
+        "n": 3, "failed": 1, "retried": 1, "moved": 1, "fct_ms": None, "fct_wall_ms": None, "surely_crossing": 3}
     assert kv["dead_path_starts"]["n"] == 1  # transfer 5: its only path was dead when it started
     assert kv["neighbours"]["n"] == 3  # 3, 4 and 6; 8 started before the window [2, 6)
     assert doc["faults"][0]["traffic"]["ep"]["affected_ids"] == ["13"]
@@ -113,25 +113,32 @@ def test_which_transfers_a_cut_cable_caught(doc):
 
 def test_fct_of_the_caught_against_their_neighbours(doc):
     kv = doc["faults"][0]["traffic"]["kv"]
-    # affected and completed: 1.55 s and 0.4 s; nearest rank of 2: P50 the 1st, P99 the 2nd
-    assert kv["affected"]["fct_ms"] == {"p50": 400.0, "p99": 1550.0}
+    # affected and completed: 1.55 s and 0.4 s of wall time; nearest rank of 2: P50 the 1st, P99 the 2nd; in
+    # cluster time (wall / the dilation, 2) half as long
+    assert kv["affected"]["fct_wall_ms"] == {"p50": 400.0, "p99": 1550.0}
+    assert kv["affected"]["fct_ms"] == {"p50": 200.0, "p99": 775.0}
     # neighbours 0.4, 0.9, 0.3 -> sorted 0.3, 0.4, 0.9: P50 the 2nd of 3, P99 the 3rd
-    assert kv["neighbours"]["fct_ms"] == {"p50": 400.0, "p99": 900.0}
-    assert kv["dead_path_starts"]["fct_ms"] == {"p50": 2000.0, "p99": 2000.0}
+    assert kv["neighbours"]["fct_wall_ms"] == {"p50": 400.0, "p99": 900.0}
+    assert kv["neighbours"]["fct_ms"] == {"p50": 200.0, "p99": 450.0}
+    assert kv["dead_path_starts"]["fct_ms"] == {"p50": 1000.0, "p99": 1000.0}
 
 
 def test_recovery_after_the_cut(doc):
-    # ends 5.05 and 4.3 after the cut at 4.0: 1.05 s and 0.3 s; the failed one has none
-    assert doc["faults"][0]["traffic"]["kv"]["after_cut_ms"] == {"p50": 300.0, "p99": 1050.0, "max": 1050.0}
+    # ends 5.05 and 4.3 after the cut at 4.0 (wall): 1.05 s and 0.3 s; the failed one has none; cluster: halved
+    kv = doc["faults"][0]["traffic"]["kv"]
+    assert kv["after_cut_wall_ms"] == {"p50": 300.0, "p99": 1050.0, "max": 1050.0}
+    assert kv["after_cut_ms"] == {"p50": 150.0, "p99": 525.0, "max": 525.0}
 
 
 def test_the_controller_restart_is_compared_like_a_cut(doc):
     restart = doc["faults"][1]["traffic"]
     ep = restart["ep"]
     assert sorted(ep["affected_ids"]) == ["10", "11"]  # in flight between 8.0 and 9.0
-    assert ep["affected"]["fct_ms"] == {"p50": 100.0, "p99": 200.0}  # 0.2 and 0.1 s
-    assert ep["neighbours"]["n"] == 1 and ep["neighbours"]["fct_ms"] == {"p50": 300.0, "p99": 300.0}
-    assert ep["after_cut_ms"] == {"p50": 100.0, "p99": 100.0, "max": 100.0}  # only 10 was in flight at 8.0
+    assert ep["affected"]["fct_wall_ms"] == {"p50": 100.0, "p99": 200.0}  # 0.2 and 0.1 s
+    assert ep["affected"]["fct_ms"] == {"p50": 50.0, "p99": 100.0}
+    assert ep["neighbours"]["n"] == 1 and ep["neighbours"]["fct_ms"] == {"p50": 150.0, "p99": 150.0}
+    assert ep["after_cut_wall_ms"] == {"p50": 100.0, "p99": 100.0, "max": 100.0}  # only 10 was in flight at 8.0
+    assert ep["after_cut_ms"] == {"p50": 50.0, "p99": 50.0, "max": 50.0}
     # transfer 7 never finished, so it is in flight at the restart too, but the cut affected it first
     assert restart["kv"]["affected"]["n"] == 0
 
@@ -196,8 +203,9 @@ def test_the_section_renders_only_when_a_replay_had_faults(tmp_path):
     section = _section(page)
     assert "<h2>Faults" in section and 'href="#faults"' in page.read_text()
     assert "link sw1:5 sw2:5 down 2.00-3.00 s" in section  # the fault row's label, in run time
-    assert "400 / 1,550" in section and "400 / 900 (3)" in section  # FCT P50 / P99, affected vs neighbours
-    assert "300 / 1,050 / 1,050" in section  # done after the cut
+    # FCT P50 / P99 in cluster time (dilation 2), wall beside, affected vs neighbours
+    assert "200 / 775 (wall 400 / 1,550)" in section and "200 / 450 (wall 400 / 900) (3)" in section
+    assert "150 / 525 / 525 (wall 300 / 1,050 / 1,050)" in section  # done after the cut
     assert "No fault was injected" in section  # ROFT's replay had none
     assert (exp / "figures" / "faults_zcube.png").is_file()
     summary = json.loads((exp / "summary.json").read_text())

@@ -54,8 +54,9 @@ def test_tcp_info_reads_the_counters_of_a_connection():
             assert peer.recv(1000)
             info = bulk.tcp_info(client)
             peer.close()
-    assert set(info) == {"total_retrans", "bytes_acked", "bytes_retrans"}
+    assert set(info) == {"total_retrans", "bytes_acked", "bytes_retrans", "ca_state", "backoff", "rto_us"}
     assert info["total_retrans"] == 0 and info["bytes_retrans"] == 0
+    assert info["backoff"] == 0 and info["ca_state"] == 0 and info["rto_us"] >= 200_000  # TCP's minimum RTO
 
 
 def test_cross_client_without_a_server_reports_the_error_as_json():
