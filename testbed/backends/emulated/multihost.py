@@ -56,6 +56,12 @@ TIME_KEYS = ("start", "end", "scheduled_start", "first_byte", "last_byte", "conn
 LOST_FILE = "HOST_LOST"
 
 
+class HostLost(TestbedError):
+    """A host lost mid-run: the repetition fails with this one line (not retried: the host is gone)."""
+
+    exit_status = 1
+
+
 class MultiHostBackend(EmulatedBackend):
     name = "emulated"
     setup_s = 60.0
@@ -88,7 +94,7 @@ class MultiHostBackend(EmulatedBackend):
             pauses = pause_log(cl, run_dir) if spec.pfc is not None and spec.pfc.enabled else PauseLog()
         except HostProblem as exc:
             mark_lost(run_dir, str(exc), cl)
-            raise
+            raise HostLost(str(exc)) from None
         finally:
             cl.down(log)
         from traffic.runtime import records
