@@ -184,6 +184,8 @@ def preflight_all(hosts: Hosts, mtu: int, tunnel: str) -> dict:
     """``remote.preflight`` on every host at once; the first refusal (hosts-file order) as one line."""
     local = remote.fingerprint()
     peers = {h.name: h.address for h in hosts.hosts} if len(hosts) > 1 else None
+    # reachability first: an unreachable host is named as such, not as its peers' failed underlay probe
+    remote.on_all(hosts, lambda h: remote.Session(h).close())
     try:
         return remote.on_all(hosts, lambda h: remote.preflight(h, local, peers, mtu, tunnel if peers else None))
     except EnvironmentProblem:

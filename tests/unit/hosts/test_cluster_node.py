@@ -63,6 +63,8 @@ def test_plan_refusals_come_before_any_host_is_touched(tmp_path):
 def test_an_underlay_refusal_is_one_line_exit_1(tmp_path, monkeypatch):
     hosts = _hosts(tmp_path)
 
+    monkeypatch.setattr(remote, "Session", lambda h: _Reachable(h.model_copy(update={"address": "x"})))
+
     def preflight(h, *a, **k):
         if h.name == "ph2":
             from testbed.emulation.hosts import tunnels
@@ -72,6 +74,7 @@ def test_an_underlay_refusal_is_one_line_exit_1(tmp_path, monkeypatch):
 
     monkeypatch.setattr(remote, "preflight", preflight)
     monkeypatch.setattr(remote, "fingerprint", lambda: "f")
+    monkeypatch.setattr(remote, "Session", _Reachable)
     with pytest.raises(EnvironmentProblem) as err:
         cluster.preflight_all(hosts, 3000, "vxlan")
     assert str(err.value) == ("host ph2: underlay MTU 1500 (eth0) is too small for cross-host cables: needs 3050 "
@@ -79,15 +82,25 @@ def test_an_underlay_refusal_is_one_line_exit_1(tmp_path, monkeypatch):
     assert err.value.exit_status == 1 and "\n" not in str(err.value)
 
 
-def test_unreachable_host_is_named(tmp_path, monkeypatch):
+class _Reachable:
+    def __init__(self, h):
+        if h.address == "10.250.0.2":
+            raise remote.HostProblem(h.name, f"cannot reach {h.address}:22 over SSH: No route to host")
+
+    def close(self):
+        pass
+
+
+def test_unreachable_host_is_named_not_its_peers_probe(tmp_path, monkeypatch):
     hosts = _hosts(tmp_path)
 
-    def preflight(h, *a, **k):
-        raise remote.HostProblem(h.name, f"cannot reach {h.address}:22 over SSH: No route to host")
+    def preflight(h, *a, **k):  # what ph1's underlay probe towards the missing ph2 would say
+        raise remote.HostProblem(h.name, "packets of 3050 B do not reach host ph2")
 
     monkeypatch.setattr(remote, "preflight", preflight)
     monkeypatch.setattr(remote, "fingerprint", lambda: "f")
-    with pytest.raises(EnvironmentProblem, match=r"^host ph1: cannot reach 10.250.0.1:22 over SSH"):
+    monkeypatch.setattr(remote, "Session", _Reachable)
+    with pytest.raises(EnvironmentProblem, match=r"^host ph2: cannot reach 10.250.0.2:22 over SSH: No route"):
         cluster.preflight_all(hosts, 3000, "vxlan")
 
 
