@@ -92,9 +92,12 @@ class MultiHostBackend(EmulatedBackend):
                 sampler.stop()
             t_end = time.monotonic()
             pauses = pause_log(cl, run_dir) if spec.pfc is not None and spec.pfc.enabled else PauseLog()
-        except HostProblem as exc:
-            mark_lost(run_dir, str(exc), cl)
-            raise HostLost(str(exc)) from None
+        except Exception as exc:
+            line = lost_line(cl) or (str(exc) if isinstance(exc, HostProblem) else None)
+            if line is None:
+                raise
+            mark_lost(run_dir, line, cl)
+            raise HostLost(line) from None
         finally:
             cl.down(log)
         from traffic.runtime import records
@@ -109,6 +112,15 @@ class MultiHostBackend(EmulatedBackend):
     def serve(self, spec: FabricSpec, traffic: ServingTraffic, conditions: Conditions, run_dir: Path,
               log: Log) -> Carried:
         raise TestbedError("serving.driver live is not supported with --hosts yet: use --set serving.driver=plan")
+
+
+def lost_line(cl) -> str | None:
+    """The one line of a host whose SSH connection is gone (None: every host answers)."""
+    try:
+        cl.check_alive()
+    except HostProblem as exc:
+        return str(exc)
+    return None
 
 
 def mark_lost(run_dir: Path, line: str, cl) -> None:
