@@ -74,7 +74,6 @@ def test_an_underlay_refusal_is_one_line_exit_1(tmp_path, monkeypatch):
 
     monkeypatch.setattr(remote, "preflight", preflight)
     monkeypatch.setattr(remote, "fingerprint", lambda: "f")
-    monkeypatch.setattr(remote, "Session", _Reachable)
     with pytest.raises(EnvironmentProblem) as err:
         cluster.preflight_all(hosts, 3000, "vxlan")
     assert str(err.value) == ("host ph2: underlay MTU 1500 (eth0) is too small for cross-host cables: needs 3050 "
