@@ -25,8 +25,9 @@ from testbed import owned  # before eventlet's patching: it binds the real selec
 HOST = "127.0.0.1"
 
 
-def inherited_listener(fd: int, port: int) -> socket.socket:
-    """The listening TCP socket ``fd`` on 127.0.0.1:``port``, or SystemExit with one line."""
+def inherited_listener(fd: int, port: int, host: str = HOST) -> socket.socket:
+    """The listening TCP socket ``fd`` on ``host``:``port`` (127.0.0.1; a fabric over several hosts: the
+    first host's underlay address), or SystemExit with one line."""
     try:
         sock = socket.socket(fileno=fd)
     except OSError as exc:
@@ -36,25 +37,36 @@ def inherited_listener(fd: int, port: int) -> socket.socket:
         where = sock.getsockname()
     except OSError as exc:
         raise SystemExit(f"controller: --listen-fd {fd} is not a usable socket ({exc.strerror or exc})") from None
-    if sock.type != socket.SOCK_STREAM or not listening or where != (HOST, port):
-        raise SystemExit(f"controller: --listen-fd {fd} is not a TCP socket listening on {HOST}:{port} "
+    if sock.type != socket.SOCK_STREAM or not listening or where != (host, port):
+        raise SystemExit(f"controller: --listen-fd {fd} is not a TCP socket listening on {host}:{port} "
                          f"(it is {where}, {'listening' if listening else 'not listening'})")
     return sock
 
 
-def handoff(sock: socket.socket, port: int):
+def handoff(sock: socket.socket, port: int, host: str = HOST):
     """A replacement for ``os_ken.lib.hub.listen``: the inherited socket for its own address, once; any other
     request is refused, so the controller never binds a port of its own."""
     given = []
 
     def listen(addr, family=socket.AF_INET, backlog=50, reuse_addr=True, reuse_port=None):
-        if tuple(addr[:2]) != (HOST, port) or family != socket.AF_INET or given:
+        if tuple(addr[:2]) != (host, port) or family != socket.AF_INET or given:
             raise RuntimeError(f"os-ken asked to listen on {addr}: the controller only serves the socket it was "
-                               f"handed ({HOST}:{port})")
+                               f"handed ({host}:{port})")
         given.append(sock)
         return sock
 
     return listen
+
+
+def listen_host(config_path: str) -> str:
+    """The address the config says the controller listens on (``listen_host``; default 127.0.0.1)."""
+    import json
+
+    try:
+        with open(config_path) as fh:
+            return str(json.load(fh).get("listen_host") or HOST)
+    except (OSError, ValueError, AttributeError):
+        return HOST
 
 
 def watch_lifeline(fd: int, on_cut=lambda: os.kill(os.getpid(), signal.SIGTERM)) -> None:
@@ -75,7 +87,8 @@ def main() -> int:
     ap.add_argument("--lifeline-fd", type=int, help="the read end of the lifeline of the process that started us")
     args = ap.parse_args()
     os.environ["TESTBED_CONTROLLER_CONFIG"] = os.path.abspath(args.config)
-    sock = inherited_listener(args.listen_fd, args.port)
+    host = listen_host(args.config)
+    sock = inherited_listener(args.listen_fd, args.port, host)
     if args.lifeline_fd is not None:
         watch_lifeline(args.lifeline_fd)
 
@@ -90,9 +103,9 @@ def main() -> int:
 
     pfc_launch.LIFELINE_FD = args.lifeline_fd  # the pause daemon hangs on the same line
 
-    hub.listen = handoff(socket.socket(fileno=os.dup(sock.fileno())), args.port)  # green now, same socket
+    hub.listen = handoff(socket.socket(fileno=os.dup(sock.fileno())), args.port, host)  # green now, same socket
     sock.close()
-    cfg.CONF(args=["--ofp-listen-host", HOST, "--ofp-tcp-listen-port", str(args.port)], project="os_ken")
+    cfg.CONF(args=["--ofp-listen-host", host, "--ofp-tcp-listen-port", str(args.port)], project="os_ken")
     app_manager.AppManager.run_apps(["controller.app"])
     return 0
 

@@ -15,8 +15,16 @@ from typing import Callable
 from testbed.backends.base import Backend
 from testbed.errors import TestbedError
 
+HOSTS_ENV = "TESTBED_HOSTS"  # a hosts file: the emulated fabric over those hosts (``run --hosts FILE`` sets it)
+
 
 def _emulated() -> Backend:
+    import os
+
+    if os.environ.get(HOSTS_ENV):
+        from testbed.backends.emulated.multihost import MultiHostBackend
+
+        return MultiHostBackend(os.environ[HOSTS_ENV], os.environ.get("TESTBED_TUNNEL", "vxlan"))
     from testbed.backends.emulated.backend import EmulatedBackend
 
     return EmulatedBackend()

@@ -247,6 +247,7 @@ class Carried:
     cross: dict | None = None  # cross traffic: {"flows", "goodput_bps", "per_flow"}
     faults: list[dict] | None = None  # fault actions as applied (None: none were asked for)
     fault_errors: list[str] | None = None  # fault actions that could not be applied
+    clocks: dict | None = None  # several hosts: {"offsets": host -> offset_ms, uncertainty_ms, ...; "goal_ms"}
 
 
 # --------------------------------------------------------------------- the seam

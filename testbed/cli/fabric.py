@@ -21,6 +21,11 @@ from testbed.errors import TestbedError
 def cmd_up(args) -> int:
     from testbed.emulation import fabricctl
 
+    if getattr(args, "hosts", None):
+        from testbed.cli.hosts import cmd_up_hosts
+
+        return cmd_up_hosts(args)
+
     miswire = tuple(args.miswire.split(",")) if args.miswire else None
     if miswire and len(miswire) != 2:
         raise TestbedError(f"--miswire {args.miswire!r}: expected two switch ports, e.g. sw1-eth9,sw1-eth11")
@@ -38,6 +43,11 @@ def cmd_up(args) -> int:
 
 def cmd_down(args) -> int:
     from testbed.emulation import fabricctl
+
+    if getattr(args, "hosts", None):
+        from testbed.cli.hosts import cmd_clean_hosts
+
+        return cmd_clean_hosts(args)
 
     t = fabricctl.down()
     print(f"down in {t['down_s']:.1f} s")
@@ -92,6 +102,10 @@ def cmd_clean(args) -> int:
     from testbed.experiment.run import mark_killed_runs
     from testbed.paths import REPORTS
 
+    if getattr(args, "hosts", None):
+        from testbed.cli.hosts import cmd_clean_hosts
+
+        return cmd_clean_hosts(args)
     removed = sweep.clean()
     print(f"removed {len(removed)} items" + (": " + ", ".join(removed[:12]) + (" ..." if len(removed) > 12 else "")
                                              if removed else ""))
@@ -127,9 +141,11 @@ def register(sub) -> None:
                    help="fast: group buckets watch their ports, the switches move traffic off a dead cable at "
                         "once; controller: only the controller's repair does (default fast)")
     p.add_argument("--miswire", help=argparse.SUPPRESS)
+    _hosts_option(p)
     p.set_defaults(func=cmd_up)
 
     p = sub.add_parser("down", help="tear the running fabric down")
+    _hosts_option(p)
     p.set_defaults(func=cmd_down)
 
     p = sub.add_parser("exec", help="run a command in an emulated GPU: exec gpu3 -- ping -c1 10.2.0.17")
@@ -149,4 +165,10 @@ def register(sub) -> None:
 
 def register_clean(sub) -> None:
     p = sub.add_parser("clean", help="remove everything this project left behind (and nothing else)")
+    _hosts_option(p)
     p.set_defaults(func=cmd_clean)
+
+
+def _hosts_option(p) -> None:
+    p.add_argument("--hosts", metavar="FILE", help="the fabric over the hosts of this hosts file (docs/multihost.md)")
+    p.add_argument("--tunnel", default="vxlan", choices=("vxlan", "gretap"), help=argparse.SUPPRESS)

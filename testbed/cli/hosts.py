@@ -71,6 +71,32 @@ def cmd_check(args) -> int:
     return 0
 
 
+def cmd_up_hosts(args) -> int:
+    """``up FABRIC --hosts FILE``: the fabric over several hosts, left running."""
+    from testbed.cli.options import datapath_config, fabric_kwargs, pfc_config
+    from testbed.emulation.hosts import cluster
+
+    if args.miswire or args.failover != "fast":
+        from testbed.errors import TestbedError
+
+        raise TestbedError("--miswire and --failover controller are not supported with --hosts")
+    cl = cluster.up(args.hosts, fabric_kwargs(args) | {"kind": args.fabric}, datapath_config(args),
+                    pfc=pfc_config(args), tunnel=args.tunnel, log=lambda m: print(m, file=sys.stderr))
+    for s in cl.sessions.values():
+        s.close()
+    print(f"{args.fabric} with {args.gpus} GPUs is up on {len(cl.hosts)} hosts in {cl.timings['up_s']:.1f} s "
+          f"({len(cl.where.cross)} cross-host cables); 'testbed down --hosts {args.hosts}' takes it down")
+    return 0
+
+
+def cmd_clean_hosts(args) -> int:
+    """``down|clean --hosts FILE``: every host's part down and swept; exit 1 if a host did not answer."""
+    from testbed.emulation.hosts import cluster
+
+    results = cluster.clean(args.hosts, log=lambda m: print(m))
+    return 0 if all(r == "clean" for r in results.values()) else 1
+
+
 def print_placement(args, fabrics) -> dict | None:
     """``plan --hosts FILE``: each fabric's placement (lines, or a JSON document when --json)."""
     from testbed.emulation.hosts import hostsfile, placement

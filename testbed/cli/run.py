@@ -32,6 +32,14 @@ def cmd_run(args) -> int:
     from testbed.experiment.schema import resolve
 
     out_root = out_dir(args.out)  # checked before anything is built, also by --dry-run
+    if getattr(args, "hosts", None):
+        import os
+
+        from testbed.backends import HOSTS_ENV
+        from testbed.emulation.hosts import hostsfile
+
+        hostsfile.load(args.hosts)  # a bad file is one line before anything else
+        os.environ[HOSTS_ENV] = os.path.abspath(args.hosts)
     resolved = resolve(args.experiment, overrides_from_args(args))
     if args.dry_run:
         exp = resolved.experiment
@@ -97,6 +105,8 @@ def _experiment_options(p) -> None:
 def register(sub) -> None:
     p = sub.add_parser("run", help="run an experiment: the same trace slice on every fabric, repeated; report.html")
     _experiment_options(p)
+    p.add_argument("--hosts", metavar="FILE", help="run on the fabric spread over the hosts of this file "
+                   "(docs/multihost.md)")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("sweep", help="one run per point of a grid: sweep EXP.yaml --param link.rate=3mbit,4mbit")

@@ -65,7 +65,7 @@ def _write(path: str, value) -> None:
 
 
 def build(plan: DatapathPlan, controller_port: int, created: Created, timings: dict,
-          limits: dict[str, int] | None = None, bpf_obj=None) -> None:
+          limits: dict[str, int] | None = None, bpf_obj=None, controller_host: str = "127.0.0.1") -> None:
     """Build ``plan``. ``limits`` overrides the byte limit of some switch queues
     (PFC: xoff + headroom per feeding link); ``bpf_obj`` (PFC on) is the
     compiled queue-watch object to attach to every queue."""
@@ -77,7 +77,7 @@ def build(plan: DatapathPlan, controller_port: int, created: Created, timings: d
         for host in plan.hosts:
             _configure_host(plan, host)
     with _timed(timings, "ovs_s"):
-        _build_ovs(plan, controller_port, created)
+        _build_ovs(plan, controller_port, created, controller_host)
     with _timed(timings, "queues_s"):
         _add_queues(plan, limits or {}, bpf_obj)
 
@@ -228,7 +228,7 @@ def _configure_host(plan: DatapathPlan, host) -> None:
             ipr.close()
 
 
-def _build_ovs(plan: DatapathPlan, controller_port: int, created: Created) -> None:
+def _build_ovs(plan: DatapathPlan, controller_port: int, created: Created, controller_host: str = "127.0.0.1") -> None:
     """Every switch in one ovsdb transaction, refusing bridges of the same names that are not ours."""
     for name in plan.ovs_ports:
         existing = subprocess.run(["ovs-vsctl", "br-exists", name], capture_output=True).returncode == 0
@@ -237,7 +237,7 @@ def _build_ovs(plan: DatapathPlan, controller_port: int, created: Created) -> No
                                      "(it removes only bridges this project made)")
     cmd = ["ovs-vsctl", "--timeout=120", "--", "--id=@q", "create", "qos", "type=linux-noop",
            f"external_ids:{ALIAS}=1"]
-    target = f"tcp:127.0.0.1:{controller_port}"
+    target = f"tcp:{controller_host}:{controller_port}"  # several hosts: the first host's underlay address
     for name, ports in plan.ovs_ports.items():
         dpid = plan.fabric.switches[name].dpid
         cmd += ["--", "add-br", name, "--", "set", "bridge", name, "datapath_type=netdev", "fail_mode=secure",

@@ -138,7 +138,7 @@ def requested_port() -> int:
     return int(raw)
 
 
-def listen(port: int) -> socket.socket:
+def listen(port: int, host: str = CONTROLLER_HOST) -> socket.socket:
     """The controller's listening socket on 127.0.0.1:``port`` (0: the OS picks), bound and listening before
     its port is written anywhere; handed to the controller process, which never binds. A port another
     process holds is one line (the switches are never pointed at it)."""
@@ -147,11 +147,11 @@ def listen(port: int) -> socket.socket:
         # TIME_WAIT of a stopped controller's connections must not block its successor; a socket listening on
         # the port still does (Linux refuses the bind, or the listen)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((CONTROLLER_HOST, port))
+        sock.bind((host, port))
         sock.listen(128)
     except OSError as exc:
         sock.close()
-        raise EnvironmentProblem(f"controller port {CONTROLLER_HOST}:{port} cannot be bound "
+        raise EnvironmentProblem(f"controller port {host}:{port} cannot be bound "
                                  f"({exc.strerror or exc}): another process holds it; free it, or set "
                                  "TESTBED_CONTROLLER_PORT to another port (0: any free one)") from None
     return sock

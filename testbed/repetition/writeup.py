@@ -277,6 +277,8 @@ def write_up(run_dir: Path, cfg: RepetitionConfig, driver: Driver, prepared: Pre
                                        fabric_drops)
     summary["invariants"] = check_invariants(run_dir, link, counters, all_rows, summary["pfc"]["enabled"],
                                              net.model, carried.faults)
+    if carried.clocks is not None:
+        _clock_check(summary, carried.clocks)
     _warn_on_checks(summary, fabric_drops)
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
     f = carried.fabric
@@ -284,6 +286,19 @@ def write_up(run_dir: Path, cfg: RepetitionConfig, driver: Driver, prepared: Pre
                                                      "replay": cfg.record(), "backend": cfg.backend}, indent=1))
     link_traffic.write_run(run_dir, net.model, all_rows, cfg.gpus_per_server)  # after links.csv
     return summary
+
+
+def _clock_check(summary: dict, clocks: dict) -> None:
+    """Several hosts: each host's clock offset from the first; an uncertainty over the lateness goal makes
+    the run not fidelity-ok (an invariant violation)."""
+    summary["clock_offsets_ms"] = clocks["offsets"]
+    goal = clocks.get("goal_ms", 2.0)
+    for host, o in clocks["offsets"].items():
+        if o.get("uncertainty_ms") is None or o["uncertainty_ms"] > goal:
+            summary["invariants"]["violations"].append(
+                f"clocks: host {host}'s offset is uncertain by {o.get('uncertainty_ms')} ms, over the {goal:g} ms "
+                "lateness goal: cross-host timestamps cannot be trusted")
+            summary["invariants"]["ok"] = False
 
 
 def _warn_on_checks(summary: dict, fabric_drops: int) -> None:

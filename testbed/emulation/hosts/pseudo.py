@@ -32,6 +32,7 @@ machine's (clock offsets between pseudo-hosts are exactly 0).
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import json
 import os
@@ -378,6 +379,14 @@ def down() -> list[str]:
                        text=True, capture_output=True)
         removed += [f"netns {n}" for n in spaces]
     removed += _remove_links()
+    # run files a fabric over hosts left in a pseudo-host's node folder (its /run is this machine's)
+    for h in st.get("hosts", []):
+        node = Path("/run/testbed-hosts") / h["name"]
+        if node.is_dir() and not node.is_symlink():
+            shutil.rmtree(node, ignore_errors=True)
+            removed.append(f"folder {node}")
+    with contextlib.suppress(OSError):
+        os.rmdir("/run/testbed-hosts")
     was = st.get("wmem_default_was")
     if was is not None:
         Path("/proc/sys/net/core/wmem_default").write_text(str(was))
