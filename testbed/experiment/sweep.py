@@ -150,6 +150,8 @@ def run_sweep(path: str | Path | None, overrides: list[Override], params: list[t
         _write(sweep_dir, keys, doc, rows)
         if len(keys) == 1:
             _write_load_curve(sweep_dir, log, last=i == len(points) - 1)
+    if "gpus" in keys:
+        _write_scale(sweep_dir, log)
     for line in _table(keys, rows):
         out(line)
     for fabric, best in (doc.get("slo_goodput") or {}).get("fabrics", {}).items():
@@ -171,6 +173,19 @@ def _write_load_curve(sweep_dir: Path, log: run.Log, last: bool) -> None:
     except Exception as exc:
         if last:
             log(f"WARNING: no load curve: {type(exc).__name__}: {exc}")
+
+
+def _write_scale(sweep_dir: Path, log: run.Log) -> None:
+    """scale.json, scale.png, scale.html of a sweep over gpus (testbed.report.scale_section); a failure costs the
+    page, never the sweep."""
+    from testbed.report import scale_section
+
+    try:
+        log(f"scale: {scale_section.write(sweep_dir)}")
+    except KeyboardInterrupt:
+        raise
+    except Exception as exc:
+        log(f"WARNING: no scale page: {type(exc).__name__}: {exc}")
 
 
 def slo_goodput(rows: list[dict], key: str, slo_ms: float) -> dict:
