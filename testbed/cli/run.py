@@ -55,19 +55,21 @@ def cmd_sweep(args) -> int:
     from testbed.experiment import sweep
 
     out_root = out_dir(args.out)  # checked before anything is built, also by --dry-run
+    paired = False
     if args.param:
         params = [sweep.parse_param(p) for p in args.param]
     else:  # the file's own grid
         from testbed.experiment.schema import resolve
 
-        grid = resolve(args.experiment, []).experiment.sweep if args.experiment else None
+        exp = resolve(args.experiment, []).experiment if args.experiment else None
+        grid, paired = (exp.sweep, exp.sweep_paired) if exp else (None, False)
         if not grid:
             raise TestbedError("sweep needs --param KEY=V1,V2 (one or two), e.g. --param link.rate=3mbit,4mbit, "
                                "or an experiment file with a sweep: {key: [values]} grid")
         params = [sweep.parse_param(f"{k}={','.join(str(v) for v in vals)}") for k, vals in grid.items()]
     overrides = overrides_from_args(args)
     if args.dry_run:
-        points = sweep.resolve_points(args.experiment, overrides, params)
+        points = sweep.resolve_points(args.experiment, overrides, params, paired)
         print(json.dumps([{"point": sweep.point_name(p), "experiment": r.experiment.model_dump(mode="json")}
                           for p, r in points], indent=1))
         return 0
@@ -76,7 +78,8 @@ def cmd_sweep(args) -> int:
         from testbed.units import parse_seconds
 
         slo = parse_seconds(args.slo_ttft) * 1e3
-    return sweep.run_sweep(args.experiment, overrides, params, out_root, log=_stderr, slo_ttft_ms=slo)[0]
+    return sweep.run_sweep(args.experiment, overrides, params, out_root, log=_stderr, slo_ttft_ms=slo,
+                           paired=paired)[0]
 
 
 def cmd_calibrate(args) -> int:

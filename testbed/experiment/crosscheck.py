@@ -7,6 +7,11 @@ the two backends' ZCube/ROFT ratios of throughput and of TTFT P99 within 10 % of
 
 Which links count for "every link": those that carried at least ``LINK_FLOOR`` of the busiest link's bytes on
 the emulator (an idle link's ratio is noise over nothing).
+
+A link's bytes are the payload routed over it times what the wire adds per payload byte (TCP/IP/Ethernet
+headers, the agents' frame headers and acks, TCP's ACKs). When the two backends serve a different amount of
+work (the twin's throughput differs), the bytes differ with it; ``link_overhead`` separates the counting from
+the work: per link, (wire bytes / payload bytes routed over it, from link_traffic.csv) twin over emulator.
 """
 
 from __future__ import annotations
@@ -51,13 +56,31 @@ def figures(rep_dir: Path) -> dict:
                 links[row["queue"]] = float(row["bytes"])
     except OSError:
         pass
-    return out | {"links": links}
+    overhead = {}  # wire bytes per payload byte routed over the link
+    try:
+        with open(rep_dir / "link_traffic.csv", newline="") as fh:
+            for row in csv.DictReader(fh):
+                payload = float(row.get("kv_bytes") or 0) + float(row.get("ep_bytes") or 0)
+                if payload > 0 and row.get("measured_bytes") not in (None, ""):
+                    overhead[row["queue"]] = float(row["measured_bytes"]) / payload
+    except OSError:
+        pass
+    return out | {"links": links, "overhead": overhead}
 
 
 def _ratio(a, b):
     if a is None or b is None or not isinstance(a, (int, float)) or not isinstance(b, (int, float)) or b == 0:
         return None
     return round(a / b, 4)
+
+
+def link_overhead(twin: dict[str, float], emulator: dict[str, float], counted) -> dict:
+    """Per counted link, twin/emulator of the wire bytes per payload byte: {"links", "median", "within_5pct"}."""
+    per = [twin[q] / emulator[q] for q in counted if q in twin and emulator.get(q)]
+    if not per:
+        return {"links": 0, "median": None, "within_5pct": None}
+    return {"links": len(per), "median": round(statistics.median(per), 4),
+            "within_5pct": round(sum(1 for r in per if abs(r - 1) <= GOALS["link_bytes"]) / len(per), 4)}
 
 
 def link_ratios(twin: dict[str, float], emulator: dict[str, float]) -> dict:
@@ -86,7 +109,8 @@ def compare(emulator: dict[str, dict] | None, twin: dict[str, dict]) -> dict:
         if e is not None:
             entry["emulator"] = {k: e.get(k) for k in FIGURES}
             entry["twin_over_emulator"] = {k: _ratio(t.get(k), e.get(k)) for k in FIGURES}
-            entry["link_bytes"] = link_ratios(t.get("links", {}), e.get("links", {}))
+            entry["link_bytes"] = lb = link_ratios(t.get("links", {}), e.get("links", {}))
+            entry["link_overhead"] = link_overhead(t.get("overhead", {}), e.get("overhead", {}), lb["per_link"])
         fabrics[kind] = entry
     ratios = {}
     for side, data in (("emulator", emulator), ("twin", twin)):
@@ -153,6 +177,10 @@ def table(doc: dict) -> list[str]:
         if lb:
             rows.append((kind, f"link bytes ({lb['links']} links)", "", "", f"median {_fmt(lb['median'])}, worst "
                          f"{_fmt(lb['worst'])}, {_fmt(lb['within_5pct'])} within 5%"))
+        lo = entry.get("link_overhead")
+        if lo and lo["links"]:
+            rows.append((kind, f"wire/payload bytes ({lo['links']} links)", "", "", f"median {_fmt(lo['median'])}, "
+                         f"{_fmt(lo['within_5pct'])} within 5%"))
     rows.append(("zcube/roft", "figure", "emulator", "twin", ""))
     for k in FIGURES:
         rows.append(("zcube/roft", k, _fmt(doc["ratios"].get("emulator", {}).get(k)),

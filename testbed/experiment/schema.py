@@ -59,7 +59,8 @@ def _existing_beside_experiment(v: str, info: ValidationInfo, expected: str) -> 
 
 # keys an alternative of `testbed sensitivity` may not set: every alternative runs every fabric, the same
 # repetitions on the same backend into its own folder, and is not itself a sensitivity
-NOT_ALTERNATIVE_KEYS = ("name", "fabrics", "repetitions", "backend", "sensitivity", "sensitivity_result", "sweep")
+NOT_ALTERNATIVE_KEYS = ("name", "fabrics", "repetitions", "backend", "sensitivity", "sensitivity_result", "sweep",
+                        "sweep_paired")
 
 
 class Alternative(_Section):
@@ -118,6 +119,8 @@ class Experiment(_Section):
     sweep: Optional[dict[str, list[Union[str, int, float]]]] = Field(
         None, description="the grid `testbed sweep FILE` runs when given no --param: {key: [values]}, one or two "
                           "keys; `run` ignores it")
+    sweep_paired: bool = Field(False, description="the sweep's two keys go together: point i takes the i-th value "
+                                                  "of each (lists of one length), not every combination")
     calibration: Optional[str] = Field(None, description="calibration.json written by `testbed calibrate` that "
                                                          "this experiment's load was chosen from (relative to the "
                                                          "experiment file's folder); the report shows it first")

@@ -49,13 +49,20 @@ def parse_param(text: str) -> tuple[str, list[str]]:
     return key, items
 
 
-def expand(params: list[tuple[str, list[str]]]) -> list[list[tuple[str, str]]]:
-    """The grid: every combination of the values of one or two parameters, in the order given."""
+def expand(params: list[tuple[str, list[str]]], paired: bool = False) -> list[list[tuple[str, str]]]:
+    """The grid: every combination of the values of one or two parameters, in the order given; ``paired``:
+    the i-th value of each parameter together (a load that grows with the cluster: gpus and concurrency)."""
     if not 1 <= len(params) <= 2:
         raise TestbedError(f"sweep takes one or two --param, got {len(params)}")
     keys = [k for k, _ in params]
     if len(set(keys)) != len(keys):
         raise TestbedError(f"--param {keys[0]} is given twice: list all its values in one --param")
+    if paired:
+        lengths = {len(values) for _, values in params}
+        if len(params) != 2 or len(lengths) != 1:
+            raise TestbedError(f"a paired sweep takes two keys with as many values each, got "
+                               f"{', '.join(f'{k} ({len(v)})' for k, v in params)}")
+        return [list(zip(keys, combo)) for combo in zip(*(values for _, values in params))]
     return [list(zip(keys, combo)) for combo in itertools.product(*(values for _, values in params))]
 
 
@@ -64,11 +71,11 @@ def point_name(point: list[tuple[str, str]]) -> str:
     return ",".join(f"{k}={re.sub(r'[^A-Za-z0-9._=+-]+', '_', v)}" for k, v in point)
 
 
-def resolve_points(path: str | Path | None, overrides: list[Override],
-                   params: list[tuple[str, list[str]]]) -> list[tuple[list[tuple[str, str]], Resolved]]:
+def resolve_points(path: str | Path | None, overrides: list[Override], params: list[tuple[str, list[str]]],
+                   paired: bool = False) -> list[tuple[list[tuple[str, str]], Resolved]]:
     """Every grid point as a validated experiment (the file, then the flags, then the point's values)."""
     out = []
-    for point in expand(params):
+    for point in expand(params, paired):
         extra = [Override(k, cli_value(k, v), "--param") for k, v in point]
         out.append((point, resolve(path, list(overrides) + extra)))
     names = [point_name(p) for p, _ in out]
@@ -100,15 +107,17 @@ def _write(sweep_dir: Path, keys: list[str], doc: dict, rows: list[dict]) -> Non
 
 def run_sweep(path: str | Path | None, overrides: list[Override], params: list[tuple[str, list[str]]],
               out_root: Path, repetition_fn: Callable | None = None, log: run.Log = run.stderr_log,
-              out: run.Log = print, name: str | None = None, slo_ttft_ms: float | None = None) -> tuple[int, Path]:
+              out: run.Log = print, name: str | None = None, slo_ttft_ms: float | None = None,
+              paired: bool = False) -> tuple[int, Path]:
     """The ``sweep`` verb: validate every point, run them in turn, print a table and the sweep directory last;
-    (worst exit status, sweep directory)."""
-    points = resolve_points(path, overrides, params)
+    (worst exit status, sweep directory). ``paired``: see ``expand``."""
+    points = resolve_points(path, overrides, params, paired)
     base = points[0][1].experiment
     for _, res in points:
         run.slice_requests(res.experiment)
     total = sum(run.estimate_s(res.experiment) for _, res in points)
-    log(f"sweep over {' x '.join(f'{k} ({len(v)})' for k, v in params)}: {len(points)} points, "
+    joined = (" with " if paired else " x ").join(f"{k} ({len(v)})" for k, v in params)
+    log(f"sweep over {joined}: {len(points)} points, "
         f"each {run.estimate_text(base)}; estimated wall time ~{run.minutes(total)}")
     if repetition_fn is None:
         for backend in sorted({res.experiment.backend for _, res in points}):  # every point's backend can run
@@ -117,7 +126,7 @@ def run_sweep(path: str | Path | None, overrides: list[Override], params: list[t
     log(f"sweep directory {sweep_dir}")
     versions = run.collect_versions()
     keys = [k for k, _ in params]
-    doc = {"source": points[0][1].source, "params": {k: v for k, v in params},
+    doc = {"source": points[0][1].source, "params": {k: v for k, v in params}, "paired": paired,
            "overrides": [o.as_dict() for o in overrides], "versions": versions,
            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
            "points": [{"name": point_name(p), "values": dict(p), "dir": f"points/{point_name(p)}", "status": None,
@@ -141,6 +150,8 @@ def run_sweep(path: str | Path | None, overrides: list[Override], params: list[t
         _write(sweep_dir, keys, doc, rows)
         if len(keys) == 1:
             _write_load_curve(sweep_dir, log, last=i == len(points) - 1)
+    if "gpus" in keys:
+        _write_scale(sweep_dir, log)
     for line in _table(keys, rows):
         out(line)
     for fabric, best in (doc.get("slo_goodput") or {}).get("fabrics", {}).items():
@@ -162,6 +173,19 @@ def _write_load_curve(sweep_dir: Path, log: run.Log, last: bool) -> None:
     except Exception as exc:
         if last:
             log(f"WARNING: no load curve: {type(exc).__name__}: {exc}")
+
+
+def _write_scale(sweep_dir: Path, log: run.Log) -> None:
+    """scale.json, scale.png, scale.html of a sweep over gpus (testbed.report.scale_section); a failure costs the
+    page, never the sweep."""
+    from testbed.report import scale_section
+
+    try:
+        log(f"scale: {scale_section.write(sweep_dir)}")
+    except KeyboardInterrupt:
+        raise
+    except Exception as exc:
+        log(f"WARNING: no scale page: {type(exc).__name__}: {exc}")
 
 
 def slo_goodput(rows: list[dict], key: str, slo_ms: float) -> dict:

@@ -20,6 +20,7 @@ from testbed.backends.ns3 import engine
 from testbed.backends.ns3.pfc import queue_params, shared_pool
 from testbed.fabric import Fabric, addressing
 from testbed.fabric.routing import ForwardingTables, ecmp_bucket, forwarding_tables
+from traffic.runtime import wire
 
 CABLE_DELAY_S = 2e-6  # propagation and switching per cable (the emulator's is its agents' and OVS's delay)
 LISTEN_PORT = 5201
@@ -101,6 +102,8 @@ def build(fabric: Fabric, link: LinkSettings, resolved, seed: int = 0) -> Built:
     ``resolved`` (None: off). Call ``engine.configure`` first."""
     tb = engine.load()
     twin = tb.Twin(float(link.rate_bps), int(link.mtu), CABLE_DELAY_S, int(link.nic_buffer_bytes), LISTEN_PORT)
+    # the agents' wire format: a frame header before each message, an ack back for each whole frame
+    twin.frameHeader, twin.ackBytes = wire.HEADER.size, wire.ACK.size
     if resolved is not None:
         twin.pfc = True
         twin.alpha = float(resolved.dynamic_alpha or 0.0)

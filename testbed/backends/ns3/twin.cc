@@ -178,18 +178,20 @@ struct Switch
 struct Msg
 {
     int64_t id;
-    uint64_t bytes;
+    uint64_t bytes; // on the wire: the agents' frame header and the payload
 };
 
 struct Conn
 {
     int src, dst; // GPU indexes
     Ptr<Socket> tx;
+    Ptr<Socket> rx; // the accepted end (it answers each whole frame with the agents' ack)
     bool connected = false;
     std::deque<Msg> sendq;
     uint64_t sendLeft = 0; // of the head message
     std::deque<Msg> recvq;
     uint64_t recvGot = 0;
+    bool headerOut = false; // a header was just written: the payload follows once the header has left
 };
 
 struct Gpu
@@ -210,6 +212,10 @@ struct Twin
     double alpha = 0; // 0: static thresholds
     uint32_t frame;
     uint16_t listenPort;
+    // the agents' wire format (traffic.runtime.wire): each message goes as a frame header and its payload,
+    // and the receiver answers each whole frame with an ack on the same connection (0, 0: payload only)
+    uint32_t frameHeader = 0, ackBytes = 0;
+    uint64_t acksReceived = 0;
     std::vector<Gpu> gpus;
     std::vector<Switch> switches;
     std::vector<Port> ports;
@@ -522,6 +528,7 @@ struct Twin
         s->Bind(InetSocketAddress(Ipv4Address(gpus[src].ip[sp]), sport));
         s->SetConnectCallback(MakeCallback(&Twin::Connected, this), MakeCallback(&Twin::ConnectFailed, this));
         s->SetSendCallback(MakeCallback(&Twin::Space, this));
+        s->SetRecvCallback(MakeCallback(&Twin::RecvAcks, this));
         conns[ci].tx = s;
         // connect from an event: before the run starts, the nodes' traffic control is not set up yet
         Simulator::ScheduleNow(&Twin::Connect, this, ci, gpus[dst].ip[dp]);
@@ -569,12 +576,22 @@ struct Twin
         if (it == connBySrc.end())
             return;
         connOfRx[PeekPointer(s)] = it->second;
+        conns[it->second].rx = s;
         s->SetRecvCallback(MakeCallback(&Twin::Recv, this));
+    }
+
+    // the sender's side reads the acks (bytes only: delivery is the receiver's record, as the agents report it)
+    void RecvAcks(Ptr<Socket> s)
+    {
+        Ptr<Packet> p;
+        while ((p = s->Recv()))
+            acksReceived += p->GetSize();
     }
 
     void Send(int ci, int64_t id, uint64_t bytes)
     {
         Conn& c = conns[ci];
+        bytes += frameHeader;
         if (c.sendq.empty())
             c.sendLeft = bytes;
         c.sendq.push_back(Msg{id, bytes});
@@ -588,19 +605,39 @@ struct Twin
         Simulator::Schedule(Seconds(at) - Simulator::Now(), &Twin::Send, this, ci, id, bytes);
     }
 
+    void PumpAfterHeader(int ci)
+    {
+        conns[ci].headerOut = false;
+        Pump(ci);
+    }
+
     void Pump(int ci)
     {
         Conn& c = conns[ci];
+        if (c.headerOut)
+            return;
         while (!c.sendq.empty())
         {
             uint32_t room = c.tx->GetTxAvailable();
             if (room == 0)
                 return;
-            uint32_t n = uint32_t(std::min<uint64_t>(room, c.sendLeft));
+            // the frame header is written on its own (the agents' two sendall calls, TCP_NODELAY): on an idle
+            // connection it leaves as a segment of its own, behind a backlog it joins the queued bytes
+            uint64_t payload = c.sendq.front().bytes - frameHeader;
+            uint64_t part = c.sendLeft > payload ? c.sendLeft - payload : c.sendLeft;
+            uint32_t n = uint32_t(std::min<uint64_t>(room, part));
             int sent = c.tx->Send(Create<Packet>(n));
             if (sent <= 0)
                 return;
             c.sendLeft -= uint64_t(sent);
+            if (frameHeader && c.sendLeft == payload && payload > 0)
+            {
+                // ns-3's TCP sends what its buffer holds one time step after a write: write the payload after
+                // that, so the header goes as Linux sends it (alone when the window is open and nothing waits)
+                c.headerOut = true;
+                Simulator::Schedule(TimeStep(2), &Twin::PumpAfterHeader, this, ci);
+                return;
+            }
             if (c.sendLeft == 0)
             {
                 senderEnd[c.sendq.front().id] = Simulator::Now().GetSeconds();
@@ -636,6 +673,8 @@ struct Twin
                     endAt[id] = Simulator::Now().GetSeconds();
                     c.recvq.pop_front();
                     c.recvGot = 0;
+                    if (ackBytes)
+                        s->Send(Create<Packet>(ackBytes));
                     if (onDelivered)
                         onDelivered(id);
                 }

@@ -45,6 +45,16 @@ def test_each_goal_fails_on_its_own():
     assert w["ratio_throughput"] is False and w["ratio_ttft_p99"] is False and w["all"] is False
 
 
+def test_link_overhead_separates_the_counting_from_the_work():
+    emu = {"zcube": _fig(100.0, 200.0, LINKS) | {"overhead": {"sw1:1": 1.7, "sw1:2": 1.75, "idle": 3.0}}}
+    twin = {"zcube": _fig(110.0, 200.0, {q: b * 1.1 for q, b in LINKS.items()}) |
+            {"overhead": {"sw1:1": 1.7, "sw1:2": 1.4, "idle": 1.0}}}
+    z = crosscheck.compare(emu, twin)["fabrics"]["zcube"]
+    assert z["link_bytes"]["median"] == 1.1 and z["link_bytes"]["within_5pct"] == 0.0
+    assert z["link_overhead"] == {"links": 2, "median": 0.9, "within_5pct": 0.5}  # gpu1:p1 has none, idle not counted
+    assert any("wire/payload" in ln for ln in crosscheck.table(crosscheck.compare(emu, twin)))
+
+
 def test_the_twin_alone_has_its_ratios_and_no_verdict():
     doc = crosscheck.compare(None, {"zcube": _fig(100.0, 200.0), "roft": _fig(50.0, 400.0)})
     assert doc["ratios"] == {"twin": doc["ratios"]["twin"]} and doc["ratios"]["twin"]["ttft_p99_ms"] == 0.5
@@ -58,9 +68,11 @@ def test_figures_come_from_the_repetition_directory(tmp_path):
         "throughput_tokens_per_s": 10.0, "ttft_ms": {"p50": 1.0, "p99": 2.0}, "fct_ms": {"p50": 3.0, "p99": 4.0},
         "ep_exchange_ms": {"p50": 1.0, "p99": 5.0}, "pfc": {"enabled": True, "pauses": 7}}))
     (rep / "links.csv").write_text("queue,towards,bytes,utilization\nsw1:1,sw2,1200,0.1\n")
+    (rep / "link_traffic.csv").write_text("queue,towards,kv_bytes,ep_bytes,share,top,measured_bytes,model_vs_measured\n"
+                                          "sw1:1,sw2,400,200,exact,,1200,0.5\nsw1:2,sw3,0,0,exact,,0,\n")
     got = crosscheck.side(tmp_path)
     assert list(got) == ["zcube"] and got["zcube"]["kv_fct_p99_ms"] == 4.0 and got["zcube"]["pauses"] == 7
-    assert got["zcube"]["links"] == {"sw1:1": 1200.0}
+    assert got["zcube"]["links"] == {"sw1:1": 1200.0} and got["zcube"]["overhead"] == {"sw1:1": 2.0}
     with pytest.raises(TestbedError, match="no runs/<fabric>/rep1/summary.json"):
         crosscheck.side(tmp_path / "nothing")
 

@@ -266,6 +266,17 @@ def test_bad_sweep_parameters_are_rejected(text, expected):
         sweep.parse_param(text)
 
 
+def test_a_paired_sweep_takes_the_ith_value_of_each_key():
+    params = [("gpus", ["32", "64"]), ("serving.concurrency", ["128", "256"])]
+    assert sweep.expand(params, paired=True) == [[("gpus", "32"), ("serving.concurrency", "128")],
+                                                 [("gpus", "64"), ("serving.concurrency", "256")]]
+    assert len(sweep.expand(params)) == 4
+    with pytest.raises(TestbedError, match="as many values"):
+        sweep.expand([("gpus", ["32", "64"]), ("serving.concurrency", ["128"])], paired=True)
+    with pytest.raises(TestbedError, match="two keys"):
+        sweep.expand([("gpus", ["32", "64"])], paired=True)
+
+
 def test_sweep_takes_one_or_two_distinct_parameters():
     with pytest.raises(TestbedError, match="one or two"):
         sweep.expand([("seed", ["1"]), ("trace.speed", ["1"]), ("link.mtu", ["1500"])])

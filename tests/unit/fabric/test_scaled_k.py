@@ -38,3 +38,16 @@ def test_scale_yaml_sweeps_gpus_on_the_twin():
     for n in r.experiment.sweep["gpus"]:
         exp = resolve(EXAMPLES_DIR / "scale.yaml", [Override("gpus", n, "test")]).experiment
         assert exp.gpus_per_switch == scaled_k(n)
+
+
+def test_scale_load_yaml_holds_four_requests_in_flight_per_gpu():
+    from testbed.experiment import sweep
+
+    r = resolve(EXAMPLES_DIR / "scale-load.yaml")
+    assert r.experiment.backend == "ns3" and r.experiment.sweep_paired
+    params = [(k, [str(v) for v in vals]) for k, vals in r.experiment.sweep.items()]
+    points = sweep.resolve_points(EXAMPLES_DIR / "scale-load.yaml", [], params, paired=True)
+    assert len(points) == 5
+    for _, res in points:
+        exp = res.experiment
+        assert exp.serving.concurrency == 4 * exp.gpus and exp.gpus_per_switch == scaled_k(exp.gpus)
