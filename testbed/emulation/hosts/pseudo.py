@@ -45,6 +45,7 @@ from pathlib import Path
 
 from testbed.emulation.hosts import hostsfile
 from testbed.errors import EnvironmentProblem, TestbedError
+from testbed.paths import REPO
 
 NETNS_PREFIX = "tb-ph"
 BRIDGE = "tbu-br"
@@ -244,9 +245,9 @@ INIT = """\
 set -e
 cd /
 hostname {name}
-for d in {tmpfs}; do mount -t tmpfs -o mode=0755 tb-{name} "$d"; done
+{keep_before}for d in {tmpfs}; do mount -t tmpfs -o mode=0755 tb-{name} "$d"; done
 chmod 1777 /tmp
-mount --bind {dir}/etc-openvswitch /etc/openvswitch
+{keep_after}mount --bind {dir}/etc-openvswitch /etc/openvswitch
 mount --bind {dir}/log /var/log/openvswitch
 mount -t bpf bpf /sys/fs/bpf
 {ovs_ctl} start --system-id=random --no-mlockall
@@ -254,6 +255,17 @@ ovs-vsctl --timeout=10 set open_vswitch . {pmd_settings}
 touch {dir}/ready
 exec {sshd} -D -e -f {dir}/sshd_config
 """
+
+
+def keep_checkout_lines(checkout: Path, host_dir: Path) -> tuple[str, str]:
+    """Shell lines that keep this checkout visible in a pseudo-host when it lies under a folder the
+    pseudo-host makes private (a clone in /tmp, as a CI runner may make): bound aside before the
+    tmpfs hides it, bound back after. Empty when the checkout is not under one."""
+    if not any(checkout == Path(p) or Path(p) in checkout.parents for p in PRIVATE_TMPFS):
+        return "", ""
+    aside = host_dir / "checkout"
+    return (f"mkdir -p {aside} && mount --bind {checkout} {aside}\n",
+            f"mkdir -p {checkout} && mount --bind {aside} {checkout}\n")
 
 
 def _write_host_files(base: Path, host: dict, state: dict) -> None:
@@ -270,7 +282,9 @@ def _write_host_files(base: Path, host: dict, state: dict) -> None:
         pmd.append(f"other_config:pmd-cpu-mask={mask:#x}")
     if state.get("pmd_maxsleep_us") is not None:
         pmd.append(f"other_config:pmd-maxsleep={state['pmd_maxsleep_us']}")
+    before, after = keep_checkout_lines(REPO, d)
     init = INIT.format(name=host["name"], dir=d, tmpfs=" ".join(PRIVATE_TMPFS), ovs_ctl=OVS_CTL, sshd=SSHD,
+                       keep_before=before, keep_after=after,
                        pmd_settings=" ".join(pmd) or "external_ids:testbed-pseudo=1")
     (d / "init.sh").write_text(init)
 

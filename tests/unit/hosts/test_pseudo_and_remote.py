@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -121,3 +122,14 @@ def test_plan_with_hosts_prints_the_placement(tmp_path, capsys):
     bad.write_text("hosts: [{name: a}]\n")
     assert main(["plan", "zcube", "--hosts", str(bad)]) == 2
     assert capsys.readouterr().err.strip().endswith("host 1 (a): address: missing")
+
+
+def test_a_checkout_under_tmp_is_bound_aside_and_back_into_the_pseudo_host():
+    # /tmp is private (a tmpfs) in a pseudo-host, so a clone in /tmp/ci would vanish there: bind it
+    # aside under the host's folder before the tmpfs, and back to the same path after.
+    before, after = pseudo.keep_checkout_lines(Path("/tmp/ci/repo"), Path("/run/tb-pseudo/ph1"))
+    assert before == "mkdir -p /run/tb-pseudo/ph1/checkout && mount --bind /tmp/ci/repo /run/tb-pseudo/ph1/checkout\n"
+    assert after == "mkdir -p /tmp/ci/repo && mount --bind /run/tb-pseudo/ph1/checkout /tmp/ci/repo\n"
+    # a checkout elsewhere (or one whose name only starts like a private folder) needs nothing
+    assert pseudo.keep_checkout_lines(Path("/work/main"), Path("/run/tb-pseudo/ph1")) == ("", "")
+    assert pseudo.keep_checkout_lines(Path("/tmpfoo/repo"), Path("/run/tb-pseudo/ph1")) == ("", "")
