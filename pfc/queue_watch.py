@@ -26,14 +26,19 @@ MAPS = ("tb_queues", "tb_enq_slot", "tb_deq_slot", "tb_src", "tb_seen", "tb_bell
 
 def compile_object(out: Path) -> Path:
     """Compile the programs for this machine's headers (the asm/ folder is per architecture)."""
+    return compile_bpf(SOURCE, out, "PFC's queue counters")
+
+
+def compile_bpf(source: Path, out: Path, needed_for: str) -> Path:
+    """Compile one of our tc BPF programs with clang for this machine's headers; one line if it cannot."""
     multiarch = sysconfig.get_config_var("MULTIARCH") or "x86_64-linux-gnu"
-    cmd = ["clang", "-O2", "-g", "-target", "bpf", f"-I/usr/include/{multiarch}", "-c", str(SOURCE), "-o", str(out)]
+    cmd = ["clang", "-O2", "-g", "-target", "bpf", f"-I/usr/include/{multiarch}", "-c", str(source), "-o", str(out)]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     except FileNotFoundError:
-        raise EnvironmentProblem("clang is not installed (needed for PFC's queue counters): run scripts/setup.sh")
+        raise EnvironmentProblem(f"clang is not installed (needed for {needed_for}): run scripts/setup.sh")
     if proc.returncode:
-        raise EnvironmentProblem(f"compiling {SOURCE.name} failed: {proc.stderr.strip().splitlines()[-1:]}")
+        raise EnvironmentProblem(f"compiling {source.name} failed: {proc.stderr.strip().splitlines()[-1:]}")
     return out
 
 

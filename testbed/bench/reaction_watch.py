@@ -21,6 +21,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from pfc import queue_watch
 from pfc.bpfmaps import PIN_DIR, open_pinned
 from pfc.queue_watch import ensure_bpffs
 from testbed.errors import EnvironmentProblem
@@ -129,17 +130,7 @@ def stream_reactions(rows: list[Row], epoch: int, dead: dict[int, int], clear_ns
 
 # ------------------------------------------------------------------ the kernel side
 def compile_object(out: Path) -> Path:
-    import sysconfig
-
-    multiarch = sysconfig.get_config_var("MULTIARCH") or "x86_64-linux-gnu"
-    cmd = ["clang", "-O2", "-g", "-target", "bpf", f"-I/usr/include/{multiarch}", "-c", str(SOURCE), "-o", str(out)]
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
-    except FileNotFoundError:
-        raise EnvironmentProblem("clang is not installed (needed for the reaction watch): run scripts/setup.sh")
-    if proc.returncode:
-        raise EnvironmentProblem(f"compiling {SOURCE.name} failed: {proc.stderr.strip().splitlines()[-1:]}")
-    return out
+    return queue_watch.compile_bpf(SOURCE, out, "the reaction watch")
 
 
 def _tc_batch(lines: list[str], force: bool = False) -> subprocess.CompletedProcess:
