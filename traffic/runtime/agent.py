@@ -138,12 +138,14 @@ class Agent:
                  out_dir: str, t0: float | None, ready_file: str | None = None,
                  transfer_timeout: float = DEFAULT_TRANSFER_TIMEOUT_S, io: str = "sock",
                  connections: str = "persistent", control: str | None = None,
-                 dead_after: float = DEFAULT_DEAD_AFTER_S, dead_hold: float = DEFAULT_DEAD_HOLD_S) -> None:
+                 dead_after: float = DEFAULT_DEAD_AFTER_S, dead_hold: float = DEFAULT_DEAD_HOLD_S,
+                 clock_offset: float = 0.0) -> None:
         self.name = name
         self.dead_after = dead_after
         self.dead_hold = dead_hold
         self._dead_until: dict[tuple[str, str], float] = {}  # (src_ip, dst_ip) -> monotonic end of its hold
         self.control = control
+        self.clock_offset = clock_offset  # this host's clock minus the coordinator's (control mode)
         self._control_out: asyncio.StreamWriter | None = None
         self._reports: list[str] = []
         self.listen = listen
@@ -171,7 +173,7 @@ class Agent:
                           "expected_bytes": r.length, "crc_ok": r.crc_ok, "first_byte": r.first_byte,
                           "last_byte": r.last_byte, "verified": r.verified, "error": r.error})
         if r.id is not None and r.error is None:  # a cut frame is its sender's to retry or report
-            self._report({"id": r.id, "t": r.last_byte, "ok": r.verified, "error": r.error})
+            self._report({"id": r.id, "t": r.last_byte - self.clock_offset, "ok": r.verified, "error": r.error})
 
     def _report(self, obj: dict[str, Any]) -> None:
         """Tell the coordinator (control mode only) what arrived or failed; lines of one loop turn
@@ -263,7 +265,7 @@ class Agent:
                     await asyncio.wait(set(self._tasks), timeout=self.transfer_timeout)
                 break
             try:
-                t = order_transfer(order, self.name)
+                t = order_transfer(order, self.name, self.clock_offset)
             except AgentError as exc:
                 print(f"traffic.runtime.agent: error: {exc}", file=sys.stderr)
                 break
@@ -465,6 +467,9 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--plan", help="JSON-lines file of this agent's outgoing transfers")
     p.add_argument("--control", metavar="SOCKET",
                    help="take orders from the coordinator on this Unix socket instead of a plan")
+    p.add_argument("--clock-offset", type=_finite, default=0.0, metavar="SECONDS",
+                   help="control mode on another host: this host's CLOCK_MONOTONIC minus the coordinator's "
+                        "(orders' due times are moved onto this clock, reported times back off it; default 0)")
     p.add_argument("--out", required=True, help="directory for <name>.sent/.recv.jsonl and <name>.done")
     start = p.add_mutually_exclusive_group()
     start.add_argument("--t0", type=_finite, help="CLOCK_MONOTONIC seconds that plan starts count from")
@@ -494,7 +499,7 @@ async def _main(args: argparse.Namespace, plan: list[PlannedTransfer]) -> None:
         loop.add_signal_handler(sig, stop.set)
     agent = Agent(args.name, args.listen, plan, args.out, args.t0, args.ready_file,
                   args.transfer_timeout, args.io, args.connections, args.control, args.dead_after,
-                  args.dead_hold)
+                  args.dead_hold, args.clock_offset)
     await agent.run(stop)
 
 
@@ -505,6 +510,9 @@ def main(argv: list[str] | None = None) -> int:
             raise AgentError(f"--name {args.name!r} is not allowed; expected a plain name like gpu3")
         if (args.plan is None) == (args.control is None):
             raise AgentError("give exactly one of --plan FILE or --control SOCKET")
+        if args.clock_offset and args.control is None:
+            raise AgentError(f"--clock-offset {args.clock_offset:g} needs --control: a plan's t0 is already on this "
+                             "host's clock")
         if args.control is None and args.t0 is None and not args.t0_stdin:
             raise AgentError("--plan needs --t0 or --t0-stdin")
         plan = read_plan(args.plan, args.name) if args.plan else []

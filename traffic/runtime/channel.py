@@ -307,7 +307,7 @@ class Server:
 
 def relay(unix_path: str, addr: tuple[str, int], secret: bytes, name: str, ready=None) -> None:
     """An agent host's side: listen on ``unix_path`` and forward each connection, authenticated, to the
-    coordinator at ``addr``. Runs until killed."""
+    coordinator at ``addr``. Runs until killed (the command line's relay: until its stdin closes)."""
     try:
         os.unlink(unix_path)
     except FileNotFoundError:
@@ -354,8 +354,23 @@ def main(argv: list[str] | None = None) -> int:
     if not args.unix:
         print("relay needs --unix PATH", file=sys.stderr)
         return 2
+    threading.Thread(target=_exit_on_eof, args=(args.unix,), daemon=True, name="stdin").start()
     relay(args.unix, (host, int(port)), secret, args.name, ready=lambda: print("ready", flush=True))
     return 0
+
+
+def _exit_on_eof(unix_path: str) -> None:
+    """The relay lives as long as whatever started it holds its stdin (an SSH channel: a closed or lost
+    connection ends it), then removes its socket."""
+    import sys
+
+    while sys.stdin.buffer.read(4096):
+        pass
+    try:
+        os.unlink(unix_path)
+    except OSError:
+        pass
+    os._exit(0)
 
 
 if __name__ == "__main__":

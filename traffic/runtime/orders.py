@@ -89,12 +89,14 @@ def parse_plan_line(where: str, line: str, name: str) -> PlannedTransfer:
         alt_src_ip=alt_src_ip, alt_dst_ip=alt_dst_ip)
 
 
-def order_transfer(order: dict[str, Any], name: str) -> PlannedTransfer:
-    """A coordinator's ``send`` order as a transfer due at ``due``; AgentError on a bad alternative pair
-    (the rest is the coordinator's own bookkeeping and trusted as before)."""
+def order_transfer(order: dict[str, Any], name: str, clock_offset: float = 0.0) -> PlannedTransfer:
+    """A coordinator's ``send`` order as a transfer due at ``due`` (the coordinator's clock; moved onto this
+    host's by ``clock_offset``, this clock minus that one); AgentError on a bad alternative pair (the rest is
+    the coordinator's own bookkeeping and trusted as before)."""
     alt_src_ip, alt_dst_ip = _want_alt(f"order {order.get('id')!r}", order)
     return PlannedTransfer(order["id"], order.get("request_id"), name, order.get("dst"), order["src_ip"],
-                           order["dst_ip"], order["dst_port"], order["bytes"], order["due"], alt_src_ip, alt_dst_ip)
+                           order["dst_ip"], order["dst_port"], order["bytes"], order["due"] + clock_offset, alt_src_ip,
+                           alt_dst_ip)
 
 
 def read_plan(path: str, name: str) -> list[PlannedTransfer]:

@@ -2,12 +2,11 @@
 agents on every host.
 
 The fabric comes up with ``cluster.up`` (each host's part built by the one-host code) and goes down
-again after the repetition. Per host, one launcher (``traffic.runtime.launcher``, over an SSH channel:
-its stdin and stdout are the channel's) forks the agents of that host's GPUs; their plan files go
-there over SFTP and their records come back the same way into the run's ``agents/``. Before the
-traffic, every host's clock is measured from the coordinator's over the authenticated control channel
-(``traffic.runtime.channel``, minimum-RTT estimate), t0 is handed to each host on its own clock, and the
-records of each host are shifted back onto the first host's clock; ``summary.json`` gets the offsets.
+again after the repetition. Before the traffic, every host's clock is measured from the coordinator's
+over the authenticated control channel (``traffic.runtime.channel``, minimum-RTT estimate); the
+agents run on their hosts (``remote_agents``: a planned replay; ``multihost_serving``: the live
+serving cluster, its coordinator here and a relay of the control channel on every host) and their
+records are moved onto the first host's clock; ``summary.json`` gets the offsets.
 
 The queues are sampled on every host (``node queues``) and the pause logs of every host's daemon are
 merged. A host lost mid-run (its SSH connection gone, its launcher ended) fails the repetition with one
@@ -17,9 +16,7 @@ line naming it, written into the run directory as ``HOST_LOST``.
 from __future__ import annotations
 
 import json
-import posixpath
 import shlex
-import threading
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -36,23 +33,22 @@ from testbed.backends.base import (
     PlannedTraffic,
     QueueCounters,
     QueueInfo,
+    ServingOutcome,
     ServingTraffic,
 )
-from testbed.backends.emulated.agents import AGENTS_READY_TIMEOUT_S, AgentsRun, agent_specs, plan_orders
+from testbed.backends.emulated.agents import AgentsRun
 from testbed.backends.emulated.backend import EmulatedBackend
+from testbed.backends.emulated.multihost_serving import serve_remote
+from testbed.backends.emulated.remote_agents import local_address, run_plan_remote
 from testbed.emulation.datapath import plan_datapath
 from testbed.emulation.hosts import cluster, hostsfile
 from testbed.emulation.hosts.remote import HostProblem
-from testbed.errors import EnvironmentProblem, TestbedError
+from testbed.errors import TestbedError
 from testbed.fabric import build_fabric
 from testbed.paths import REPO
-from traffic.runtime.launcher import START_MARGIN_S, STOP_TIMEOUT_S
+from traffic.runtime import channel
 
-
-def agents_dir_on(host: str) -> str:
-    return f"{cluster.node_dir(host)}/agents"
 CLOCK_GOAL_MS = 2.0  # the lateness goal: an offset less certain than this makes the run not fidelity-ok
-TIME_KEYS = ("start", "end", "scheduled_start", "first_byte", "last_byte", "connected", "t")
 LOST_FILE = "HOST_LOST"
 
 
@@ -77,17 +73,35 @@ class MultiHostBackend(EmulatedBackend):
 
     def carry(self, spec: FabricSpec, traffic: PlannedTraffic, conditions: Conditions, run_dir: Path,
               log: Log) -> Carried:
+        def run(cl, clocks: dict, secret: bytes) -> tuple[AgentsRun, None]:
+            return run_plan_remote(cl, traffic.rows, run_dir / "agents", conditions.timeout_s,
+                                   conditions.connections, clocks, log), None
+
+        return self._session(spec, conditions, run_dir, log, run)
+
+    def serve(self, spec: FabricSpec, traffic: ServingTraffic, conditions: Conditions, run_dir: Path,
+              log: Log) -> Carried:
+        def run(cl, clocks: dict, secret: bytes) -> tuple[AgentsRun, ServingOutcome]:
+            return serve_remote(cl, traffic, run_dir, conditions.timeout_s, conditions.connections, clocks, secret,
+                                log)
+
+        return self._session(spec, conditions, run_dir, log, run)
+
+    def _session(self, spec: FabricSpec, conditions: Conditions, run_dir: Path, log: Log, run) -> Carried:
+        """Bring the fabric up over the hosts, measure their clocks, sample every host's queues around
+        ``run`` (cluster, clock offsets, the channel's secret -> the agents' run and the serving outcome),
+        merge the pause logs, take it down; a host lost on the way fails the repetition in one line."""
         self.refuse_unsupported(conditions)
         if conditions.cross_flows or conditions.faults:
             raise TestbedError("cross traffic and faults are not supported with --hosts yet")
         cl = cluster.up(self.hosts_file, spec.args, spec.datapath, spec.pfc, self.tunnel, log)
         try:
-            clocks = measure_clocks(cl, log)
+            secret = channel.new_secret()
+            clocks = measure_clocks(cl, log, secret)
             sampler = RemoteSampler(cl, spec)
             sampler.start()
             try:
-                agents_run = run_plan_remote(cl, traffic.rows, run_dir / "agents", conditions.timeout_s,
-                                             conditions.connections, clocks, log)
+                agents_run, serving = run(cl, clocks, secret)
             finally:
                 sampler.stop()
             t_end = time.monotonic()
@@ -107,11 +121,7 @@ class MultiHostBackend(EmulatedBackend):
         fabric = FabricRecord({"kind": spec.kind, **{k: v for k, v in spec.args.items() if k != "kind"}},
                               asdict(spec.datapath), pfc)
         return Carried(agents_run.t0, t_end, rows, fabric, sampler.counters(), pauses, agents_run.crashed,
-                       agents_run.ready_s, agents_run.cpu_s, clocks=clocks_doc(clocks, cl))
-
-    def serve(self, spec: FabricSpec, traffic: ServingTraffic, conditions: Conditions, run_dir: Path,
-              log: Log) -> Carried:
-        raise TestbedError("serving.driver live is not supported with --hosts yet: use --set serving.driver=plan")
+                       agents_run.ready_s, agents_run.cpu_s, serving, clocks=clocks_doc(clocks, cl))
 
 
 def lost_line(cl) -> str | None:
@@ -133,11 +143,9 @@ def mark_lost(run_dir: Path, line: str, cl) -> None:
 
 
 # ------------------------------------------------------------------ clocks
-def measure_clocks(cl, log) -> dict:
-    """host -> channel.Offset of its CLOCK_MONOTONIC from the coordinator's, over the authenticated channel."""
-    from traffic.runtime import channel
-
-    secret = channel.new_secret()
+def measure_clocks(cl, log, secret: bytes) -> dict:
+    """host -> channel.Offset of its CLOCK_MONOTONIC from the coordinator's, over the channel authenticated
+    with ``secret`` (copied to every host, 0600, for the run's relays too)."""
     cl.on_all(lambda n: cl.upload(n, "secret", secret.hex()))
     here = local_address(cl.hosts.first.address)
     srv = channel.Server(here, secret, log=log)
@@ -168,15 +176,6 @@ def clocks_doc(offsets: dict, cl) -> dict:
 
     return {"offsets": channel.relative_to_first(offsets, cl.first), "goal_ms": CLOCK_GOAL_MS,
             "reference": cl.first, "method": "minimum RTT over the control channel"}
-
-
-def local_address(towards: str) -> str:
-    """This machine's address on the route to ``towards`` (where the hosts reach the coordinator)."""
-    import socket
-
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.connect((towards, 9))
-        return s.getsockname()[0]
 
 
 # ------------------------------------------------------------------ queues
@@ -233,165 +232,3 @@ def pause_log(cl, run_dir: Path) -> PauseLog:
                     sum(int((d.get("status") or {}).get("netlink_errors") or 0) for d in per_host.values()))
 
 
-# ------------------------------------------------------------------ agents
-class RemoteFleet:
-    """One host's launcher, over an SSH channel: its agents, their readiness, t0, stop, the records."""
-
-    def __init__(self, cl, host: str, specs: list, names: list[str]) -> None:
-        self.cl, self.host, self.names = cl, host, names
-        self.exits: dict[str, int] = {}
-        self.cpu_s: dict[str, float] = {}
-        self.done = threading.Event()
-        h = cl.hosts[host]
-        path = cl.upload(host, "agents/launcher.json", json.dumps([asdict(s) for s in specs]))
-        cmd = (f"cd {shlex.quote(h.project_dir(str(REPO)))} && exec {shlex.quote(h.python_path(str(REPO)))} -m "
-               f"traffic.runtime.launcher --specs {path}")
-        self.chan = cl.session(host).client.get_transport().open_session()
-        self.chan.exec_command(cmd)
-        self.stdin, self.stdout = self.chan.makefile_stdin("wb"), self.chan.makefile("rb")
-        self._reader = threading.Thread(target=self._read, daemon=True, name=f"launcher-{host}")
-        self._reader.start()
-
-    def _read(self) -> None:
-        try:
-            for line in self.stdout:
-                try:
-                    ev = json.loads(line)
-                except ValueError:
-                    continue
-                if ev.get("event") == "exit":
-                    self.exits[ev["name"]] = ev["rc"]
-                    self.cpu_s[ev["name"]] = ev.get("cpu_s", 0.0)
-                if ev.get("event") == "done":
-                    break
-        except (OSError, EOFError):
-            pass
-        self.done.set()
-
-    def alive(self) -> bool:
-        return not self.chan.exit_status_ready() and not self.done.is_set()
-
-    def send(self, line: str) -> None:
-        try:
-            self.stdin.write((line + "\n").encode())
-            self.stdin.flush()
-        except (OSError, EOFError):
-            pass
-
-    def stop(self) -> dict[str, int]:
-        self.send("stop")
-        self.done.wait(STOP_TIMEOUT_S + 10)
-        self.chan.close()
-        return dict(self.exits)
-
-
-def _listdir(cl, host: str) -> list[str]:
-    sftp = cl.session(host).client.open_sftp()
-    try:
-        return sftp.listdir(agents_dir_on(host))
-    finally:
-        sftp.close()
-
-
-def fetch(cl, host: str, local: Path, offset_s: float) -> int:
-    """Copy a host's agent records into ``local``, their times moved onto the first host's clock."""
-    sftp = cl.session(host).client.open_sftp()
-    n = 0
-    try:
-        for name in sftp.listdir(agents_dir_on(host)):
-            if name == "launcher.json" or name.endswith(".plan.jsonl"):
-                continue
-            with sftp.open(posixpath.join(agents_dir_on(host), name), "r") as fh:
-                data = fh.read().decode(errors="replace")
-            if name.endswith(".jsonl") and offset_s:
-                data = shift_times(data, offset_s)
-            (local / name).write_text(data)
-            n += 1
-    finally:
-        sftp.close()
-    return n
-
-
-def shift_times(jsonl: str, offset_s: float) -> str:
-    """JSON lines with every absolute time key moved by ``-offset_s`` (a host clock onto the first host's)."""
-    out = []
-    for line in jsonl.splitlines():
-        try:
-            doc = json.loads(line)
-        except ValueError:
-            out.append(line)
-            continue
-        for k in TIME_KEYS:
-            if isinstance(doc.get(k), (int, float)) and not isinstance(doc.get(k), bool):
-                doc[k] = doc[k] - offset_s
-        out.append(json.dumps(doc))
-    return "\n".join(out) + ("\n" if out else "")
-
-
-def run_plan_remote(cl, rows: list[dict], agents_dir: Path, timeout_s: float, connections: str, offsets: dict,
-                    log, ready_timeout_s: float = AGENTS_READY_TIMEOUT_S) -> AgentsRun:
-    """``agents.run_plan`` over the hosts: each host's agents on their plan, one t0 (on each host's clock)."""
-    from traffic.runtime import records
-
-    agents_dir.mkdir(parents=True, exist_ok=True)
-    gpus = list(cl.where.fabric.gpus())
-    names = [f"gpu{g}" for g in gpus]
-    plans = records.write_plans(rows, agents_dir, agents=names)
-    rel = {n: offsets[n].offset_ms / 1e3 - offsets[cl.first].offset_ms / 1e3 for n in cl.hosts.names}
-    fleets: dict[str, RemoteFleet] = {}
-    started = time.monotonic()
-    t0 = None
-    try:
-        for h in cl.hosts.names:
-            mine = cl.where.gpus_on(h)
-            for g in mine:
-                cl.upload(h, f"agents/gpu{g}.plan.jsonl", Path(plans[f"gpu{g}"]).read_text())
-            remote_plans = {f"gpu{g}": f"{agents_dir_on(h)}/gpu{g}.plan.jsonl" for g in mine}
-            specs = agent_specs(mine, plan_orders(remote_plans), Path(agents_dir_on(h)), timeout_s, connections)
-            fleets[h] = RemoteFleet(cl, h, specs, [f"gpu{g}" for g in mine])
-        while True:
-            cl.check_alive()
-            ready = {h: {f[:-6] for f in _listdir(cl, h) if f.endswith(".ready")} for h in fleets}
-            missing = [n for h, f in fleets.items() for n in f.names if n not in ready[h]]
-            if not missing:
-                break
-            for h, f in fleets.items():
-                if not f.alive():
-                    raise HostProblem(h, f"its agent launcher ended before {len(missing)} agents were ready")
-            if time.monotonic() - started > ready_timeout_s:
-                raise EnvironmentProblem(f"{len(missing)} agents were not listening after {ready_timeout_s:g} s "
-                                         f"({', '.join(missing[:6])})")
-            time.sleep(0.2)
-        ready_s = time.monotonic() - started
-        log(f"{len(names)} agents on {len(fleets)} hosts listening after {ready_s:.2f} s")
-        t0 = time.monotonic() + START_MARGIN_S + 0.5
-        for h, f in fleets.items():  # each host's t0 on its own clock (coordinator's clock + its offset)
-            f.send(f"t0 {t0 + offsets[h].offset_ms / 1e3:.6f}")
-        last = max(r["start"] for r in rows)
-        deadline = t0 + last + timeout_s + 5
-        log(f"replaying {len(rows)} transfers over {last:.1f} s on {len(fleets)} hosts")
-        while time.monotonic() < deadline:
-            cl.check_alive()
-            for h, f in fleets.items():
-                if not f.alive():
-                    raise HostProblem(h, "lost during the run (its agent launcher ended)")
-            done = {n for h in fleets for n in (x[:-5] for x in _listdir(cl, h) if x.endswith(".done"))}
-            if len(done) == len(names):
-                break
-            time.sleep(0.5)
-        time.sleep(0.5)
-    finally:
-        exits: dict[str, int] = {}
-        for f in fleets.values():
-            try:
-                exits |= f.stop()
-            except Exception:  # noqa: BLE001 - a lost host's channel
-                pass
-    cl.check_alive()
-    for h in fleets:
-        fetch(cl, h, agents_dir, rel[h])
-    crashed = {n: rc for n, rc in exits.items() if rc != 0}
-    crashed |= {n: -9 for n in names if n not in exits}
-    cpu = sum(sum(f.cpu_s.values()) for f in fleets.values())
-    # t0 on the coordinator's clock, records on the first host's: move t0 there too
-    return AgentsRun(t0 + offsets[cl.first].offset_ms / 1e3, agents_dir, crashed, round(ready_s, 3), round(cpu, 3))

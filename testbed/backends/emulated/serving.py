@@ -68,58 +68,97 @@ class _Coordinator:
                 self.proc.wait()
 
 
-def run_serving(gpus: list[int], traffic: ServingTraffic, run_dir: Path, timeout_s: float, connections: str,
-                log=print, on_t0=None) -> tuple[AgentsRun, ServingOutcome]:
-    """Start the coordinator and one agent per GPU (control mode), wait for the run, stop them. ``on_t0``:
-    called with the run's t0 once the coordinator started the clock."""
+def start_coordinator(traffic: ServingTraffic, run_dir: Path, names: list[str]) -> tuple[_Coordinator, Path]:
+    """The coordinator for agents ``names``, listening on a Unix socket in a fresh directory (returned; the
+    caller removes it); EnvironmentProblem when it does not come up."""
     agents_dir = run_dir / "agents"
     agents_dir.mkdir(parents=True, exist_ok=True)
     sock_dir = Path(tempfile.mkdtemp(prefix="tb-serving-"))  # a Unix socket path must stay under 108 bytes
     sock = sock_dir / "control.sock"
     config = dict(traffic.config, socket=str(sock), agents_dir=str(agents_dir), run_dir=str(run_dir), port=AGENT_PORT,
-                  agents=[f"gpu{g}" for g in gpus], ready_timeout_s=AGENTS_READY_TIMEOUT_S,
-                  drain_timeout_s=DRAIN_TIMEOUT_S)
+                  agents=names, ready_timeout_s=AGENTS_READY_TIMEOUT_S, drain_timeout_s=DRAIN_TIMEOUT_S)
     (run_dir / "serving_config.json").write_text(json.dumps(config))
     coord = _Coordinator(run_dir / "serving_config.json", run_dir / "coordinator.log")
-    fleet = None
-    try:
-        deadline = time.monotonic() + 20
-        while not sock.exists():
-            if coord.proc.poll() is not None or time.monotonic() > deadline:
-                said = coord.event("error") or {}
-                raise EnvironmentProblem(f"the coordinator did not start: {said.get('message', '')} "
-                                         f"{_tail(run_dir / 'coordinator.log')}")
-            time.sleep(0.02)
-        specs = agent_specs(gpus, control_orders(sock), agents_dir, timeout_s, connections)
-        t_ready = time.monotonic()
-        fleet = Fleet(specs, agents_dir / "launcher.json", cwd=REPO, env=module_env())
-        if not coord.started.wait(AGENTS_READY_TIMEOUT_S + 5):
-            log_tail = _tail(run_dir / "coordinator.log")
-            raise EnvironmentProblem(f"the agents never all reached the coordinator: {log_tail}"
-                                     f" {coord.events[-1:]}")
-        ready_s = time.monotonic() - t_ready
-        if on_t0 is not None:
-            on_t0((coord.event("started") or {})["t0"])
-        wall = traffic.duration_s * traffic.dilation
-        log(f"{len(gpus)} agents connected after {ready_s:.2f} s; serving for {traffic.duration_s:g} s of cluster "
-            f"time ({wall:.0f} s of wall time at dilation {traffic.dilation:g})")
-        if not coord.ended.wait(wall + DRAIN_TIMEOUT_S + 30):
-            raise EnvironmentProblem("the coordinator did not finish in time")
-        time.sleep(0.5)  # receivers log the last bytes
-    finally:
-        exits = fleet.stop() if fleet is not None else {}
-        coord.stop()
-        shutil.rmtree(sock_dir, ignore_errors=True)
+    deadline = time.monotonic() + 20
+    while not sock.exists():
+        if coord.proc.poll() is not None or time.monotonic() > deadline:
+            coord.stop()
+            shutil.rmtree(sock_dir, ignore_errors=True)
+            said = coord.event("error") or {}
+            raise EnvironmentProblem(f"the coordinator did not start: {said.get('message', '')} "
+                                     f"{_tail(run_dir / 'coordinator.log')}")
+        time.sleep(0.02)
+    return coord, sock
+
+
+def _wait(event: threading.Event, seconds: float, check) -> bool:
+    """``event`` within ``seconds``, calling ``check`` (which raises when something it watches is lost)
+    twice a second."""
+    deadline = time.monotonic() + seconds
+    while not event.wait(min(0.5, max(0.0, deadline - time.monotonic()))):
+        if time.monotonic() >= deadline:
+            return False
+        check()
+    return True
+
+
+def wait_started(coord: _Coordinator, run_dir: Path, check=lambda: None) -> None:
+    """Until every agent said hello and the coordinator started the clock."""
+    if not _wait(coord.started, AGENTS_READY_TIMEOUT_S + 5, check):
+        raise EnvironmentProblem(f"the agents never all reached the coordinator: {_tail(run_dir / 'coordinator.log')}"
+                                 f" {coord.events[-1:]}")
+
+
+def wait_ended(coord: _Coordinator, traffic: ServingTraffic, check=lambda: None) -> None:
+    """Until the coordinator finished serving and draining."""
+    if not _wait(coord.ended, traffic.duration_s * traffic.dilation + DRAIN_TIMEOUT_S + 30, check):
+        raise EnvironmentProblem("the coordinator did not finish in time")
+    time.sleep(0.5)  # receivers log the last bytes
+
+
+def outcome(coord: _Coordinator, run_dir: Path) -> ServingOutcome:
+    """The coordinator's results and its warnings; EnvironmentProblem when it ended without results."""
     done = coord.event("done")
     if done is None:
         err = coord.event("error") or {"message": f"it exited ({coord.proc.returncode}) without results: "
                                                   f"{_tail(run_dir / 'coordinator.log')}"}
         raise EnvironmentProblem(f"the coordinator failed: {err['message']}")
+    return ServingOutcome(done["results"], tuple(e["message"] for e in coord.events
+                                                 if e.get("event") in ("warning", "error")))
+
+
+def serving_log_line(n_agents: int, ready_s: float, traffic: ServingTraffic, where: str = "") -> str:
+    wall = traffic.duration_s * traffic.dilation
+    return (f"{n_agents} agents{where} connected after {ready_s:.2f} s; serving for {traffic.duration_s:g} s of "
+            f"cluster time ({wall:.0f} s of wall time at dilation {traffic.dilation:g})")
+
+
+def run_serving(gpus: list[int], traffic: ServingTraffic, run_dir: Path, timeout_s: float, connections: str,
+                log=print, on_t0=None) -> tuple[AgentsRun, ServingOutcome]:
+    """Start the coordinator and one agent per GPU (control mode), wait for the run, stop them. ``on_t0``:
+    called with the run's t0 once the coordinator started the clock."""
+    agents_dir = run_dir / "agents"
+    coord, sock = start_coordinator(traffic, run_dir, [f"gpu{g}" for g in gpus])
+    fleet = None
+    try:
+        specs = agent_specs(gpus, control_orders(sock), agents_dir, timeout_s, connections)
+        t_ready = time.monotonic()
+        fleet = Fleet(specs, agents_dir / "launcher.json", cwd=REPO, env=module_env())
+        wait_started(coord, run_dir)
+        ready_s = time.monotonic() - t_ready
+        if on_t0 is not None:
+            on_t0((coord.event("started") or {})["t0"])
+        log(serving_log_line(len(gpus), ready_s, traffic))
+        wait_ended(coord, traffic)
+    finally:
+        exits = fleet.stop() if fleet is not None else {}
+        coord.stop()
+        shutil.rmtree(sock.parent, ignore_errors=True)
+    result = outcome(coord, run_dir)
     crashed = {n: rc for n, rc in exits.items() if rc != 0}
     started = coord.event("started")
     run = AgentsRun(started["t0"], agents_dir, crashed, round(ready_s, 3), round(sum(fleet.cpu_s.values()), 3))
-    return run, ServingOutcome(done["results"], tuple(e["message"] for e in coord.events
-                                                      if e.get("event") in ("warning", "error")))
+    return run, result
 
 
 def _tail(path: Path) -> str:

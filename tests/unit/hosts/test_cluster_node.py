@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from testbed.backends.emulated import multihost
+from testbed.backends.base import Conditions
+from testbed.backends.emulated import multihost, multihost_serving, remote_agents
 from testbed.emulation.datapath import DatapathConfig
 from testbed.emulation.hosts import cluster, hostsfile, node, remote
 from testbed.errors import EnvironmentProblem, TestbedError
@@ -112,7 +113,7 @@ def test_pause_logs_merge_over_hosts():
 
 def test_records_move_onto_the_first_hosts_clock():
     text = '{"id": 1, "start": 10.5, "end": 11.0, "bytes": 9}\nnot json\n{"id": 2, "first_byte": 3}\n'
-    out = multihost.shift_times(text, 0.5).splitlines()
+    out = remote_agents.shift_times(text, 0.5).splitlines()
     assert json.loads(out[0]) == {"id": 1, "start": 10.0, "end": 10.5, "bytes": 9}
     assert out[1] == "not json" and json.loads(out[2])["first_byte"] == 2.5
 
@@ -133,7 +134,15 @@ def test_a_lost_host_marks_the_run_directory(tmp_path):
     assert (tmp_path / "rep1" / multihost.LOST_FILE).read_text().startswith("host ph2: lost during the run")
 
 
-def test_live_driver_over_hosts_is_refused_in_one_line():
-    b = multihost.MultiHostBackend("hosts.yaml")
-    with pytest.raises(TestbedError, match="serving.driver live is not supported with --hosts"):
-        b.serve(None, None, None, Path("."), print)
+def test_agents_on_a_host_take_orders_through_its_relay_on_its_clock():
+    argv = multihost_serving.agent_orders("ph2", 0.0123)("gpu5")
+    assert argv[:2] == ["--control", f"{cluster.node_dir('ph2')}/control.sock"]
+    assert argv[2] == "--clock-offset" and float(argv[3]) == pytest.approx(0.0123)
+    assert multihost_serving.relay_socket_on("ph1") != multihost_serving.relay_socket_on("ph2")
+
+
+@pytest.mark.parametrize("verb", ["carry", "serve"])
+def test_cross_traffic_and_faults_over_hosts_are_refused_before_anything_is_built(verb):
+    b = multihost.MultiHostBackend("/nonexistent/hosts.yaml")  # never read: refused first
+    with pytest.raises(TestbedError, match="cross traffic and faults are not supported with --hosts"):
+        getattr(b, verb)(None, None, Conditions(cross_flows=2), Path("."), print)

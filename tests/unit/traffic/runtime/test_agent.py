@@ -312,6 +312,8 @@ def test_write_plans_rejects_duplicates_and_missing_keys(tmp_path: Path):
     ["--transfer-timeout", "0"],
     ["--plan", "/nonexistent/plan.jsonl"],
     ["--bogus"],
+    ["--clock-offset", "inf"],
+    ["--clock-offset", "0.5"],  # with --plan: a plan's t0 is already on the agent's clock
 ])
 def test_bad_argument_exits_2_with_one_line(tmp_path: Path, bad: list[str]):
     plan = tmp_path / "p.jsonl"

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
+import sys
 import tempfile
 import threading
 import time
 
 import pytest
 
+from testbed.paths import REPO
 from traffic.runtime import channel
 
 
@@ -102,3 +105,23 @@ def test_relay_carries_a_stream_through_the_authenticated_channel():
     finally:
         srv.close()
         coord.close()
+
+
+def test_the_relay_command_ends_with_its_stdin_and_removes_its_socket(tmp_path):
+    """A relay started over SSH must not outlive the channel that started it."""
+    secret = channel.new_secret()
+    (tmp_path / "secret").write_text(secret.hex())
+    srv = channel.Server("127.0.0.1", secret, log=lambda m: None)
+    sock = tmp_path / "control.sock"
+    proc = subprocess.Popen([sys.executable, "-m", "traffic.runtime.channel", "relay", "--to",
+                             f"127.0.0.1:{srv.address[1]}", "--secret-file", str(tmp_path / "secret"), "--name", "ph2",
+                             "--unix", str(sock)], cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready" and sock.exists()
+        proc.stdin.close()
+        assert proc.wait(10) == 0
+        assert not sock.exists()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        srv.close()
