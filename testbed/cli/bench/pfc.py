@@ -119,9 +119,9 @@ def hosts_table(doc: dict) -> list[str]:
                  f"verified {t['verified']} of {t['planned']}")
     offsets = (doc.get("clocks") or {}).get("offsets") or {}
     if offsets:
-        lines.append("  clock offsets: " + ", ".join(
-            f"{h} {o.get('offset_ms')} ms (+-{o.get('uncertainty_ms')})" if isinstance(o, dict) else f"{h} {o}"
-            for h, o in offsets.items()))
+        lines.append(f"  clock offsets to {doc['clocks'].get('reference')}'s: " + ", ".join(
+            f"{h} {offsets[h]['offset_ms']} ms (+-{offsets[h]['uncertainty_ms']})"
+            for h in [x["host"] for x in doc["hosts"]] if h in offsets))
     lines.append(f"  logs: {doc['logs']}")
     return lines
 

@@ -103,3 +103,26 @@ def test_count_events(tmp_path):
     log.write_text("1 sw1 1 9 1 sw2:1\n2 gpu3 0 1 1 sw1:9\n3 sw1 1 9 0 sw2:1\n")
     assert pfc_hosts.count_events(log) == {"pauses": 2, "resumes": 1, "queues_paused": 2}
     assert pfc_hosts.count_events(tmp_path / "missing")["pauses"] == 0
+
+
+def test_the_cli_table_shows_both_groups_and_the_counts():
+    from testbed.cli.bench.pfc import hosts_table
+
+    summary = {"n": 3, "p50": 0.5, "p99": 1.25, "max": 1.5}
+    empty = {"n": 0, "p50": None, "p99": None, "max": None}
+    doc = {"fabric": {"kind": "roft", "gpus": 16}, "hosts": [{"host": "ph1"}, {"host": "ph2"}], "tunnel": "vxlan",
+           "cables": 64, "cross_host_cables": 16, "rate_bps": 3e6,
+           "incast": {"senders": ["gpu2", "gpu5"], "cross_host_senders": ["gpu5"], "victim": "gpu1:p2",
+                      "victim_host": "ph1", "seconds": 6},
+           "latency": {"local": {"pause": summary, "resume": summary, "reaction": summary},
+                       "cross": {"pause": empty, "resume": empty, "reaction": empty}},
+           "pauses": 3, "resumes": 3, "queues_paused": 2, "drops": 0, "switch_drops": 0, "nic_drops": 0,
+           "transfers": {"planned": 10, "verified": 9}, "logs": "/x",
+           "clocks": {"reference": "ph1", "offsets": {"ph2": {"offset_ms": 0.1, "uncertainty_ms": 0.02},
+                                                      "ph1": {"offset_ms": 0.0, "uncertainty_ms": 0.0}}}}
+    text = "\n".join(hosts_table(doc))
+    local = next(ln for ln in text.splitlines() if ln.strip().startswith("local"))
+    cross = next(ln for ln in text.splitlines() if ln.strip().startswith("cross"))
+    assert local.split()[2:] == ["3", "0.5", "1.25", "1.5"] and cross.split()[2:] == ["0", "-", "-", "-"]
+    assert "3 pauses" in text and "drops 0" in text and "verified 9 of 10" in text
+    assert text.index("ph1 0.0 ms") < text.index("ph2 0.1 ms")  # hosts in the file's order
