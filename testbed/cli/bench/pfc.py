@@ -7,10 +7,13 @@ import json
 import sys
 
 from testbed.cli.bench.common import add_common, log, preflight
+from testbed.cli.fabric import _hosts_option
 from testbed.cli.options import add_pfc_options, datapath_config, fabric_kwargs, pfc_config
 
 
 def cmd(args) -> int:
+    if args.hosts:
+        return cmd_hosts(args)
     preflight(args)
     import time
     from pathlib import Path
@@ -70,10 +73,64 @@ def cmd(args) -> int:
     return 0
 
 
+def cmd_hosts(args) -> int:
+    """``--hosts FILE``: the incast with PFC on over those hosts, local and cross-host pauses apart."""
+    import time
+    from pathlib import Path
+
+    from testbed.bench import pfc_hosts
+    from testbed.cli.bench.common import new_logs_dir
+    from testbed.paths import REPORTS
+
+    new_logs_dir(args)
+    fargs = fabric_kwargs(args) | {"kind": args.fabric}
+    stamp = time.strftime('%Y%m%d-%H%M%S')
+    out = Path(args.logs) if args.logs else REPORTS / f"bench-pfc-hosts-{fargs['kind']}{fargs['gpus']}-{stamp}"
+    doc = pfc_hosts.bench(args.hosts, fargs, datapath_config(args), pfc_config(args), senders=args.senders,
+                          seconds=args.duration, tunnel=args.tunnel, log=log, out=out)
+    (out / "bench.json").write_text(json.dumps(doc, indent=1))
+    if args.json:
+        print(json.dumps(doc, indent=1))
+    else:
+        for line in hosts_table(doc):
+            print(line)
+    if not doc["lossless"]:
+        print("LOSSLESS VIOLATION: fabric queues dropped with PFC on", file=sys.stderr)
+        return 1
+    return 0
+
+
+def hosts_table(doc: dict) -> list[str]:
+    inc = doc["incast"]
+    lines = [f"{doc['fabric']['kind']} n={doc['fabric']['gpus']} on {len(doc['hosts'])} hosts "
+             f"({', '.join(h['host'] for h in doc['hosts'])}), {doc['cross_host_cables']} of {doc['cables']} cables "
+             f"cross hosts ({doc['tunnel']}), {doc['rate_bps'] / 1e6:g} Mbit/s: incast {len(inc['senders'])} senders "
+             f"({len(inc['cross_host_senders'])} from other hosts) -> {inc['victim']} on {inc['victim_host']}, "
+             f"{inc['seconds']:g} s",
+             f"  {'':<8}{'':<9}{'n':>6} {'P50 ms':>8} {'P99 ms':>8} {'max ms':>8}"]
+    for group in ("local", "cross"):
+        for kind, label in (("pause", "pause"), ("resume", "resume"), ("reaction", "reaction")):
+            d = ((doc.get("latency") or {}).get(group) or {}).get(kind) or {}
+            lines.append(f"  {group if kind == 'pause' else '':<8}{label:<9}{d.get('n', 0):>6} "
+                         + " ".join(f"{'-' if d.get(k) is None else d[k]:>8}" for k in ("p50", "p99", "max")))
+    t = doc["transfers"]
+    lines.append(f"  pfc.txt: {doc['pauses']} pauses, {doc['resumes']} resumes ({doc['queues_paused']} queues); "
+                 f"drops {doc['drops']} ({doc['switch_drops']} switch, {doc['nic_drops']} NIC); transfers "
+                 f"verified {t['verified']} of {t['planned']}")
+    offsets = (doc.get("clocks") or {}).get("offsets") or {}
+    if offsets:
+        lines.append(f"  clock offsets to {doc['clocks'].get('reference')}'s: " + ", ".join(
+            f"{h} {offsets[h]['offset_ms']} ms (+-{offsets[h]['uncertainty_ms']})"
+            for h in [x["host"] for x in doc["hosts"]] if h in offsets))
+    lines.append(f"  logs: {doc['logs']}")
+    return lines
+
+
 def register(sub) -> None:
     p = sub.add_parser("pfc", help="an incast with PFC on and off: pause latency, drops, spreading")
     add_common(p, logs_help="where the pause logs and figures go (default reports/bench-pfc-...)")
     add_pfc_options(p, default="on")
     p.add_argument("--duration", type=float, default=16, help="seconds of incast (default 16)")
     p.add_argument("--senders", type=int, default=8, help="incast senders (default 8)")
+    _hosts_option(p)  # --hosts FILE: PFC on only, local and cross-host pauses apart (testbed.bench.pfc_hosts)
     p.set_defaults(func=cmd)
