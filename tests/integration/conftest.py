@@ -90,3 +90,22 @@ def no_fabric_left_behind(request):
     if fabricctl.load_state() is not None:
         swept = run_testbed("clean")
         pytest.fail(f"this test left a fabric up ('testbed clean' swept it: rc {swept.returncode})")
+
+
+@pytest.fixture(scope="module")
+def two_pseudo_hosts():
+    """Two pseudo-hosts for one test module; their hosts file's path. Cleaned (``clean --hosts``) and taken
+    down after it, leaving nothing; skipped when pseudo-hosts are already up (a user's: left alone)."""
+    from testbed.emulation.hosts import pseudo
+
+    if pseudo.load_state() is not None or pseudo.existing_netns():
+        pytest.skip("pseudo-hosts are already up on this machine; these tests leave them alone")
+    proc = run_testbed("hosts", "pseudo", "up", "--count", "2")
+    assert proc.returncode == 0, proc.stderr
+    try:
+        yield str(pseudo.hosts_path())
+    finally:
+        run_testbed("clean", "--hosts", str(pseudo.hosts_path()), timeout=300)
+        down = run_testbed("hosts", "pseudo", "down")
+        assert down.returncode == 0, down.stderr + down.stdout
+        assert pseudo.leftovers() == []

@@ -9,31 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from testbed.emulation.hosts import pseudo
 from tests.support.integration import run_testbed
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
-def two_hosts():
-    if pseudo.load_state() is not None or pseudo.existing_netns():
-        pytest.skip("pseudo-hosts are already up on this machine; these tests leave them alone")
-    proc = run_testbed("hosts", "pseudo", "up", "--count", "2")
-    assert proc.returncode == 0, proc.stderr
-    try:
-        yield str(pseudo.hosts_path())
-    finally:
-        run_testbed("clean", "--hosts", str(pseudo.hosts_path()), timeout=300)
-        down = run_testbed("hosts", "pseudo", "down")
-        assert down.returncode == 0, down.stderr + down.stdout
-        assert pseudo.leftovers() == []
-
-
-@pytest.fixture(scope="module")
-def bench(two_hosts, tmp_path_factory):
+def bench(two_pseudo_hosts, tmp_path_factory):
     logs = tmp_path_factory.mktemp("bench") / "logs"
-    proc = run_testbed("bench", "pfc", "roft", "--gpus", "16", "--hosts", two_hosts, "--duration", "6", "--json",
+    proc = run_testbed("bench", "pfc", "roft", "--gpus", "16", "--hosts", two_pseudo_hosts, "--duration", "6", "--json",
                        "--logs", str(logs), timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout), logs
@@ -68,8 +52,8 @@ def test_lossless_and_every_transfer_verified(bench):
     assert set(doc["clocks"]["offsets"]) == {"ph1", "ph2"}
 
 
-def test_pfc_off_with_hosts_is_refused_in_one_line(two_hosts):
-    proc = run_testbed("bench", "pfc", "roft", "--gpus", "16", "--hosts", two_hosts, "--pfc", "off", timeout=60)
+def test_pfc_off_with_hosts_is_refused_in_one_line(two_pseudo_hosts):
+    proc = run_testbed("bench", "pfc", "roft", "--gpus", "16", "--hosts", two_pseudo_hosts, "--pfc", "off", timeout=60)
     assert proc.returncode != 0
     err = proc.stderr.strip().splitlines()
     assert len(err) == 1 and "without --hosts" in err[0], err

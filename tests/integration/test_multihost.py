@@ -24,21 +24,6 @@ pytestmark = pytest.mark.integration
 SMOKE = ("run", "experiments/smoke.yaml", "--fabrics", "zcube", "--driver", "plan", "--pfc", "on", "--seed", "3")
 
 
-@pytest.fixture(scope="module")
-def two_hosts():
-    if pseudo.load_state() is not None or pseudo.existing_netns():
-        pytest.skip("pseudo-hosts are already up on this machine; these tests leave them alone")
-    proc = run_testbed("hosts", "pseudo", "up", "--count", "2")
-    assert proc.returncode == 0, proc.stderr
-    try:
-        yield str(pseudo.hosts_path())
-    finally:
-        run_testbed("clean", "--hosts", str(pseudo.hosts_path()), timeout=300)
-        down = run_testbed("hosts", "pseudo", "down")
-        assert down.returncode == 0, down.stderr + down.stdout
-        assert pseudo.leftovers() == []
-
-
 def _run(tmp: Path, *extra: str, timeout: float = 600) -> tuple[subprocess.CompletedProcess, Path]:
     tmp.mkdir(parents=True, exist_ok=True)
     proc = run_testbed(*SMOKE, "--out", str(tmp), *extra, timeout=timeout)
@@ -47,8 +32,8 @@ def _run(tmp: Path, *extra: str, timeout: float = 600) -> tuple[subprocess.Compl
 
 
 @pytest.fixture(scope="module")
-def multi(two_hosts, tmp_path_factory):
-    proc, rep = _run(tmp_path_factory.mktemp("multi"), "--hosts", two_hosts, "--name", "two")
+def multi(two_pseudo_hosts, tmp_path_factory):
+    proc, rep = _run(tmp_path_factory.mktemp("multi"), "--hosts", two_pseudo_hosts, "--name", "two")
     assert proc.returncode == 0, proc.stderr[-2000:]
     return rep
 
@@ -66,7 +51,7 @@ def test_smoke_over_two_hosts_verifies_every_transfer(multi):
     assert s["invariants"]["ok"], s["invariants"]["violations"]
 
 
-def test_per_link_bytes_equal_the_one_host_run(multi, two_hosts, tmp_path_factory):
+def test_per_link_bytes_equal_the_one_host_run(multi, two_pseudo_hosts, tmp_path_factory):
     if pseudo.load_state() is None:
         pytest.skip("pseudo-hosts gone")
     proc, one = _run(tmp_path_factory.mktemp("one"), "--name", "one")
@@ -101,10 +86,10 @@ def test_pauses_of_both_hosts_are_in_pfc_txt(multi):
     assert set(per_host["per_host"]) == {"ph1", "ph2"}
 
 
-def test_live_serving_over_two_hosts(two_hosts, tmp_path):
+def test_live_serving_over_two_hosts(two_pseudo_hosts, tmp_path):
     """The default experiment (live driver: the coordinator here, agents on both hosts behind their relays)."""
     proc = run_testbed("run", "experiments/default.yaml", "--gpus", "16", "--fabrics", "zcube", "--set",
-                       "trace.duration_s=6", "--hosts", two_hosts, "--out", str(tmp_path), "--name", "live",
+                       "trace.duration_s=6", "--hosts", two_pseudo_hosts, "--out", str(tmp_path), "--name", "live",
                        timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     rep = next(tmp_path.glob("*/runs/zcube/rep1"))
@@ -122,10 +107,10 @@ def test_live_serving_over_two_hosts(two_hosts, tmp_path):
     assert got["ph1"] > 0 and got["ph2"] > 0, got
 
 
-def test_clean_over_hosts_leaves_nothing(two_hosts):
-    up = run_testbed("up", "zcube", "--gpus", "16", "--hosts", two_hosts, timeout=300)
+def test_clean_over_hosts_leaves_nothing(two_pseudo_hosts):
+    up = run_testbed("up", "zcube", "--gpus", "16", "--hosts", two_pseudo_hosts, timeout=300)
     assert up.returncode == 0, up.stderr
-    clean = run_testbed("clean", "--hosts", two_hosts, timeout=300)
+    clean = run_testbed("clean", "--hosts", two_pseudo_hosts, timeout=300)
     assert clean.returncode == 0, clean.stdout + clean.stderr
     assert clean.stdout.splitlines()[:2] == ["ph1: clean", "ph2: clean"]
     for h in ("1", "2"):
@@ -137,8 +122,8 @@ def test_clean_over_hosts_leaves_nothing(two_hosts):
     assert [x for x in leftovers() if not x.startswith("net.core.wmem_default")] == []
 
 
-def test_refusals_before_anything_is_built(two_hosts, tmp_path):
-    hosts = hostsfile.load(two_hosts)
+def test_refusals_before_anything_is_built(two_pseudo_hosts, tmp_path):
+    hosts = hostsfile.load(two_pseudo_hosts)
     rows = [dict(h.model_dump(exclude_none=True)) for h in hosts.hosts]
     rows[1]["address"] = "10.250.0.77"  # nobody there
     bad = tmp_path / "unreachable.yaml"
@@ -160,11 +145,11 @@ def test_refusals_before_anything_is_built(two_hosts, tmp_path):
     assert "tbt" not in out and "sw1" not in out
 
 
-def test_killed_pseudo_host_fails_the_run_in_one_line(two_hosts, tmp_path):
+def test_killed_pseudo_host_fails_the_run_in_one_line(two_pseudo_hosts, tmp_path):
     """Last: it kills ph2."""
     out = tmp_path / "kill"
     out.mkdir()
-    p = subprocess.Popen([sys.executable, "-m", "testbed", *SMOKE, "--out", str(out), "--hosts", two_hosts,
+    p = subprocess.Popen([sys.executable, "-m", "testbed", *SMOKE, "--out", str(out), "--hosts", two_pseudo_hosts,
                           "--name", "kill"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
