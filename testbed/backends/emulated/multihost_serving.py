@@ -20,7 +20,7 @@ from pathlib import Path
 from testbed.backends.base import ServingOutcome, ServingTraffic
 from testbed.backends.emulated import serving
 from testbed.backends.emulated.agents import AgentsRun, agent_specs
-from testbed.backends.emulated.remote_agents import RemoteFleet, agents_dir_on, fetch, local_address
+from testbed.backends.emulated.remote_agents import RemoteFleet, agents_dir_on, collect, local_address, stop_fleets
 from testbed.emulation.hosts import cluster
 from testbed.emulation.hosts.remote import HostProblem
 from testbed.paths import REPO
@@ -84,7 +84,6 @@ def serve_remote(cl, traffic: ServingTraffic, run_dir: Path, timeout_s: float, c
     srv = channel.Server(local_address(cl.hosts.first.address), secret, unix_path=str(sock), log=log)
     relays: dict[str, Relay] = {}
     fleets: dict[str, RemoteFleet] = {}
-    exits: dict[str, int] = {}
     ready_s = 0.0
     try:
         to = f"{srv.address[0]}:{srv.address[1]}"
@@ -107,11 +106,7 @@ def serve_remote(cl, traffic: ServingTraffic, run_dir: Path, timeout_s: float, c
         log(serving.serving_log_line(len(names), ready_s, traffic, f" on {len(fleets)} hosts"))
         serving.wait_ended(coord, traffic, check)
     finally:
-        for f in fleets.values():
-            try:
-                exits |= f.stop()
-            except Exception:  # noqa: BLE001 - a lost host's channel
-                pass
+        exits = stop_fleets(fleets)
         for r in relays.values():
             r.close()
         coord.stop()
@@ -120,10 +115,6 @@ def serve_remote(cl, traffic: ServingTraffic, run_dir: Path, timeout_s: float, c
     if srv.refused:
         log(f"control channel: {len(srv.refused)} connections refused (e.g. {srv.refused[0]})")
     result = serving.outcome(coord, run_dir)
-    cl.check_alive()
-    for h in fleets:  # records onto the first host's clock
-        fetch(cl, h, agents_dir, off_s[h] - off_s[cl.first])
-    crashed = {n: rc for n, rc in exits.items() if rc != 0} | {n: -9 for n in names if n not in exits}
-    cpu = sum(sum(f.cpu_s.values()) for f in fleets.values())
+    crashed, cpu = collect(cl, fleets, exits, agents_dir, {h: off_s[h] - off_s[cl.first] for h in fleets}, names)
     t0 = (coord.event("started") or {})["t0"] + off_s[cl.first]  # the coordinator's t0, on the first host's clock
     return AgentsRun(t0, agents_dir, crashed, round(ready_s, 3), round(cpu, 3)), result

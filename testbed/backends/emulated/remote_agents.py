@@ -129,6 +129,28 @@ def shift_times(jsonl: str, offset_s: float) -> str:
     return "\n".join(out) + ("\n" if out else "")
 
 
+def stop_fleets(fleets: dict[str, RemoteFleet]) -> dict[str, int]:
+    """Stop every host's launcher; agent name -> exit status of those that answered."""
+    exits: dict[str, int] = {}
+    for f in fleets.values():
+        try:
+            exits |= f.stop()
+        except Exception:  # noqa: BLE001 - a lost host's channel
+            pass
+    return exits
+
+
+def collect(cl, fleets: dict[str, RemoteFleet], exits: dict[str, int], agents_dir: Path, rel: dict[str, float],
+            names: list[str]) -> tuple[dict[str, int], float]:
+    """Every host's records into ``agents_dir``, moved by ``rel[host]`` onto the first host's clock; the
+    agents that crashed (-9: no exit status came back) and the agents' CPU seconds."""
+    cl.check_alive()
+    for h in fleets:
+        fetch(cl, h, agents_dir, rel[h])
+    crashed = {n: rc for n, rc in exits.items() if rc != 0} | {n: -9 for n in names if n not in exits}
+    return crashed, sum(sum(f.cpu_s.values()) for f in fleets.values())
+
+
 def run_plan_remote(cl, rows: list[dict], agents_dir: Path, timeout_s: float, connections: str, offsets: dict,
                     log, ready_timeout_s: float = AGENTS_READY_TIMEOUT_S) -> AgentsRun:
     """``agents.run_plan`` over the hosts: each host's agents on their plan, one t0 (on each host's clock)."""
@@ -182,17 +204,7 @@ def run_plan_remote(cl, rows: list[dict], agents_dir: Path, timeout_s: float, co
             time.sleep(0.5)
         time.sleep(0.5)
     finally:
-        exits: dict[str, int] = {}
-        for f in fleets.values():
-            try:
-                exits |= f.stop()
-            except Exception:  # noqa: BLE001 - a lost host's channel
-                pass
-    cl.check_alive()
-    for h in fleets:
-        fetch(cl, h, agents_dir, rel[h])
-    crashed = {n: rc for n, rc in exits.items() if rc != 0}
-    crashed |= {n: -9 for n in names if n not in exits}
-    cpu = sum(sum(f.cpu_s.values()) for f in fleets.values())
+        exits = stop_fleets(fleets)
+    crashed, cpu = collect(cl, fleets, exits, agents_dir, rel, names)
     # t0 on the coordinator's clock, records on the first host's: move t0 there too
     return AgentsRun(t0 + offsets[cl.first].offset_ms / 1e3, agents_dir, crashed, round(ready_s, 3), round(cpu, 3))
