@@ -10,7 +10,7 @@ bind. os-ken makes its one listener through ``os_ken.lib.hub.listen`` (``OpenFlo
 127.0.0.1:P and refuses any other address, so os-ken cannot bind a second port either.
 
 ``--lifeline-fd M``: the read end of the lifeline of the process that brought the fabric up
-(``testbed.owned``); when it is cut (that process died before it let go) the controller stops.
+(``common.owned``); when it is cut (that process died before it let go) the controller stops.
 """
 
 import _thread
@@ -20,7 +20,7 @@ import signal
 import socket
 import sys
 
-from testbed import owned  # before eventlet's patching: it binds the real select.poll
+from common import owned  # before eventlet's patching: it binds the real select.poll
 
 HOST = "127.0.0.1"
 

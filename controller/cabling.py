@@ -11,7 +11,7 @@ import struct
 from collections.abc import Iterator
 
 from controller.rules import PROBE_DST_MAC, PROBE_ETHERTYPE
-from testbed.fabric import Fabric
+from fabrics import Fabric
 
 PROBE_FMT = "!QI"  # sender dpid, sender OpenFlow port
 PROBE_SRC_MAC = "02:ff:00:00:00:01"

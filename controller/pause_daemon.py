@@ -18,10 +18,10 @@ import os
 from collections.abc import Callable
 from typing import Protocol
 
-from controller.pfc_launch import is_pfcd
+from common import owned
+from common.paths import REPO
 from pfc.files import STATUS_FILE
-from testbed import owned
-from testbed.paths import REPO
+from pfc.launch import is_pfcd
 
 
 class Process(Protocol):

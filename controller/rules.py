@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from testbed.fabric import Fabric
-from testbed.fabric.failover import NOTHING_DEAD, Dead, bucket_order, live_buckets
-from testbed.fabric.routing import ForwardingTables, forwarding_tables
+from fabrics import Fabric
+from fabrics.failover import NOTHING_DEAD, Dead, bucket_order, live_buckets
+from fabrics.routing import ForwardingTables, forwarding_tables
 
 ETH_IPV4 = 0x0800
 PROBE_ETHERTYPE = 0x88B5  # IEEE local experimental: cabling probes

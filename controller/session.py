@@ -20,7 +20,7 @@ repairs the groups of every switch the change affects with group MODIFYs
 flows for the destinations a spine no longer reaches), and restores the
 planned groups when the port comes back. ZCube without parallel cables has
 nothing to repair in the network: the hosts move to the other NIC port pair
-(``testbed.fabric.failover``).
+(``fabrics.failover``).
 
 Status for ``testbed up`` / ``status`` goes to a JSON file (path in the
 config), rewritten atomically at every housekeeping tick: which switches are
@@ -41,13 +41,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from common import owned
 from controller.cabling import CablingCheck, port_name
 from controller.pause_daemon import PauseDaemonSupervisor, Process
 from controller.rules import PRIO_MISS, FlowSpec, GroupSpec, SwitchProgram, switch_program
-from testbed import owned
-from testbed.fabric import build_fabric
-from testbed.fabric.failover import Dead
-from testbed.fabric.routing import forwarding_tables
+from fabrics import build_fabric
+from fabrics.failover import Dead
+from fabrics.routing import forwarding_tables
 
 FRAMEWORK = "os_ken"  # the OpenFlow library controller.app runs on, named in the status file
 TICKS_PER_POLL = 4  # the counters of verified switches are read every 4th housekeeping tick

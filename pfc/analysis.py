@@ -36,11 +36,11 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from common.errors import TestbedError
+from fabrics import addressing
+from fabrics.routing import walk
+from fabrics.topology import Fabric
 from pfc.policy import queue_sort_key, tables_of
-from testbed.errors import TestbedError
-from testbed.fabric import addressing
-from testbed.fabric.routing import walk
-from testbed.fabric.topology import Fabric
 from traffic.model import metrics
 
 FIELDS = ("time_ns", "node", "node_type", "port", "event", "cause")

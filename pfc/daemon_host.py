@@ -11,7 +11,7 @@ import queue
 import threading
 import time
 
-from testbed import owned
+from common import owned
 
 
 class Writer(threading.Thread):

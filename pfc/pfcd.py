@@ -47,12 +47,12 @@ from pathlib import Path
 
 import numpy as np
 
+from common import owned
 from pfc import bpfmaps, tbfmsg, xpfc
 from pfc.analysis import percentiles
 from pfc.bpfmaps import F
 from pfc.daemon_host import Writer, away_from_pmd, no_idle_halt, quiet_gc, realtime
 from pfc.files import GAPS_FILE, LATENCY_FILE
-from testbed import owned
 from traffic.model import metrics
 
 MEASURE_AFTER_NS = 30_000_000  # look at departures 30 ms after a pause/resume

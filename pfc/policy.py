@@ -37,10 +37,10 @@ import math
 import weakref
 from dataclasses import asdict, dataclass, fields
 
-from testbed.errors import TestbedError
-from testbed.fabric import addressing
-from testbed.fabric.routing import ForwardingTables, egress_port_for, forwarding_tables
-from testbed.fabric.topology import Fabric
+from common.errors import TestbedError
+from fabrics import addressing
+from fabrics.routing import ForwardingTables, egress_port_for, forwarding_tables
+from fabrics.topology import Fabric
 
 POLL_US_RANGE = (50, 5000)
 DEFAULT_POLL_US = 500
@@ -330,7 +330,7 @@ def failover_sources_via(fabric: Fabric) -> dict[str, dict[str, frozenset[str]]]
 
 
 def _failover_tables(fabric: Fabric) -> ForwardingTables:
-    from testbed.fabric.failover import failover_tables
+    from fabrics.failover import failover_tables
 
     return _cached(fabric, "failover_tables", lambda: failover_tables(fabric, tables_of(fabric)))
 
@@ -371,7 +371,7 @@ def sources_via(fabric: Fabric) -> dict[str, dict[str, frozenset[str]]]:
 
 
 def _sources_via(fabric: Fabric, tables: ForwardingTables | None = None) -> dict[str, dict[str, frozenset[str]]]:
-    from testbed.fabric.routing import walk
+    from fabrics.routing import walk
 
     tables = tables or tables_of(fabric)
     out: dict[str, dict[str, set[str]]] = {f"{n}:{p}": {} for n, sw in fabric.switches.items() for p in sw.ports}
@@ -453,3 +453,64 @@ def policy_doc(fabric: Fabric, resolved: ResolvedPfc, nic_limit_bytes: int | Non
     doc["paused_by"] = {f: sorted(v, key=queue_sort_key) for f, v in sorted(paused_by.items(),
                                                                           key=lambda kv: queue_sort_key(kv[0]))}
     return doc
+
+
+# ------------------------------------------------------------- on the emulated datapath
+def with_burst_headroom(cfg: PfcConfig, rate_bps: float, mtu: int, burst_bytes: int) -> PfcConfig:
+    """Default headroom for the emulated links: besides the frames in flight and the daemon's reaction, a
+    resumed tbf sends its whole bucket (``burst``) at once, so a link can deliver that much more after XOFF.
+    A user-given headroom is kept (and checked against the in-flight minimum by ``resolve``)."""
+    from dataclasses import replace
+
+    if cfg.headroom_bytes is not None:
+        return cfg
+    need = min_headroom(rate_bps, mtu, cfg.reaction_ms or DEFAULT_REACTION_MS) + burst_bytes
+    return replace(cfg, headroom_bytes=-(-need // HEADROOM_ROUND) * HEADROOM_ROUND)
+
+
+def resolve_on(cfg: PfcConfig, datapath) -> ResolvedPfc:
+    """``cfg`` resolved on the emulated links of ``datapath`` (a ``fabrics.datapath.DatapathConfig``), burst
+    headroom included: what the pause daemon and the queue limits use; a bad setting fails here."""
+    cfg = with_burst_headroom(cfg, datapath.rate_bps, datapath.mtu, datapath.burst_bytes)
+    return resolve(cfg, datapath.rate_bps, datapath.mtu, datapath.buffer_bytes)
+
+
+def queue_limits(fabric: Fabric, datapath, cfg: PfcConfig | None) -> dict[str, int]:
+    """Each switch egress queue's byte limit with PFC on (``{}`` with PFC off): XOFF plus a headroom per
+    feeding link (``queue_limit``)."""
+    if cfg is None or not cfg.enabled:
+        return {}
+    return {q: th["limit"] for q, th in thresholds(fabric, resolve_on(cfg, datapath)).items()}
+
+
+def daemon_policy(fabric: Fabric, datapath, cfg: PfcConfig, state_dir: str) -> dict:
+    """The pause daemon's policy document: thresholds and feeders, with the devices, namespaces and NIC
+    addresses only the datapath plan knows (``datapath``: a ``fabrics.datapath.DatapathConfig``)."""
+    import os
+
+    from fabrics.datapath import plan_datapath
+    from pfc import files
+
+    plan = plan_datapath(fabric, datapath)
+    dp = plan.config  # validated: the NIC buffer's default filled in
+    resolved = resolve_on(cfg, dp)
+    th = thresholds(fabric, resolved)
+    sources = failover_sources_via(fabric)  # a failed-over group sends from other feeders
+    reach = failover_feeders(fabric)
+    queues = {}
+    for q in plan.queues:
+        entry = {"kind": q.kind, "dev": q.dev, "netns": q.netns, "peer": q.peer,
+                 "limit": dp.nic_buffer_bytes if q.kind == "nic" else dp.buffer_bytes}
+        if q.qid in th:
+            entry.update(xoff=th[q.qid]["xoff"], xon=th[q.qid]["xon"], limit=th[q.qid]["limit"],
+                         feeders=reach[q.qid],
+                         sources={f: sorted(nics) for f, nics in sources[q.qid].items()})
+            if "dynamic" in th[q.qid]:
+                entry["dynamic"] = th[q.qid]["dynamic"]
+        queues[q.qid] = entry
+    nics = {f"gpu{g}:p{p}": addressing.ip_of(g, p) for g, p in sorted(fabric.attachment)}
+    return {"rate_bps": dp.rate_bps, "nics": nics, "burst_bytes": dp.burst_bytes, "mtu": dp.mtu,
+            "poll_us": resolved.poll_us,
+            "log": os.path.join(state_dir, files.LOG_FILE), "status": os.path.join(state_dir, files.STATUS_FILE),
+            "resolved": policy_doc(fabric, resolved).get("config"), "queues": queues}
+

@@ -17,8 +17,8 @@ import subprocess
 import sysconfig
 from pathlib import Path
 
+from common.errors import EnvironmentProblem
 from pfc.bpfmaps import PIN_DIR
-from testbed.errors import EnvironmentProblem
 
 SOURCE = Path(__file__).with_name("queue_watch.bpf.c")
 MAPS = ("tb_queues", "tb_enq_slot", "tb_deq_slot", "tb_src", "tb_seen", "tb_bell")

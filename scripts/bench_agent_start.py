@@ -25,7 +25,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from testbed.paths import module_env  # noqa: E402
+from common.paths import module_env  # noqa: E402
 from traffic.runtime.launcher import AgentSpec, Fleet  # noqa: E402
 
 PREFIX = "tbbench-"

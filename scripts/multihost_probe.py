@@ -362,8 +362,8 @@ def _xp_policy(queues: dict, rate: float, mtu: int, burst: int, host_dir: str, *
 def _xp_setup(ss, cross: bool, rate: float, obj: str, mtu=3000, buf=60000, burst=18000) -> dict:
     """Sender NIC queue T (snd/s1, tbf at 1.5 x rate, on ph1) -> [tunnel ->] switch-like queue Q (q1 on ph1
     or ph2, tbf at rate, PFC-watched) -> receiver. Q's XOFF pauses T: by 802.1Qbb frame when cross."""
-    from controller.pfc_launch import with_burst_headroom
     from pfc import policy as P
+    from pfc.policy import with_burst_headroom
     from testbed.emulation.hosts import tunnels
 
     cfg = with_burst_headroom(P.PfcConfig(enabled=True), rate, mtu, burst)

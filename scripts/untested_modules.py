@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("testbed", "controller", "traffic", "pfc")
+PACKAGES = ("testbed", "controller", "traffic", "pfc", "fabrics", "common")
 
 
 def product_modules() -> set[str]:

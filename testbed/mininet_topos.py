@@ -3,7 +3,7 @@
     sudo mn --custom testbed/mininet_topos.py --topo zcube,32,8 ...
     sudo mn --custom testbed/mininet_topos.py --topo roft,32 ...
 
-The wiring is the fabric model's (``testbed.fabric``): same switch names and
+The wiring is the fabric model's (``fabrics``): same switch names and
 DPIDs, hosts ``gpu<i>`` with interfaces ``gpu<i>-p<p>`` carrying the plan's
 MACs, switch interfaces ``<switch>-eth<n>`` where n is the model's OpenFlow
 port number, so the controller's rules fit a Mininet-built fabric too.
@@ -14,7 +14,7 @@ address (10.2.x.y) and the testbed's cross-plane host routes and static
 neighbours are not configured by plain Mininet; ``testbed up`` does those.
 
 ``mn`` runs this file with /usr/bin/python3, which has none of the venv's
-packages: only ``testbed.fabric`` is imported, and it needs the standard
+packages: only ``fabrics`` is imported, and it needs the standard
 library alone. ``mn`` executes the file with ``exec`` in a fresh namespace
 (no ``__file__``), so the repository root is found from the code object's
 file name; under ``import`` or ``runpy`` ``__file__`` is used. Every global
@@ -31,9 +31,9 @@ _REPO = _os.path.dirname(_os.path.dirname(_os.path.abspath(_HERE)))
 if _REPO not in _sys.path:
     _sys.path.insert(0, _REPO)
 
-from testbed.errors import TestbedError as _TestbedError  # noqa: E402
-from testbed.fabric import addressing as _addressing  # noqa: E402
-from testbed.fabric import build_fabric as _build_fabric  # noqa: E402
+from common.errors import TestbedError as _TestbedError  # noqa: E402
+from fabrics import addressing as _addressing  # noqa: E402
+from fabrics import build_fabric as _build_fabric  # noqa: E402
 
 
 def _refuse_if_fabric_up():
@@ -58,7 +58,7 @@ def _fabric(kind, **kwargs):
 
 
 class FabricTopo(_Topo):
-    """A ``testbed.fabric`` Fabric, switch by switch and cable by cable."""
+    """A ``fabrics`` Fabric, switch by switch and cable by cable."""
 
     def build_from(self, fabric):
         self.fabric = fabric

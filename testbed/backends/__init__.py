@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Callable
 
+from common.errors import TestbedError
 from testbed.backends.base import Backend
-from testbed.errors import TestbedError
 
 HOSTS_ENV = "TESTBED_HOSTS"  # a hosts file: the emulated fabric over those hosts (``run --hosts FILE`` sets it)
 

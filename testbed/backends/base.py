@@ -32,10 +32,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, ClassVar
 
-from testbed import scale
-from testbed.emulation.datapath import DatapathConfig
-from testbed.errors import TestbedError
-from testbed.fabric import Fabric
+from common import scale
+from common.errors import TestbedError
+from fabrics import Fabric
+from fabrics.datapath import DatapathConfig
 
 Log = Callable[[str], None]
 # one queue's counters at one instant: bytes, packets, drops (packets), backlog (bytes); a counter the

@@ -15,7 +15,8 @@ import dataclasses
 import time
 from pathlib import Path
 
-from testbed import scale
+from common import scale
+from fabrics import build_fabric
 from testbed.backends.base import (
     Backend,
     Carried,
@@ -29,7 +30,6 @@ from testbed.backends.base import (
     ServingOutcome,
     ServingTraffic,
 )
-from testbed.fabric import build_fabric
 from traffic.runtime.records import NEVER_COMPLETED
 
 LOSSLESS = {"enabled": False}  # no queues, nothing to pause

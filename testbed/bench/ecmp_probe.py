@@ -25,8 +25,8 @@ import time
 from collections import Counter
 from typing import Callable, Hashable, Iterable
 
-from testbed.emulation.datapath import netns_of
-from testbed.fabric import addressing
+from fabrics import addressing
+from fabrics.datapath import netns_of
 from traffic.runtime import netns
 
 Path = tuple[tuple[str, ...], tuple[int, ...]]  # (switch hops, output ports), as routing.walk gives

@@ -22,8 +22,8 @@ import statistics
 import time
 from pathlib import Path
 
-from testbed.fabric import Fabric, addressing
-from testbed.fabric.routing import forwarding_tables
+from fabrics import Fabric, addressing
+from fabrics.routing import forwarding_tables
 from testbed.repetition.live_summary import exchange_ideal_s, longest_path
 from traffic.runtime.launcher import AGENT_PORT
 
@@ -141,9 +141,9 @@ def summarize(fabric: str, per_exchange: list[dict], extra: dict) -> dict:
 
 def bench(fabric_args: dict, dp, pfc, cfg, out: Path, log) -> dict:
     """Bring the fabric up, replay the sampled exchanges, bring it down; the summary document."""
+    from fabrics import build_fabric
     from testbed.backends.emulated.agents import run_plan
     from testbed.emulation import fabricctl
-    from testbed.fabric import build_fabric
     from testbed.repetition.live import prepare_live
     from traffic.runtime import records
 
@@ -154,7 +154,7 @@ def bench(fabric_args: dict, dp, pfc, cfg, out: Path, log) -> dict:
     phases = ideal_phases(setup, port_bps)
     keys = sample(phases)
     if not keys:
-        from testbed.errors import TestbedError
+        from common.errors import TestbedError
 
         raise TestbedError("the serving loop produced no expert-parallel exchange: bench exchange needs an MoE model")
     rows, of = plan(phases, keys, setup.config["choices"], rate, dp.mtu, fabric)

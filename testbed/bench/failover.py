@@ -35,13 +35,13 @@ import subprocess
 import time
 from pathlib import Path
 
+from common.errors import TestbedError
+from fabrics import Fabric, addressing
+from fabrics.datapath import DatapathConfig, netns_of
+from fabrics.routing import forwarding_tables, walk
 from testbed.bench import ovs_watch, reaction_watch
 from testbed.bench.fidelity import BULK, _cpu_between, _cpu_sample, _saturated, permutation
 from testbed.emulation import fabricctl, faults
-from testbed.emulation.datapath import DatapathConfig, netns_of
-from testbed.errors import TestbedError
-from testbed.fabric import Fabric, addressing
-from testbed.fabric.routing import forwarding_tables, walk
 from traffic.model.metrics import rounded_percentiles
 
 MODES = ("fast", "controller")

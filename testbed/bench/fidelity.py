@@ -28,16 +28,16 @@ import subprocess
 import time
 from statistics import median
 
-from testbed import scale
+from common import scale
+from common.errors import TestbedError
+from common.paths import REPO
+from fabrics import Fabric, addressing, build_fabric
+from fabrics.datapath import DatapathConfig, netns_of
+from fabrics.maxmin import all_link_capacities, flow_links, max_min
+from fabrics.routing import forwarding_tables, walk
 from testbed.bench import ecmp_probe, iperf3_result
 from testbed.emulation import fabricctl
-from testbed.emulation.datapath import DatapathConfig, netns_of
 from testbed.emulation.state import FabricState
-from testbed.errors import TestbedError
-from testbed.fabric import Fabric, addressing, build_fabric
-from testbed.fabric.maxmin import all_link_capacities, flow_links, max_min
-from testbed.fabric.routing import forwarding_tables, walk
-from testbed.paths import REPO
 
 BASE_PORT = 5201
 CLIENT_PORT = 42000  # iperf3 --cport base: fixed 5-tuples, so ECMP paths can be learnt first

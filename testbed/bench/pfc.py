@@ -28,14 +28,14 @@ from pathlib import Path
 
 import numpy as np
 
+from common.errors import TestbedError
+from fabrics import addressing
+from fabrics.datapath import DatapathConfig, netns_of
 from pfc import analysis
 from pfc.analysis import percentiles
 from pfc.files import GAPS_FILE, LATENCY_FILE, LOG_FILE, POLICY_FILE, STATUS_FILE
 from testbed.bench import iperf3_result
 from testbed.emulation import fabricctl
-from testbed.emulation.datapath import DatapathConfig, netns_of
-from testbed.errors import TestbedError
-from testbed.fabric import addressing
 
 IPERF_PORT = 5400
 TARGET_CAP_MS = 5.0
@@ -270,7 +270,7 @@ def bench(fabric_args: dict, config: DatapathConfig, pfc, senders: int = 8, seco
     if fabricctl.load_state() is not None:
         raise TestbedError("a fabric is up: bench pfc brings its own up twice; run 'testbed down' first")
     config = config.validate()
-    from testbed.fabric import build_fabric
+    from fabrics import build_fabric
 
     fabric = build_fabric(**fabric_args)
     who = incast_senders(fabric, victim, senders)

@@ -21,7 +21,7 @@ import json
 import math
 from pathlib import Path
 
-from testbed.errors import TestbedError
+from common.errors import TestbedError
 
 TRANSFER_BYTES = 200_000  # a few hundred KB: many transfers per sender, each many full packets
 LOAD = 2.0  # the senders together offer this many times the victim link's rate
@@ -73,7 +73,7 @@ def incast_rows(fabric, senders: list[int], victim: tuple[int, int], seconds: fl
     """Plan rows: every sender's NIC port with the victim's other port number sends transfers of
     ``transfer_bytes`` into the victim's port, evenly spaced over ``seconds`` (each sender's start
     staggered by a share of the spacing), so that together they offer ``load`` x ``rate_bps``."""
-    from testbed.fabric import addressing
+    from fabrics import addressing
     from traffic.runtime.launcher import AGENT_PORT
 
     _check_victim(fabric, victim)

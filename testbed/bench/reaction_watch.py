@@ -21,10 +21,10 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from common.errors import EnvironmentProblem
 from pfc import queue_watch
 from pfc.bpfmaps import PIN_DIR, open_pinned
 from pfc.queue_watch import ensure_bpffs
-from testbed.errors import EnvironmentProblem
 
 SOURCE = Path(__file__).with_name("reaction_watch.bpf.c")
 MAPS = ("tb_rw_flows", "tb_rw_cfg")

@@ -19,7 +19,7 @@ import csv
 import json
 from pathlib import Path
 
-from testbed.errors import TestbedError
+from common.errors import TestbedError
 from testbed.experiment import calibrate, run, sweep
 from testbed.experiment.schema import Override
 

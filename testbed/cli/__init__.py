@@ -19,7 +19,7 @@ import os
 import signal
 import sys
 
-from testbed.errors import TestbedError
+from common.errors import TestbedError
 
 
 class OneLineParser(argparse.ArgumentParser):

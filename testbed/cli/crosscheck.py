@@ -31,7 +31,7 @@ def cmd_crosscheck(args) -> int:
 
 
 def register(sub) -> None:
-    from testbed.paths import REPORTS
+    from common.paths import REPORTS
 
     p = sub.add_parser("crosscheck", help="the experiment on the ns-3 twin beside the emulator (a run directory, "
                                           "or run here as root): per-link bytes, throughput, TTFT, FCT, pauses and "

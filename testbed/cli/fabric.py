@@ -7,6 +7,7 @@ import json
 import os
 import sys
 
+from common.errors import TestbedError
 from testbed.cli.options import (
     add_fabric_options,
     add_link_options,
@@ -15,7 +16,6 @@ from testbed.cli.options import (
     fabric_kwargs,
     pfc_config,
 )
-from testbed.errors import TestbedError
 
 
 def cmd_up(args) -> int:
@@ -98,9 +98,9 @@ def cmd_status(args) -> int:
 
 
 def cmd_clean(args) -> int:
+    from common.paths import REPORTS
     from testbed.emulation import sweep
     from testbed.experiment.run import mark_killed_runs
-    from testbed.paths import REPORTS
 
     if getattr(args, "hosts", None):
         from testbed.cli.hosts import cmd_clean_hosts
@@ -116,7 +116,7 @@ def cmd_clean(args) -> int:
 
 
 def cmd_cli(args) -> int:
-    from testbed.errors import EnvironmentProblem
+    from common.errors import EnvironmentProblem
 
     try:
         from testbed.emulation import attach
@@ -130,7 +130,7 @@ def cmd_cli(args) -> int:
 
 def register(sub) -> None:
     """up, down, exec, cli, status (clean: ``register_clean``, listed after bench)."""
-    from testbed.fabric import FABRICS
+    from fabrics import FABRICS
 
     p = sub.add_parser("up", help="build a fabric, program it, verify it, leave it running")
     p.add_argument("fabric", choices=FABRICS)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 
-from testbed.errors import TestbedError
+from common.errors import TestbedError
 
 
 def cmd_fault(args) -> int:

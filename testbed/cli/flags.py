@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from pydantic import BeforeValidator
 
-from testbed.errors import TestbedError
+from common.errors import TestbedError
 
 
 def _names(text: str) -> list[str]:

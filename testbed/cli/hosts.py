@@ -34,7 +34,7 @@ def cmd_pseudo(args) -> int:
         return 0
     if args.action == "kill":
         if not args.name:
-            from testbed.errors import TestbedError
+            from common.errors import TestbedError
 
             raise TestbedError("hosts pseudo kill needs a pseudo-host's name, e.g. ph2")
         pseudo.kill(args.name)
@@ -77,7 +77,7 @@ def cmd_up_hosts(args) -> int:
     from testbed.emulation.hosts import cluster
 
     if args.miswire or args.failover != "fast":
-        from testbed.errors import TestbedError
+        from common.errors import TestbedError
 
         raise TestbedError("--miswire and --failover controller are not supported with --hosts")
     cl = cluster.up(args.hosts, fabric_kwargs(args) | {"kind": args.fabric}, datapath_config(args),

@@ -8,8 +8,8 @@ import argparse
 import json
 from pathlib import Path
 
+from common.units import parse_rate, parse_size
 from testbed.cli import flags
-from testbed.units import parse_rate, parse_size
 
 
 def add_fabric_options(p: argparse.ArgumentParser) -> list[str]:
@@ -32,7 +32,7 @@ def add_pfc_options(p: argparse.ArgumentParser, default: str = "off") -> list[st
 
 def fabric_from(args: argparse.Namespace, kind: str):
     """The fabric model the fabric flags describe."""
-    from testbed.fabric import build_fabric
+    from fabrics import build_fabric
 
     return build_fabric(kind, gpus=args.gpus, gpus_per_switch=args.gpus_per_switch, cables=args.cables,
                         gpus_per_server=args.gpus_per_server, radix=args.radix)
@@ -40,14 +40,14 @@ def fabric_from(args: argparse.Namespace, kind: str):
 
 def fabric_kwargs(args) -> dict:
     """What ``build_fabric`` / ``fabricctl.up`` take for ``args.fabric``."""
-    from testbed.fabric import fabric_args
+    from fabrics import fabric_args
 
     return fabric_args(args.fabric, args.gpus, args.gpus_per_switch, args.cables, args.gpus_per_server, args.radix)
 
 
 def datapath_config(args):
     """The DatapathConfig the link flags ask for (checked)."""
-    from testbed.emulation.datapath import DatapathConfig
+    from fabrics.datapath import DatapathConfig
 
     return DatapathConfig(rate_bps=parse_rate(args.rate), mtu=args.mtu, buffer_bytes=parse_size(args.buffer),
                           nic_buffer_bytes=parse_size(args.nic_buffer),

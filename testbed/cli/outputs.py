@@ -9,7 +9,7 @@ turns it into one line with ``os_error_line``, naming the path.
 
 As root, ``--logs`` (where the benchmarks write their logs and figures) must also be a
 directory only root can write to, below directories no other user can write to
-(``testbed.owned.unsafe_dir``): otherwise another user could put a link where root is about
+(``common.owned.unsafe_dir``): otherwise another user could put a link where root is about
 to write. Refused in one line naming the path and the rule.
 """
 
@@ -23,9 +23,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from testbed import owned
-from testbed.errors import TestbedError
-from testbed.paths import REPORTS
+from common import owned
+from common.errors import TestbedError
+from common.paths import REPORTS
 
 PRIVATE_FLAGS = ("--logs",)  # as root: a directory only root can write to (owned.unsafe_dir)
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from fabrics import describe
 from testbed.cli.options import add_fabric_options, fabric_from
-from testbed.fabric import describe
 
 
 def cmd_plan(args) -> int:
+    from fabrics.draw import draw
     from testbed.cli.outputs import require_file, writing
-    from testbed.fabric.draw import draw
 
     fabrics = [fabric_from(args, kind) for kind in dict.fromkeys(args.fabric)]
     if args.graph:
@@ -38,7 +38,7 @@ def cmd_plan(args) -> int:
         if len(fabrics) == 1:
             print(json.dumps(describe.plan_json(fabrics[0]), indent=1))
         else:
-            from testbed.fabric.cost import cost_of, ratios
+            from fabrics.cost import cost_of, ratios
 
             doc = {"plans": {f.kind: describe.plan_json(f) for f in fabrics}}
             if len(fabrics) == 2:
@@ -64,7 +64,7 @@ def cmd_path(args) -> int:
 
 
 def cmd_cost(args) -> int:
-    from testbed.fabric.cost import cost_table
+    from fabrics.cost import cost_table
 
     rows = cost_table()
     if args.json:
@@ -84,8 +84,8 @@ def cmd_cost(args) -> int:
 
 
 def register(sub) -> None:
-    from testbed.fabric import FABRICS
-    from testbed.fabric.routing import DEFAULT_POLICY, POLICIES
+    from fabrics import FABRICS
+    from fabrics.routing import DEFAULT_POLICY, POLICIES
 
     p = sub.add_parser("plan", help="summarise a fabric: switches, cables, oversubscription, cost")
     p.add_argument("fabric", nargs="+", choices=FABRICS)

@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 import sys
 
+from common.paths import REPORTS
 from testbed.cli import flags
-from testbed.paths import REPORTS
 
 PFC_OFF = ("pfc.enabled", False)  # replay's own default (run's is the schema's: on)
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 import json
 import sys
 
+from common.errors import TestbedError
 from testbed.cli import flags
 from testbed.cli.options import print_result
-from testbed.errors import TestbedError
 
 
 def overrides_from_args(args) -> list:
@@ -75,7 +75,7 @@ def cmd_sweep(args) -> int:
         return 0
     slo = None
     if args.slo_ttft is not None:
-        from testbed.units import parse_seconds
+        from common.units import parse_seconds
 
         slo = parse_seconds(args.slo_ttft) * 1e3
     return sweep.run_sweep(args.experiment, overrides, params, out_root, log=_stderr, slo_ttft_ms=slo,
@@ -95,7 +95,7 @@ def cmd_calibrate(args) -> int:
 
 
 def _experiment_options(p) -> None:
-    from testbed.paths import REPORTS
+    from common.paths import REPORTS
 
     p.add_argument("experiment", nargs="?", metavar="EXPERIMENT.yaml",
                    help="experiment file (default: the built-in defaults, as experiments/default.yaml)")

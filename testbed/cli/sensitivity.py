@@ -37,7 +37,7 @@ def cmd_sensitivity(args) -> int:
 
 
 def register(sub) -> None:
-    from testbed.paths import REPORTS
+    from common.paths import REPORTS
 
     p = sub.add_parser("sensitivity", help="the experiment as given and once per declared alternative, on both "
                                            "fabrics: does the ZCube/ROFT verdict survive? (sensitivity.json)")

@@ -46,10 +46,10 @@ from mininet.log import lg
 from mininet.net import Mininet
 from mininet.node import Host, OVSSwitch
 
+from common.errors import TestbedError
+from fabrics import Fabric, addressing
+from fabrics.datapath import plan_datapath
 from testbed.emulation import fabricctl, netns
-from testbed.emulation.datapath import plan_datapath
-from testbed.errors import TestbedError
-from testbed.fabric import Fabric, addressing
 
 
 # ------------------------------------------------------------ the mapping

@@ -19,10 +19,10 @@ import time
 
 from pyroute2 import IPRoute
 
+from common.errors import EnvironmentProblem
+from fabrics.datapath import ALIAS, LINK_GROUP, DatapathPlan, shaper_lines
 from testbed.emulation import netns
-from testbed.emulation.datapath import ALIAS, LINK_GROUP, DatapathPlan, shaper_lines
 from testbed.emulation.state import Created
-from testbed.errors import EnvironmentProblem
 
 SIOCETHTOOL = 0x8946
 # ETHTOOL_S{RXCSUM,TXCSUM,SG,TSO,GSO,GRO}

@@ -7,7 +7,7 @@ root's and writable by no one else (``owned.require_private_dir``), and files in
 without following links. ``up`` either returns with a ready fabric or removes everything it made,
 also on Ctrl-C or a closed terminal.
 
-Root acts only on what is provably ours (``testbed.owned``, ``inventory``): a process is signalled
+Root acts only on what is provably ours (``common.owned``, ``inventory``): a process is signalled
 only if its start time and exact command line are the ones recorded, and it is ours (root's, this
 checkout's, our arguments); ``down`` removes what the state file lists only where it carries our
 marker, as ``clean`` does; ``clean`` works whatever the state file says.
@@ -35,15 +35,15 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+from common import owned
+from common.errors import EnvironmentProblem, TestbedError
+from common.paths import REPO, module_env
+from fabrics import Fabric, build_fabric
+from fabrics.datapath import ALIAS, NETNS_PREFIX, DatapathConfig, DatapathPlan, plan_datapath
 from pfc import files as pfc_files
-from testbed import owned
 from testbed.emulation import build, inventory, netns
 from testbed.emulation import state as _state
-from testbed.emulation.datapath import ALIAS, NETNS_PREFIX, DatapathConfig, DatapathPlan, plan_datapath
 from testbed.emulation.state import Created, FabricState, StateFileError
-from testbed.errors import EnvironmentProblem, TestbedError
-from testbed.fabric import Fabric, build_fabric
-from testbed.paths import REPO, module_env
 
 READY_TIMEOUT_S = 60
 FAULT_LOG, FAULTS_IN_FORCE = "faults.jsonl", "faults.json"  # testbed.emulation.faults writes them
@@ -207,7 +207,7 @@ def up(fabric_args: dict, config: DatapathConfig, miswire: tuple[str, str] | Non
         raise TestbedError(f"failover {failover!r}: expected one of {', '.join(FAILOVER_MODES)}")
     fabric = build_fabric(**fabric_args)  # bad parameters fail before anything is touched
     plan = plan_datapath(fabric, config)
-    pfc, limits = _pfc_queue_limits(fabric, config, pfc)  # bad thresholds fail here
+    pfc, limits = pfc_with_limits(fabric, config, pfc)  # bad thresholds fail here
     if miswire:
         _miswire(plan, *miswire)
     require_root()
@@ -238,17 +238,15 @@ def up(fabric_args: dict, config: DatapathConfig, miswire: tuple[str, str] | Non
     return st
 
 
-def _pfc_queue_limits(fabric: Fabric, config: DatapathConfig, pfc) -> tuple:
+def pfc_with_limits(fabric: Fabric, config: DatapathConfig, pfc) -> tuple:
     """The PFC settings with the links' burst in the headroom, and the switch queues' byte limits
     they give ({} without PFC): checked before anything is touched."""
     if pfc is None or not pfc.enabled:
         return pfc, {}
-    from controller import pfc_launch
     from pfc import policy as pfc_policy
 
-    pfc = pfc_launch.with_burst_headroom(pfc, config.rate_bps, config.mtu, config.burst_bytes)
-    resolved = pfc_policy.resolve(pfc, config.rate_bps, config.mtu, config.buffer_bytes)
-    return pfc, {q: th["limit"] for q, th in pfc_policy.thresholds(fabric, resolved).items()}
+    pfc = pfc_policy.with_burst_headroom(pfc, config.rate_bps, config.mtu, config.burst_bytes)
+    return pfc, pfc_policy.queue_limits(fabric, config, pfc)
 
 
 def _refuse_second_fabric() -> None:

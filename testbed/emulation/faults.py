@@ -14,12 +14,12 @@ import time
 
 from pyroute2 import IPRoute
 
+from common.errors import EnvironmentProblem, TestbedError
+from fabrics import Fabric
+from fabrics.datapath import cut_devices
+from fabrics.failover import Target, parse_target
 from testbed.emulation import fabricctl
-from testbed.emulation.datapath import cut_devices
 from testbed.emulation.state import FabricState
-from testbed.errors import EnvironmentProblem, TestbedError
-from testbed.fabric import Fabric
-from testbed.fabric.failover import Target, parse_target
 
 ACTIONS = {"link": ("down", "up"), "switch": ("down", "up"), "controller": ("stop", "start", "restart")}
 RESTORE_TIMEOUT_S = 30

@@ -26,11 +26,11 @@ import signal
 import subprocess
 from pathlib import Path
 
-from testbed import owned
+from common import owned
+from common.paths import REPO
+from fabrics.datapath import ALIAS, LINK_GROUP, NETNS_PREFIX
 from testbed.emulation import netns
-from testbed.emulation.datapath import ALIAS, LINK_GROUP, NETNS_PREFIX
 from testbed.emulation.state import state_dir
-from testbed.paths import REPO
 
 
 def host_settings() -> dict:
@@ -124,7 +124,7 @@ def our_process(info: owned.ProcInfo, sdir: Path | None = None) -> str | None:
     if what == "controller" and not _is_controller(info.argv, sdir):
         return None
     if what == "PFC helper":
-        from controller.pfc_launch import is_pfcd
+        from pfc.launch import is_pfcd
 
         if not is_pfcd(info.argv, sdir):
             return None

@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from testbed.fabric import Fabric, build_fabric
+from fabrics import Fabric, build_fabric
 
 _LOSSY = {"enabled": False}  # the "pfc" entry of a fabric without PFC
 DEFAULT_STATE_DIR = "/run/zcube-testbed"

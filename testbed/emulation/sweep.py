@@ -12,9 +12,9 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from testbed import owned
+from common import owned
+from common.errors import EnvironmentProblem, TestbedError
 from testbed.emulation import build, fabricctl, inventory
-from testbed.errors import EnvironmentProblem, TestbedError
 
 
 def clean() -> list[str]:

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import yaml
 
-from testbed.errors import TestbedError
+from common.errors import TestbedError
 from testbed.experiment import run, sweep
 from testbed.experiment.schema import Override, resolve
 

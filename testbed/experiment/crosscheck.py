@@ -23,7 +23,7 @@ import os
 import statistics
 from pathlib import Path
 
-from testbed.errors import TestbedError
+from common.errors import TestbedError
 
 FIGURES = ("throughput_tokens_per_s", "ttft_p50_ms", "ttft_p99_ms", "kv_fct_p50_ms", "kv_fct_p99_ms",
            "ep_exchange_p99_ms", "pauses")

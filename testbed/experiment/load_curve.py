@@ -21,7 +21,7 @@ import json
 import time
 from pathlib import Path
 
-from testbed.errors import TestbedError
+from common.errors import TestbedError
 from testbed.experiment import run
 
 METRICS = ("ttft_p99_ms", "ttft_p50_ms", "kv_slowdown_p99", "throughput_tokens_per_s")

@@ -32,9 +32,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from testbed.errors import EnvironmentProblem, TestbedError
+from common.errors import EnvironmentProblem, TestbedError
+from common.paths import REPO
 from testbed.experiment.schema import Resolved, datapath_config, fabric_args, pfc_settings, repetition_config
-from testbed.paths import REPO
 
 HEADLINE_KEYS = ("goodput_bps", "fct_p99_ms", "ttft_p99_ms", "ttft_p50_ms", "throughput_tokens_per_s", "pauses",
                  "drops", "kv_slowdown_p99")
@@ -170,8 +170,8 @@ def _write_json(path: Path, doc) -> None:
 
 def write_plan(exp, run_dir: Path, log: Log) -> None:
     """plan/<fabric>.png (picture), plan/<fabric>.json (plan_json) and plan/cost.json."""
-    from testbed.fabric import build_fabric, describe
-    from testbed.fabric.cost import cost_of, ratios
+    from fabrics import build_fabric, describe
+    from fabrics.cost import cost_of, ratios
 
     out = run_dir / "plan"
     out.mkdir(exist_ok=True)
@@ -181,7 +181,7 @@ def write_plan(exp, run_dir: Path, log: Log) -> None:
         costs[kind] = cost_of(f)
         _write_json(out / f"{kind}.json", describe.plan_json(f))
         try:
-            from testbed.fabric.draw import draw
+            from fabrics.draw import draw
 
             draw(f, out / f"{kind}.png")
         except Exception as exc:  # a missing picture must not cost the experiment

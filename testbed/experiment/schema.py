@@ -28,9 +28,9 @@ from typing import Any, Literal, Optional, Union
 import yaml
 from pydantic import BaseModel, Field, ValidationError, ValidationInfo, field_validator
 
+from common.errors import TestbedError
+from common.paths import REPO
 from testbed import backends
-from testbed.errors import TestbedError
-from testbed.paths import REPO
 from testbed.repetition.settings import (
     BackendName,
     FabricName,
@@ -190,7 +190,7 @@ class Experiment(_Section):
     @field_validator("gpus_per_switch")
     @classmethod
     def _k(cls, v, info: ValidationInfo):
-        from testbed.fabric.zcube import scaled_k
+        from fabrics.zcube import scaled_k
 
         if v == "auto":
             if "gpus" not in info.data:
@@ -215,13 +215,13 @@ class Experiment(_Section):
 # --------------------------------------------------- mapping onto the runners
 def fabric_args(exp: Experiment, kind: str) -> dict:
     """What ``build_fabric`` / ``fabricctl.up`` take for ``kind`` in this experiment."""
-    from testbed.fabric import fabric_args as args_of
+    from fabrics import fabric_args as args_of
 
     return args_of(kind, exp.gpus, exp.gpus_per_switch, exp.cables, exp.gpus_per_server, exp.radix)
 
 
 def datapath_config(exp: Experiment):
-    from testbed.emulation.datapath import DatapathConfig
+    from fabrics.datapath import DatapathConfig
 
     link = exp.link
     return DatapathConfig(rate_bps=link.rate, mtu=link.mtu, buffer_bytes=link.buffer_bytes,
@@ -413,8 +413,8 @@ def _attempt(fn, keys: dict[str, str], default: str):
 
 def semantic_check(exp: Experiment) -> None:
     """Apply the rules of the code that will consume the values (raises ``_Problem``: key path, message)."""
-    from testbed.emulation.datapath import plan_datapath
-    from testbed.fabric import build_fabric
+    from fabrics import build_fabric
+    from fabrics.datapath import plan_datapath
     from traffic.model import rankmap
 
     dp = _attempt(lambda: datapath_config(exp), _LINK_KEYS, "link")
@@ -464,8 +464,8 @@ def _check_backend(exp: Experiment) -> None:
 
 def _check_faults(exp: Experiment) -> None:
     """Every fault's target exists on every fabric it names, and its action fits it."""
-    from testbed.fabric import build_fabric
-    from testbed.fabric.failover import parse_target
+    from fabrics import build_fabric
+    from fabrics.failover import parse_target
 
     for i, f in enumerate(exp.faults):
         for kind in exp.fabrics:

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from testbed.errors import TestbedError
+from common.errors import TestbedError
 from testbed.experiment import run
 from testbed.experiment.schema import DEFAULT_EXPERIMENT, Override, Resolved, resolve
 

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from testbed.errors import TestbedError
+from common.errors import TestbedError
 from testbed.experiment import run
 from testbed.experiment.schema import Override, Resolved, check_key_path, cli_value, resolve
 

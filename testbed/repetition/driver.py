@@ -18,8 +18,8 @@ import abc
 from pathlib import Path
 from typing import ClassVar, Protocol
 
+from fabrics import Fabric
 from testbed.backends.base import Backend, Carried, Conditions, FabricSpec, LinkSettings, Log, Network
-from testbed.fabric import Fabric
 from testbed.repetition.config import RepetitionConfig
 
 

@@ -124,7 +124,7 @@ def switch_feeds(queues: list[dict]) -> dict[str, dict[str, list[str]]]:
 
     A switch's egress queue is its ``<switch>:<port>`` switch queue; what feeds a switch is every
     queue whose ``towards`` is that switch: other switches' egress queues cabled to it and the NIC
-    queues of the GPU ports attached to it (testbed.emulation.datapath: their receive ends are ports of
+    queues of the GPU ports attached to it (fabrics.datapath: their receive ends are ports of
     the switch's receive bridge)."""
     out: dict[str, dict[str, list[str]]] = {}
     for q in queues:
@@ -230,7 +230,7 @@ def switch_conservation(queues: list[dict], first: dict, last: dict, frame_bytes
 
 # ------------------------------------------------------------------ payload
 def nic_of_ip(ip: str) -> str:
-    """"10.p.h.l" -> NIC queue id "gpu<h*256+l>:p<p>" (testbed.fabric.addressing's plan)."""
+    """"10.p.h.l" -> NIC queue id "gpu<h*256+l>:p<p>" (fabrics.addressing's plan)."""
     _, port, hi, lo = (int(x) for x in ip.split("."))
     return f"gpu{hi * 256 + lo}:p{port}"
 

@@ -3,7 +3,7 @@
 The queues of ``links.csv`` say how many bytes each link carried, not whose they were. Every row of
 ``transfers.csv`` (KV-cache transfers) and ``messages.csv`` (expert-parallel dispatch and combine
 messages) names its source and destination NIC port (``src_ip`` / ``dst_ip``, ``10.<port>.0.<gpu>``);
-this module walks each one over the fabric model's forwarding tables (``testbed.fabric.routing``,
+this module walks each one over the fabric model's forwarding tables (``fabrics.routing``,
 what the controller installs) and adds its bytes to every link on the way: the sender's NIC queue,
 then every switch egress port. A link is named as in ``links.csv``: queue ``gpu3:p1`` (a NIC port) or
 ``sw1:9`` / ``leaf2:11`` (switch, OpenFlow port), with ``towards`` the next hop.
@@ -48,10 +48,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
-from testbed.errors import TestbedError
-from testbed.fabric import addressing
-from testbed.fabric.routing import ForwardingTables, Link, forwarding_tables, path_links
-from testbed.fabric.topology import Fabric
+from common.errors import TestbedError
+from fabrics import addressing
+from fabrics.routing import ForwardingTables, Link, forwarding_tables, path_links
+from fabrics.topology import Fabric
 from traffic.model.placement import gpu_server
 from traffic.runtime.records import sent_pair
 
@@ -99,7 +99,7 @@ def _percent(x: float) -> str:
 
 
 def queue_of(fabric: Fabric, link: Link) -> tuple[str, str]:
-    """(queue, towards) of a model link, named as ``testbed.emulation.datapath`` names the queues (links.csv)."""
+    """(queue, towards) of a model link, named as ``fabrics.datapath`` names the queues (links.csv)."""
     node, port = link
     if node.startswith("gpu"):
         return f"{node}:p{port}", fabric.switch_of(int(node[3:]), port)
@@ -246,7 +246,7 @@ def write_run(run_dir: Path, fabric: Fabric, rows: Iterable[dict], gpus_per_serv
 def for_run_dir(run_dir: Path, fabric: Fabric | None = None) -> list[dict]:
     """The ``link_traffic.csv`` rows of a finished run directory, from its own files: config.json (the
     fabric, unless given, and ``replay.gpus_per_server``), transfers.csv, messages.csv, links.csv."""
-    from testbed.fabric import build_fabric
+    from fabrics import build_fabric
 
     run_dir = Path(run_dir)
     try:

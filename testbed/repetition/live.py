@@ -13,11 +13,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from testbed import scale
+from common import scale
+from common.errors import TestbedError
+from fabrics import Fabric, addressing
+from fabrics.routing import select_ports
 from testbed.backends.base import Backend, Carried, FabricSpec, LinkSettings, Log, Network, ServingTraffic
-from testbed.errors import TestbedError
-from testbed.fabric import Fabric, addressing
-from testbed.fabric.routing import select_ports
 from testbed.repetition.config import RepetitionConfig
 from testbed.repetition.driver import Driver, conditions
 

@@ -7,10 +7,10 @@ import csv
 import math
 from pathlib import Path
 
-from testbed import scale
+from common import scale
+from fabrics import Fabric, addressing
+from fabrics.routing import forwarding_tables, links_on_path
 from testbed.backends.base import LinkSettings, ServingOutcome, ServingTraffic
-from testbed.fabric import Fabric, addressing
-from testbed.fabric.routing import forwarding_tables, links_on_path
 from testbed.repetition.writeup import ep_messages
 from traffic.model.breakdown import decode_step_breakdown, ttft_breakdown
 from traffic.model.metrics import percentile, rounded_percentiles

@@ -10,10 +10,10 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from common.errors import TestbedError
+from fabrics.datapath import DatapathConfig
 from testbed import backends
 from testbed.backends.base import FabricSpec, Log
-from testbed.emulation.datapath import DatapathConfig
-from testbed.errors import TestbedError
 from testbed.repetition.config import RepetitionConfig
 from testbed.repetition.driver import Driver, conditions
 from testbed.repetition.live import LiveDriver

@@ -6,7 +6,7 @@ model, cut into slices) -> one plan row per transfer (``prepare``) -> a
 network backend sends each at its start (on the emulated fabric: a ``traffic.runtime.agent`` in
 every GPU namespace sends its plan over real TCP and receives the others').
 
-Times stay real and bytes are scaled (``testbed.scale``): a transfer of B
+Times stay real and bytes are scaled (``common.scale``): a transfer of B
 real bytes becomes B / bytes_scale emulated bytes, which take as long over
 the emulated link as B over a real 400 Gbit/s one. NIC ports follow the
 fabric model's port-selection policy: with ``striped`` the k-th transfer of
@@ -18,11 +18,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from testbed import scale
+from common import scale
+from common.errors import TestbedError
+from fabrics import Fabric, addressing
+from fabrics.routing import plan_ports
 from testbed.backends.base import Backend, Carried, FabricSpec, LinkSettings, Log, Network, PlannedTraffic
-from testbed.errors import TestbedError
-from testbed.fabric import Fabric, addressing
-from testbed.fabric.routing import plan_ports
 from testbed.repetition.config import RepetitionConfig
 from testbed.repetition.driver import Driver, conditions
 from testbed.repetition.writeup import write_operating_point
@@ -44,7 +44,7 @@ class ReplayPlan:
 
 def prepare(cfg: RepetitionConfig, n_gpus: int, rate_bps: float, mtu: int, fabric=None) -> ReplayPlan:
     """Everything up to the per-GPU plans: pure computation, no fabric needed. ``fabric``: the
-    fabric model (``testbed.fabric.build_fabric``), which the ``adaptive`` port policy needs."""
+    fabric model (``fabrics.build_fabric``), which the ``adaptive`` port policy needs."""
     from traffic.model import models, placement, schedule, traces
 
     tr, s = cfg.trace, cfg.serving

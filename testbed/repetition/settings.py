@@ -12,11 +12,12 @@ from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, WithJsonSchema, field_validator
 
-from testbed import backends, scale
-from testbed.errors import TestbedError
-from testbed.fabric.routing import DEFAULT_POLICY, POLICIES
-from testbed.paths import DEFAULT_TRACE
-from testbed.units import parse_rate, parse_seconds, parse_size
+from common import scale
+from common.errors import TestbedError
+from common.paths import DEFAULT_TRACE
+from common.units import parse_rate, parse_seconds, parse_size
+from fabrics.routing import DEFAULT_POLICY, POLICIES
+from testbed import backends
 from traffic.model import models, placement, schedule, traces
 from traffic.runtime.agent import CONNECTION_MODES
 
@@ -30,7 +31,7 @@ def _not_bool(v: Any, what: str) -> None:
 
 
 def _parse_text(v: Any, what: str, parse) -> Any:
-    """Strings go through the CLI's parser (``testbed.units``; its error becomes a schema error); numbers pass."""
+    """Strings go through the CLI's parser (``common.units``; its error becomes a schema error); numbers pass."""
     _not_bool(v, what)
     if isinstance(v, str):
         try:

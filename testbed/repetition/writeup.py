@@ -15,10 +15,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from common import scale
+from fabrics import Fabric
 from pfc.files import LOG_FILE
-from testbed import scale
 from testbed.backends.base import Carried, LinkSettings, Network, PauseLog, QueueCounters
-from testbed.fabric import Fabric
 from testbed.repetition import invariants, link_traffic
 from testbed.repetition.config import RepetitionConfig
 from testbed.repetition.driver import Driver, Prepared
@@ -173,7 +173,7 @@ def check_invariants(run_dir: Path, link: LinkSettings, counters: QueueCounters 
 
 def cut_switches(fabric: Fabric, faults: list[dict]) -> frozenset[str]:
     """Switches at an end of a cable that a fault took down (a dead switch: it and its neighbours)."""
-    from testbed.fabric.failover import far_end, parse_target
+    from fabrics.failover import far_end, parse_target
 
     out: set[str] = set()
     for ev in faults:

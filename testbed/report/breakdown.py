@@ -109,7 +109,7 @@ def slowest_link(exp: ExperimentRun, fabric: str, phase: str) -> str:
     model = _fabric_model(exp, fabric)
     if model is None:
         return text
-    from testbed.fabric.routing import link_name, path_links
+    from fabrics.routing import link_name, path_links
 
     try:
         src, dst = (tuple(int(x) for x in p.removeprefix("gpu").split(":p")) for p in (top["src"], top["dst"]))

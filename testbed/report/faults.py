@@ -42,11 +42,11 @@ import json
 import math
 from pathlib import Path
 
-from testbed.errors import TestbedError
-from testbed.fabric import addressing, build_fabric
-from testbed.fabric.failover import PORT_PAIRS, UNDO, Dead, live_tables, parse_target, usable_ports
-from testbed.fabric.routing import forwarding_tables, walk
-from testbed.fabric.topology import Fabric
+from common.errors import TestbedError
+from fabrics import addressing, build_fabric
+from fabrics.failover import PORT_PAIRS, UNDO, Dead, live_tables, parse_target, usable_ports
+from fabrics.routing import forwarding_tables, walk
+from fabrics.topology import Fabric
 from traffic.model import metrics
 from traffic.runtime.records import read_jsonl
 

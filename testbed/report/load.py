@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from common.errors import TestbedError
 from pfc.files import LOG_FILE
-from testbed.errors import TestbedError
 
 FABRIC_ORDER = ("zcube", "roft")  # ratios are the first over the second
 PFC_COLUMNS = ("time_ns", "node", "node_type", "port", "event", "cause")

@@ -89,7 +89,7 @@ def sentence(doc: dict) -> str:
 # ------------------------------------------------------------------ provenance
 def _commits_between(old: str, new: str) -> int | None:
     """How many commits ``new`` is ahead of ``old`` (None: git cannot tell, e.g. a copied run directory)."""
-    from testbed.paths import REPO
+    from common.paths import REPO
 
     try:
         proc = subprocess.run(["git", "rev-list", "--count", f"{old}..{new}"], cwd=REPO, capture_output=True,

@@ -191,7 +191,7 @@ def _bytes_scale(rep: Rep) -> float | None:
     rate = (rep.config.get("datapath") or {}).get("rate_bps") or rep.summary.get("rate_bps")
     if not rate:
         return None
-    from testbed import scale
+    from common import scale
 
     return scale.bytes_scale(rate)
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import matplotlib
 
-from testbed.errors import TestbedError
+from common.errors import TestbedError
 from testbed.report.load import ExperimentRun, read_json
 
 
@@ -28,14 +28,14 @@ def fabric_params(exp: ExperimentRun, fabric: str) -> dict:
 
 
 def _build(params: dict):
-    from testbed.fabric import build_fabric
+    from fabrics import build_fabric
 
     return build_fabric(**params)
 
 
 def topology_pictures(exp: ExperimentRun, figures: Path) -> tuple[dict[str, Path], list[str]]:
     """fabric -> figures/topology_<fabric>.png (copied from plan/ or drawn); plus notes."""
-    from testbed.fabric.draw import draw
+    from fabrics.draw import draw
 
     out, notes = {}, []
     for fabric in exp.fabrics:
@@ -72,7 +72,7 @@ def _cost_from_file(doc) -> dict | None:
 
 def cost(exp: ExperimentRun) -> dict:
     """Capex of both fabrics at this run's scale: plan/cost.json, else the cost model."""
-    from testbed.fabric.cost import cost_of, ratios
+    from fabrics.cost import cost_of, ratios
 
     path = exp.path / "plan" / "cost.json"
     doc = _cost_from_file(read_json(path, "the capex of both fabrics", required=False))
@@ -85,4 +85,4 @@ def cost(exp: ExperimentRun) -> dict:
         return {"source": f"unavailable ({exc})"}
     return {"zcube": z.as_dict(), "roft": r.as_dict(), "ratios": ratios(z, r),
             "gpus": fabric_params(exp, "zcube").get("gpus"),
-            "source": "testbed.fabric.cost model" + (" (plan/cost.json unreadable)" if path.exists() else "")}
+            "source": "fabrics.cost model" + (" (plan/cost.json unreadable)" if path.exists() else "")}

@@ -79,9 +79,9 @@ def test_the_reaction_watch_sees_a_cut_streams_first_packet_out_of_another_port(
     import sys
     import time
 
+    from fabrics import addressing
+    from fabrics.datapath import netns_of
     from testbed.bench import failover, reaction_watch
-    from testbed.emulation.datapath import netns_of
-    from testbed.fabric import addressing
 
     f = fabric.model()
     flows = failover.flows_of(f)

@@ -16,9 +16,9 @@ import time
 
 import pytest
 
-from testbed import owned
+from common import owned
+from fabrics import build_fabric
 from testbed.emulation import fabricctl
-from testbed.fabric import build_fabric
 from tests.support.integration import REPO, leftovers, run_testbed
 
 

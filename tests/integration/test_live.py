@@ -7,7 +7,7 @@ from __future__ import annotations
 import csv
 import json
 
-from testbed.paths import AZURE_TRACE
+from common.paths import AZURE_TRACE
 from tests.support.integration import leftovers, run_testbed
 
 EXPERIMENT = f"""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import subprocess
 
-from testbed.fabric import build_fabric
+from fabrics import build_fabric
 from tests.support.integration import REPO, leftovers
 
 

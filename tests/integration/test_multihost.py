@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from common.paths import REPO
+from fabrics import build_fabric
 from testbed.emulation.hosts import hostsfile, placement, pseudo
-from testbed.fabric import build_fabric
-from testbed.paths import REPO
 from tests.support.integration import leftovers, run_testbed
 
 pytestmark = pytest.mark.integration

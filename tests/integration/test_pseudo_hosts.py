@@ -12,8 +12,8 @@ import time
 
 import pytest
 
+from common.paths import REPO
 from testbed.emulation.hosts import hostsfile, pseudo, remote
-from testbed.paths import REPO
 from tests.support.integration import leftovers, run_testbed
 
 pytestmark = pytest.mark.integration

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from testbed import scale
+from common import scale
 from testbed.experiment.schema import repetition_config, validate
 from testbed.repetition.replay import prepare
 from tests.support.integration import leftovers, run_testbed

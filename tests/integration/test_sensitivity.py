@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.paths import AZURE_TRACE
+from common.paths import AZURE_TRACE
 from tests.support.integration import leftovers, run_testbed
 
 pytestmark = pytest.mark.integration

@@ -10,8 +10,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from common.paths import REPO
 from testbed.emulation import inventory
-from testbed.paths import REPO
 
 BASELINE = inventory.host_settings() if os.geteuid() == 0 else {}  # as the test session found them
 
@@ -32,8 +32,8 @@ def run_testbed(*args: str, timeout: float = 180, check: bool = False) -> subpro
 
 def unreachable_pairs(f) -> list[str]:
     """Every (GPU, NIC address) pair whose UDP probes got no answer, all GPUs probing at once (``reach.py``)."""
-    from testbed.emulation.datapath import netns_of
-    from testbed.fabric import addressing
+    from fabrics import addressing
+    from fabrics.datapath import netns_of
 
     with tempfile.TemporaryDirectory() as tmp:
         procs = {}

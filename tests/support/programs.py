@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from controller.rules import Dead, SwitchProgram, switch_program
-from testbed.fabric import Fabric
-from testbed.fabric.routing import forwarding_tables
+from fabrics import Fabric
+from fabrics.routing import forwarding_tables
 
 
 def fabric_programs(fabric: Fabric, dead: Dead | None = None) -> dict[str, SwitchProgram]:

@@ -253,9 +253,9 @@ def write_live_rep(path: Path, fabric: str, exp: dict, seed: int = 0, port_gbps:
     queues, links, ...) from ``write_rep``. Returns the summary."""
     from dataclasses import replace
 
+    from fabrics import build_fabric
     from testbed.backends.base import LinkSettings, ServingOutcome
     from testbed.experiment.schema import repetition_config, validate
-    from testbed.fabric import build_fabric
     from testbed.repetition import live, live_summary
     from traffic.model import serving
     from traffic.runtime import coordinator, records, serving_results

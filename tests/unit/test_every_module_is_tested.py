@@ -19,5 +19,5 @@ def test_no_product_module_is_left_without_a_test():
 
 def test_the_script_sees_imports_runs_and_empty_packages():
     mods = untested.product_modules()
-    assert {"testbed.owned", "controller.__main__", "testbed.__main__", "traffic.runtime.bulk"} <= mods
-    assert untested.empty("testbed.emulation") and not untested.empty("testbed.units")
+    assert {"common.owned", "controller.__main__", "testbed.__main__", "traffic.runtime.bulk"} <= mods
+    assert untested.empty("testbed.emulation") and not untested.empty("common.units")

@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("mininet.topo")
 
-from testbed.fabric import addressing, build_fabric  # noqa: E402
+from fabrics import addressing, build_fabric  # noqa: E402
 from testbed.mininet_topos import RoftTopo, ZCubeTopo, topos  # noqa: E402
 
 TOPO_FILE = Path(__file__).resolve().parents[2] / "testbed" / "mininet_topos.py"

@@ -1,4 +1,4 @@
-"""testbed.owned: a process is signalled only while it is provably the one recorded, a directory root writes
+"""common.owned: a process is signalled only while it is provably the one recorded, a directory root writes
 into is writable by no one else, files are written without following links, and a lifeline tells the
 fabric's processes whether the process that started them died (issue 28)."""
 
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from testbed import owned
-from testbed.errors import EnvironmentProblem
+from common import owned
+from common.errors import EnvironmentProblem
 
 PY = sys.executable
 
@@ -221,10 +221,10 @@ def test_write_private_replaces_atomically_and_never_through_a_planted_temporary
 
 
 # ------------------------------------------------------------------- lifeline
-WATCHER = "from testbed import owned; import sys; print(owned.lifeline_state({fd}, None), flush=True)"
+WATCHER = "from common import owned; import sys; print(owned.lifeline_state({fd}, None), flush=True)"
 STARTER = """
 import subprocess, sys, time
-from testbed import owned
+from common import owned
 r, w = owned.lifeline()
 child = subprocess.Popen([sys.executable, "-c", {watcher!r}.format(fd=r)], pass_fds=(r,), stdout=sys.stdout)
 print(child.pid, flush=True)

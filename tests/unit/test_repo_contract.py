@@ -13,7 +13,7 @@ from importlib import metadata
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PRODUCT = ("testbed", "controller", "traffic", "pfc")
+PRODUCT = ("testbed", "controller", "traffic", "pfc", "fabrics", "common")
 MAX_TOP_LEVEL_MODULES = 8  # testbed/ besides its packages
 MAX_LINES = 800
 

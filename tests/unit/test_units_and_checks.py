@@ -1,4 +1,4 @@
-"""testbed.units (rates, sizes, durations as text) and traffic.model._check (argument checks): every accepted
+"""common.units (rates, sizes, durations as text) and traffic.model._check (argument checks): every accepted
 spelling and the one-line refusals."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import math
 
 import pytest
 
-from testbed.errors import TestbedError
-from testbed.units import parse_rate, parse_seconds, parse_size
+from common.errors import TestbedError
+from common.units import parse_rate, parse_seconds, parse_size
 from traffic.model import _check
 from traffic.model.errors import TrafficError
 

@@ -4,7 +4,7 @@ All are ``TestbedError`` subclasses so the CLI prints them as one line and
 exits 2; the subclasses only let callers and tests tell the source apart.
 """
 
-from testbed.errors import TestbedError
+from common.errors import TestbedError
 
 
 class TrafficError(TestbedError):

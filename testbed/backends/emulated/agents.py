@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from testbed.emulation.datapath import netns_of
-from testbed.errors import EnvironmentProblem
-from testbed.fabric import addressing
-from testbed.paths import REPO, module_env
+from common.errors import EnvironmentProblem
+from common.paths import REPO, module_env
+from fabrics import addressing
+from fabrics.datapath import netns_of
 from traffic.runtime.launcher import AGENT_NICE, AGENT_PORT, START_MARGIN_S, AgentSpec
 
 AGENTS_READY_TIMEOUT_S = 60.0  # every agent listening (or connected); forked agents take ~2 s for 64 here

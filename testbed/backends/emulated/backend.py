@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from common.errors import TestbedError
+from fabrics import build_fabric
 from pfc.files import LOG_FILE, STATUS_FILE
 from testbed.backends.base import (
     CROSS_TRAFFIC,
@@ -37,8 +39,6 @@ from testbed.backends.emulated.faults import FaultScheduler
 from testbed.backends.emulated.sampler import QueueSampler
 from testbed.emulation import fabricctl
 from testbed.emulation.state import FabricState
-from testbed.errors import TestbedError
-from testbed.fabric import build_fabric
 
 PFC_FLUSH_S = 1.2  # the pause daemon flushes its log and status once a second
 

@@ -8,9 +8,9 @@ import subprocess
 import sys
 import time
 
-from testbed.emulation.datapath import netns_of
-from testbed.fabric import Fabric, addressing
-from testbed.paths import REPO, module_env
+from common.paths import REPO, module_env
+from fabrics import Fabric, addressing
+from fabrics.datapath import netns_of
 
 CROSS_PORT = 5400
 

@@ -17,8 +17,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from fabrics.failover import UNDO
 from testbed.emulation import faults
-from testbed.fabric.failover import UNDO
 
 
 @dataclass(frozen=True)

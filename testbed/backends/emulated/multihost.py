@@ -21,6 +21,10 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+from common.errors import TestbedError
+from common.paths import REPO
+from fabrics import build_fabric
+from fabrics.datapath import plan_datapath
 from testbed.backends.base import (
     Carried,
     Conditions,
@@ -40,12 +44,8 @@ from testbed.backends.emulated.agents import AgentsRun
 from testbed.backends.emulated.backend import EmulatedBackend
 from testbed.backends.emulated.multihost_serving import serve_remote
 from testbed.backends.emulated.remote_agents import local_address, run_plan_remote
-from testbed.emulation.datapath import plan_datapath
 from testbed.emulation.hosts import cluster, hostsfile
 from testbed.emulation.hosts.remote import HostProblem
-from testbed.errors import TestbedError
-from testbed.fabric import build_fabric
-from testbed.paths import REPO
 from traffic.runtime import channel
 
 CLOCK_GOAL_MS = 2.0  # the lateness goal: an offset less certain than this makes the run not fidelity-ok

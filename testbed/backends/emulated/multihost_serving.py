@@ -17,13 +17,13 @@ import socket
 import time
 from pathlib import Path
 
+from common.paths import REPO
 from testbed.backends.base import ServingOutcome, ServingTraffic
 from testbed.backends.emulated import serving
 from testbed.backends.emulated.agents import AgentsRun, agent_specs
 from testbed.backends.emulated.remote_agents import RemoteFleet, agents_dir_on, collect, local_address, stop_fleets
 from testbed.emulation.hosts import cluster
 from testbed.emulation.hosts.remote import HostProblem
-from testbed.paths import REPO
 from traffic.runtime import channel
 from traffic.runtime.launcher import AGENT_NICE
 

@@ -12,11 +12,11 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+from common.errors import EnvironmentProblem
+from common.paths import REPO
 from testbed.backends.emulated.agents import AGENTS_READY_TIMEOUT_S, AgentsRun, agent_specs, plan_orders
 from testbed.emulation.hosts import cluster
 from testbed.emulation.hosts.remote import HostProblem
-from testbed.errors import EnvironmentProblem
-from testbed.paths import REPO
 from traffic.runtime.launcher import START_MARGIN_S, STOP_TIMEOUT_S
 
 TIME_KEYS = ("start", "end", "scheduled_start", "first_byte", "last_byte", "connected", "t")

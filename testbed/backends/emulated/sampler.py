@@ -5,10 +5,10 @@ from __future__ import annotations
 import threading
 import time
 
+from common.errors import EnvironmentProblem
 from testbed.backends.base import QueueCounters, QueueInfo, Snapshot
 from testbed.emulation import fabricctl
 from testbed.emulation.state import FabricState
-from testbed.errors import EnvironmentProblem
 
 
 class QueueSampler:

@@ -14,10 +14,10 @@ import threading
 import time
 from pathlib import Path
 
+from common.errors import EnvironmentProblem
+from common.paths import REPO, module_env
 from testbed.backends.base import ServingOutcome, ServingTraffic
 from testbed.backends.emulated.agents import AGENTS_READY_TIMEOUT_S, AgentsRun, agent_specs, control_orders
-from testbed.errors import EnvironmentProblem
-from testbed.paths import REPO, module_env
 from traffic.runtime.launcher import AGENT_PORT, Fleet
 
 DRAIN_TIMEOUT_S = 30.0  # after the end, for messages in flight

@@ -13,9 +13,9 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 
+from fabrics import addressing
 from testbed.backends.ns3 import engine
 from testbed.backends.ns3.plan import Built
-from testbed.fabric import addressing
 
 DRAIN_S = 30.0  # simulated seconds after the end for messages in flight (the emulator's drain timeout)
 SAMPLES = 100  # queue samples per run (at least one a simulated second... at most this many)

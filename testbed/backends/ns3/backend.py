@@ -12,6 +12,8 @@ import dataclasses
 import time
 from pathlib import Path
 
+from common.errors import EnvironmentProblem, TestbedError
+from fabrics import build_fabric
 from testbed.backends.base import (
     Backend,
     Carried,
@@ -26,8 +28,6 @@ from testbed.backends.base import (
     ServingTraffic,
 )
 from testbed.backends.ns3 import apps, engine, pfc, plan, summarise
-from testbed.errors import EnvironmentProblem, TestbedError
-from testbed.fabric import build_fabric
 
 
 class Ns3Backend(Backend):

@@ -12,8 +12,8 @@ import importlib.util
 import time
 from pathlib import Path
 
-from testbed import scale
-from testbed.errors import EnvironmentProblem
+from common import scale
+from common.errors import EnvironmentProblem
 
 SOURCE = Path(__file__).with_name("twin.cc")
 _loaded: dict = {}

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import dataclasses
 
+from common.errors import TestbedError
+from fabrics import Fabric
 from pfc import policy
 from testbed.backends.base import LinkSettings, PauseLog
-from testbed.errors import TestbedError
-from testbed.fabric import Fabric
 
 
 @dataclasses.dataclass(frozen=True)

@@ -4,7 +4,7 @@ route of each connection from the model's forwarding tables (``route``).
 
 Routes are installed per connection (5-tuple), for its data and its ACKs, when it opens: at every switch
 the model's table gives the next hop; an ECMP group (ROFT) picks its member with the model's hash
-(``testbed.fabric.routing.ecmp_bucket``: CRC-32) of (src ip, dst ip, 6, src port, dst port, switch).
+(``fabrics.routing.ecmp_bucket``: CRC-32) of (src ip, dst ip, 6, src port, dst port, switch).
 The source port is the connection's ephemeral port, drawn from the experiment's seed (``source_port``):
 the seed is the port lottery that decides which flows collide, as the kernel's does on the emulator.
 """
@@ -15,11 +15,11 @@ import ipaddress
 import random
 from dataclasses import dataclass, field
 
+from fabrics import Fabric, addressing
+from fabrics.routing import ForwardingTables, ecmp_bucket, forwarding_tables
 from testbed.backends.base import LinkSettings, QueueInfo
 from testbed.backends.ns3 import engine
 from testbed.backends.ns3.pfc import queue_params, shared_pool
-from testbed.fabric import Fabric, addressing
-from testbed.fabric.routing import ForwardingTables, ecmp_bucket, forwarding_tables
 from traffic.runtime import wire
 
 CABLE_DELAY_S = 2e-6  # propagation and switching per cable (the emulator's is its agents' and OVS's delay)

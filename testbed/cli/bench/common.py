@@ -14,7 +14,7 @@ def log(message: str) -> None:
 
 def add_common(p, fabric_required: bool = False, logs_help: str | None = None, link: bool = True) -> None:
     """The fabric (zcube when left out, unless required), the fabric's size and links, --logs, --json."""
-    from testbed.fabric import FABRICS
+    from fabrics import FABRICS
 
     if fabric_required:
         p.add_argument("fabric", choices=FABRICS)

@@ -12,9 +12,9 @@ def cmd(args) -> int:
     import time
     from pathlib import Path
 
+    from common.paths import REPORTS
     from testbed.bench import exchange
     from testbed.experiment.schema import datapath_config, fabric_args, pfc_settings, repetition_config, resolve
-    from testbed.paths import REPORTS
 
     preflight(args)
     exp = resolve(None, sized(args)).experiment  # the default experiment's workload and links

@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 import sys
 
+from common.units import parse_rate
 from testbed.cli.bench.common import add_common, log, preflight
 from testbed.cli.options import datapath_config, fabric_kwargs
-from testbed.units import parse_rate
 
 
 def cmd(args) -> int:

@@ -18,8 +18,8 @@ def cmd(args) -> int:
     import time
     from pathlib import Path
 
+    from common.paths import REPORTS
     from testbed.bench import pfc as pfc_bench
-    from testbed.paths import REPORTS
 
     fargs = fabric_kwargs(args) | {"kind": args.fabric}
     stamp = time.strftime('%Y%m%d-%H%M%S')
@@ -78,9 +78,9 @@ def cmd_hosts(args) -> int:
     import time
     from pathlib import Path
 
+    from common.paths import REPORTS
     from testbed.bench import pfc_hosts
     from testbed.cli.bench.common import new_logs_dir
-    from testbed.paths import REPORTS
 
     new_logs_dir(args)
     fargs = fabric_kwargs(args) | {"kind": args.fabric}

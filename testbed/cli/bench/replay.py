@@ -25,9 +25,9 @@ def _check(args) -> None:
 
 
 def cmd(args) -> int:
+    from common.paths import REPORTS
     from testbed.bench import replay as replay_bench
     from testbed.cli.outputs import out_root, require_dir
-    from testbed.paths import REPORTS
 
     preflight(args, check=_check)
     levels = replay_bench.parse_levels(args.levels)

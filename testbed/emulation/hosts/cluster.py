@@ -22,13 +22,13 @@ import shlex
 import time
 from dataclasses import asdict, dataclass, field
 
-from testbed.emulation.datapath import DatapathConfig, plan_datapath
+from common.errors import EnvironmentProblem, TestbedError
+from common.paths import REPO
+from fabrics import build_fabric
+from fabrics.datapath import DatapathConfig, plan_datapath
 from testbed.emulation.hosts import hostsfile, placement, remote, tunnels
 from testbed.emulation.hosts.hostsfile import Hosts
 from testbed.emulation.hosts.remote import HostProblem, Session
-from testbed.errors import EnvironmentProblem, TestbedError
-from testbed.fabric import build_fabric
-from testbed.paths import REPO
 
 NODE_DIR = "/run/testbed-hosts"
 

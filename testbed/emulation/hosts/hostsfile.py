@@ -25,7 +25,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from testbed.errors import TestbedError
+from common.errors import TestbedError
 
 NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,15}$")
 HOSTNAME_RE = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"

@@ -33,15 +33,15 @@ import time
 from dataclasses import asdict, replace
 from pathlib import Path
 
+from common import owned
+from common.errors import EnvironmentProblem, TestbedError
+from common.paths import REPO, module_env
+from fabrics import build_fabric
+from fabrics.datapath import ALIAS, LINK_GROUP, DatapathConfig, plan_datapath
 from pfc import files as pfc_files
-from testbed import owned
 from testbed.emulation import build, fabricctl, inventory
-from testbed.emulation.datapath import ALIAS, LINK_GROUP, DatapathConfig, plan_datapath
 from testbed.emulation.hosts import placement, tunnels
 from testbed.emulation.state import Created, FabricState
-from testbed.errors import EnvironmentProblem, TestbedError
-from testbed.fabric import build_fabric
-from testbed.paths import REPO, module_env
 
 NODE_FILE = "node.json"  # this host's role and pause daemon, next to the state file
 PFCD_READY_S = 30.0
@@ -50,7 +50,7 @@ PFCD_READY_S = 30.0
 def part_of(spec: dict):
     """(fabric, whole plan, placement, this host's part) for a spec."""
     fabric = build_fabric(**spec["fabric"])
-    plan = plan_datapath(fabric, DatapathConfig(**spec["datapath"]))
+    plan = plan_datapath(fabric, DatapathConfig.from_dict(spec["datapath"]))
     where = placement.place(fabric, spec["hosts"], spec.get("anchor_port", 1))
     return fabric, plan, where, tunnels.split(plan, where, spec["host"])
 
@@ -69,7 +69,7 @@ def _new_state(spec: dict, part) -> FabricState:
     fabricctl._refuse_second_fabric()
     sdir = fabricctl._fresh_state_dir()
     fabric = build_fabric(**spec["fabric"])
-    _, limits = fabricctl._pfc_queue_limits(fabric, DatapathConfig(**spec["datapath"]), _pfc_config(spec))
+    _, limits = fabricctl.pfc_with_limits(fabric, DatapathConfig.from_dict(spec["datapath"]), _pfc_config(spec))
     mine = {q.qid for q in part.plan.queues}
     return FabricState(fabric=dict(spec["fabric"]), config=dict(spec["datapath"]), created=Created(),
                        queues=[asdict(q) for q in part.plan.queues], state_dir=str(sdir), pfc=dict(spec["pfc"]),
@@ -82,8 +82,7 @@ def _pfc_config(spec: dict):
         return None
     from pfc import policy as pfc_policy
 
-    return pfc_policy.PfcConfig(**{k: v for k, v in spec["pfc"].items()
-                                   if k in pfc_policy.PfcConfig.__dataclass_fields__})
+    return pfc_policy.PfcConfig.from_dict(spec["pfc"])
 
 
 def do_controller(spec: dict) -> dict:
@@ -173,14 +172,17 @@ def make_tunnels(part, addresses: dict[str, str], spec: dict, created: Created) 
 def start_pfcd(st: FabricState, fabric, spec: dict, part) -> dict:
     """This host's pause daemon, on its own queues, started as the controller would (same arguments, so
     ``clean`` knows it); returns its pid once it is ready."""
-    from controller import pfc_launch
+    from pfc import policy as pfc_policy
+    from pfc.files import POLICY_FILE
+    from pfc.launch import pfcd_args
 
     sdir = st.directory
-    whole = pfc_launch.daemon_policy(fabric, spec["datapath"], spec["pfc"], str(sdir))
+    whole = pfc_policy.daemon_policy(fabric, DatapathConfig.from_dict(spec["datapath"]),
+                                     pfc_policy.PfcConfig.from_dict(spec["pfc"]), str(sdir))
     doc = tunnels.pfc_policy_for(whole, part)
-    owned.write_private(sdir / pfc_launch.POLICY_FILE, json.dumps(doc, indent=1))
+    owned.write_private(sdir / POLICY_FILE, json.dumps(doc, indent=1))
     with owned.open_private(sdir / "pfcd.log", "ab") as log:
-        proc = subprocess.Popen([sys.executable, *pfc_launch.pfcd_args(sdir)], stdout=log, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen([sys.executable, *pfcd_args(sdir)], stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, cwd=REPO, env=module_env(), start_new_session=True)
     _write_node(st, {"pfcd": {"pid": proc.pid, "start": owned.start_time(proc.pid)}})
     status = sdir / pfc_files.STATUS_FILE

@@ -28,8 +28,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from testbed.errors import TestbedError
-from testbed.fabric.topology import Cable, Fabric
+from common.errors import TestbedError
+from fabrics.topology import Cable, Fabric
 
 
 @dataclass

@@ -43,9 +43,9 @@ import subprocess
 import time
 from pathlib import Path
 
+from common.errors import EnvironmentProblem, TestbedError
+from common.paths import REPO
 from testbed.emulation.hosts import hostsfile
-from testbed.errors import EnvironmentProblem, TestbedError
-from testbed.paths import REPO
 
 NETNS_PREFIX = "tb-ph"
 BRIDGE = "tbu-br"
@@ -188,7 +188,7 @@ def _make_up(state: dict, net, count: int, mtu: int, log) -> None:
     (base / "known_hosts").write_text("".join(known))
     import sys
 
-    from testbed.paths import REPO
+    from common.paths import REPO
 
     # same file system: the project and its interpreter are where they are here
     rows = [{"name": h["name"], "address": h["address"], "user": "root", "key": str(key),

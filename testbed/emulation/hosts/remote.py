@@ -15,12 +15,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from common.errors import EnvironmentProblem
+from common.paths import REPO
 from testbed.emulation.hosts.hostsfile import Host, Hosts
-from testbed.errors import EnvironmentProblem
-from testbed.paths import REPO
 
 CONNECT_TIMEOUT_S = 10
-SOURCE_PACKAGES = ("testbed", "controller", "traffic", "pfc")
+SOURCE_PACKAGES = ("testbed", "controller", "traffic", "pfc", "fabrics", "common")
 
 
 class HostProblem(EnvironmentProblem):

@@ -30,11 +30,11 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, field
 
-from testbed.emulation.datapath import DatapathPlan
+from common.errors import TestbedError
+from fabrics import addressing
+from fabrics.datapath import DatapathPlan
+from fabrics.topology import Cable
 from testbed.emulation.hosts.placement import Placement
-from testbed.errors import TestbedError
-from testbed.fabric import addressing
-from testbed.fabric.topology import Cable
 
 # outer IPv4 (20) + encapsulation + the inner Ethernet header (14)
 OVERHEAD = {"gretap": 20 + 4 + 4 + 14, "vxlan": 20 + 8 + 8 + 14}  # GRE with key: 8; UDP 8 + VXLAN 8
@@ -185,7 +185,7 @@ def _qid_of(end: tuple[str, int]) -> str:
 
 
 def pfc_policy_for(policy: dict, part: HostPart, state_dir: str | None = None) -> dict:
-    """One host's pause-daemon policy from the whole fabric's (``controller.pfc_launch.daemon_policy``):
+    """One host's pause-daemon policy from the whole fabric's (``pfc.policy.daemon_policy``):
     its own queues; for each feeder of its watched queues that is on another host, the tunnel here
     its PFC frames go into (``remote_feeders``); for each tunnel here, the transmitter a frame arriving
     on it pauses (``pause_rx``). Log and status files go to ``state_dir`` (default: as given)."""

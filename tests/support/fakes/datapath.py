@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable
 
 from controller.rules import FlowSpec, GroupSpec, SwitchProgram
 from controller.session import FabricSessions, FlowStat
-from testbed.fabric import Fabric
+from fabrics import Fabric
 from tests.support.fakes.flow_table import FakeFlowTable
 
 

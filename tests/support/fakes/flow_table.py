@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from controller.rules import FAST_FAILOVER, FlowSpec, SwitchProgram
-from testbed.fabric.routing import ecmp_bucket
+from fabrics.routing import ecmp_bucket
 
 
 class FakeFlowTable:

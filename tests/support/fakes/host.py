@@ -10,7 +10,7 @@ import subprocess
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
-from testbed.emulation.datapath import ALIAS, LINK_GROUP
+from fabrics.datapath import ALIAS, LINK_GROUP
 
 
 class _Link(dict):

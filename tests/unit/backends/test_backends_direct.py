@@ -10,13 +10,13 @@ import sys
 
 import pytest
 
+from common.errors import TestbedError
+from fabrics.datapath import DatapathConfig
 from testbed.backends import base, ideal
 from testbed.backends.emulated import backend as emulated
 from testbed.backends.emulated import cross, serving
 from testbed.emulation import fabricctl
-from testbed.emulation.datapath import DatapathConfig
 from testbed.emulation.state import FabricState
-from testbed.errors import TestbedError
 
 SPEC = base.FabricSpec({"kind": "zcube", "gpus": 16, "gpus_per_switch": 8}, DatapathConfig())
 PLAN = {"id": 7, "request_id": 3, "src": "gpu1", "dst": "gpu9", "src_ip": "10.1.0.1", "dst_ip": "10.2.0.9",

@@ -9,14 +9,14 @@ import json
 
 import pytest
 
+from common.errors import TestbedError
+from common.paths import AZURE_TRACE
+from fabrics import build_fabric
+from fabrics.datapath import DatapathConfig
 from testbed import backends
 from testbed.backends.base import Conditions, FabricSpec, PlannedTraffic
 from testbed.cli import main
-from testbed.emulation.datapath import DatapathConfig
-from testbed.errors import TestbedError
 from testbed.experiment.schema import EXAMPLES_DIR, fabric_args, repetition_config, validate
-from testbed.fabric import build_fabric
-from testbed.paths import AZURE_TRACE
 from testbed.repetition.orchestrate import run_repetition
 
 

@@ -8,13 +8,13 @@ import dataclasses
 
 import pytest
 
+from common.errors import TestbedError
+from fabrics import addressing, build_fabric
+from fabrics.datapath import DatapathConfig
 from pfc import analysis
 from pfc.policy import PfcConfig
 from testbed.backends.base import LinkSettings
 from testbed.backends.ns3 import apps, engine, pfc, plan, summarise
-from testbed.emulation.datapath import DatapathConfig
-from testbed.errors import TestbedError
-from testbed.fabric import addressing, build_fabric
 
 FRAME = 3014
 LINK = LinkSettings.of(DatapathConfig(buffer_bytes=4 * FRAME).validate(), 200e9)

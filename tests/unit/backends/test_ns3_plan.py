@@ -8,13 +8,13 @@ import contextlib
 
 import pytest
 
+from fabrics import build_fabric
+from fabrics.datapath import DatapathConfig
+from fabrics.routing import forwarding_tables, select_ports, walk
 from pfc import policy
 from pfc.policy import PfcConfig
 from testbed.backends.base import LinkSettings
 from testbed.backends.ns3 import engine, pfc, plan
-from testbed.emulation.datapath import DatapathConfig
-from testbed.fabric import build_fabric
-from testbed.fabric.routing import forwarding_tables, select_ports, walk
 
 LINK = LinkSettings.of(DatapathConfig().validate(), 200e9)
 

@@ -8,13 +8,13 @@ import json
 
 import pytest
 
+from common.errors import TestbedError
+from common.paths import AZURE_TRACE
+from fabrics.datapath import DatapathConfig
 from testbed import backends
 from testbed.backends.base import Conditions, PlannedTraffic
 from testbed.backends.ns3.backend import Ns3Backend
-from testbed.emulation.datapath import DatapathConfig
-from testbed.errors import TestbedError
 from testbed.experiment.schema import fabric_args, pfc_settings, repetition_config, validate
-from testbed.paths import AZURE_TRACE
 from testbed.repetition.orchestrate import run_repetition
 
 

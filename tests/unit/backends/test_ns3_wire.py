@@ -4,11 +4,11 @@ so a link counts the bytes the emulator's links count. Two 100-byte messages on 
 
 from __future__ import annotations
 
+from common.scale import HEADER_BYTES
+from fabrics import addressing, build_fabric
+from fabrics.datapath import DatapathConfig
 from testbed.backends.base import LinkSettings
 from testbed.backends.ns3 import apps, engine, plan, summarise
-from testbed.emulation.datapath import DatapathConfig
-from testbed.fabric import addressing, build_fabric
-from testbed.scale import HEADER_BYTES
 from traffic.runtime import wire
 
 LINK = LinkSettings.of(DatapathConfig().validate(), 200e9)

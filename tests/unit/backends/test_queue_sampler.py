@@ -9,11 +9,11 @@ import time
 
 import pytest
 
+from fabrics import build_fabric
 from testbed.backends.base import LinkSettings
 from testbed.backends.emulated import sampler
 from testbed.emulation import fabricctl
 from testbed.emulation.state import FabricState
-from testbed.fabric import build_fabric
 
 ST = FabricState(queues=[{"qid": "spine2:1", "kind": "switch", "towards": "leaf1"},
                          {"qid": "gpu1:p1", "kind": "nic", "towards": "leaf1"}])

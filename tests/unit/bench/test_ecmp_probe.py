@@ -4,9 +4,9 @@ import random
 import socket
 import struct
 
+from fabrics import build_fabric
+from fabrics.routing import forwarding_tables, walk
 from testbed.bench import ecmp_probe
-from testbed.fabric import build_fabric
-from testbed.fabric.routing import forwarding_tables, walk
 
 
 def test_rst_segment_checksum_verifies_and_sets_only_rst():

@@ -1,7 +1,7 @@
 """bench exchange's plan and figures, without a fabric."""
 
+from fabrics import build_fabric
 from testbed.bench import exchange as ex
-from testbed.fabric import build_fabric
 from traffic.model.serving import Message
 
 

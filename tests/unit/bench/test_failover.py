@@ -2,6 +2,8 @@
 
 import pytest
 
+from fabrics import build_fabric
+from fabrics.routing import forwarding_tables, walk
 from testbed.bench.failover import (
     cables_crossed,
     cables_to_cut,
@@ -14,8 +16,6 @@ from testbed.bench.failover import (
     restart_effect,
     summarise,
 )
-from testbed.fabric import build_fabric
-from testbed.fabric.routing import forwarding_tables, walk
 
 
 def stream(lo, hi, every=2, delay=3.0, seq0=0):

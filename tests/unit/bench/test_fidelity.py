@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from fabrics import build_fabric
 from testbed.bench import fidelity
-from testbed.fabric import build_fabric
 
 Z16 = build_fabric("zcube", gpus=16, gpus_per_switch=8)
 

@@ -2,10 +2,10 @@
 
 import pytest
 
+from common.errors import TestbedError
+from fabrics import build_fabric
 from pfc import analysis
 from testbed.bench import pfc
-from testbed.errors import TestbedError
-from testbed.fabric import build_fabric
 
 
 @pytest.mark.parametrize("kind,n,count", [("zcube", 16, 6), ("zcube", 32, 8), ("roft", 32, 8)])

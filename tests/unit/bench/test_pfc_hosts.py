@@ -4,10 +4,10 @@ from collections import Counter
 
 import pytest
 
+from common.errors import TestbedError
+from fabrics import addressing, build_fabric
 from testbed.bench import pfc_hosts
 from testbed.emulation.hosts import placement
-from testbed.errors import TestbedError
-from testbed.fabric import addressing, build_fabric
 from traffic.runtime import records
 
 

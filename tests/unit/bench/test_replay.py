@@ -4,8 +4,8 @@ import json
 
 import pytest
 
+from common.errors import TestbedError
 from testbed.bench import replay as bench
-from testbed.errors import TestbedError
 
 HEADER = "id,request_id,src,dst,src_ip,dst_ip,bytes,received_bytes,scheduled_start,start,first_byte,end,sender_end," \
          "verified,error\n"

@@ -8,10 +8,10 @@ import json
 
 import pytest
 
+from common.errors import TestbedError
 from testbed.cli import build_parser, options
 from testbed.cli.bench import exchange, failover, fidelity, pfc, replay
 from testbed.emulation import fabricctl
-from testbed.errors import TestbedError
 
 
 @pytest.fixture(autouse=True)

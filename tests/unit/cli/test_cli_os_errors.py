@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from common.errors import TestbedError
 from testbed.cli import main, outputs
-from testbed.errors import TestbedError
 from testbed.experiment import run
 from testbed.experiment.schema import EXAMPLES_DIR
 
@@ -140,7 +140,7 @@ def test_plan_graph_on_a_full_device(capsys, tmp_path):
 
 
 def test_plan_graph_on_a_full_disk_png(capsys, tmp_path, monkeypatch):
-    from testbed.fabric import draw as draw_module
+    from fabrics import draw as draw_module
 
     def full_disk(fabric, out):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))

@@ -4,9 +4,9 @@ import sys
 
 import pytest
 
+from fabrics import build_fabric
+from fabrics.cost import cost_of, cost_table
 from testbed.cli import main
-from testbed.fabric import build_fabric
-from testbed.fabric.cost import cost_of, cost_table
 
 
 def test_cost_counts_at_n32():

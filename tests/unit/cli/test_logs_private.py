@@ -8,11 +8,11 @@ from argparse import Namespace
 
 import pytest
 
-from testbed import owned
+from common import owned
+from common.errors import TestbedError
 from testbed.cli import outputs
 from testbed.cli.bench import common
 from testbed.cli.bench import replay as replay_verb
-from testbed.errors import TestbedError
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from testbed.paths import REPO
+from common.paths import REPO
 
 VERB = """
 import argparse, os, signal, sys, time

@@ -7,12 +7,12 @@ import subprocess
 import sys
 from argparse import Namespace
 
+from common.paths import REPO
 from testbed.cli import fabric as fabric_verbs
 from testbed.cli import plan as plan_verbs
 from testbed.cli import report as report_verbs
 from testbed.emulation import fabricctl
 from testbed.emulation.state import FabricState
-from testbed.paths import REPO
 
 
 def test_cost_table_counts_by_hand(capsys):

@@ -15,7 +15,7 @@ from os_ken.ofproto import ofproto_v1_3_parser as parser
 
 from controller.oskenswitch import OsKenSwitch, flow_stats, group_specs, port_live, port_states
 from controller.rules import FAST_FAILOVER, GroupSpec
-from testbed.fabric import build_fabric
+from fabrics import build_fabric
 from tests.support.programs import fabric_programs
 
 

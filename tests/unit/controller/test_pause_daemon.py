@@ -1,17 +1,15 @@
 """The pause daemon's parts that need no kernel: its configuration, netlink sockets and loop gaps."""
 
-from dataclasses import asdict
-
 import pytest
 
-from controller import pfc_launch
+from fabrics import build_fabric
+from fabrics.datapath import DatapathConfig
 from pfc import bpfmaps, pfcd
-from testbed.emulation.datapath import DatapathConfig
-from testbed.fabric import build_fabric
+from pfc.policy import PfcConfig, daemon_policy
 
 
 def _policy(kind: str, pfc: dict, **kwargs) -> dict:
-    return pfc_launch.daemon_policy(build_fabric(kind, **kwargs), asdict(DatapathConfig()), pfc, "/tmp/state")
+    return daemon_policy(build_fabric(kind, **kwargs), DatapathConfig(), PfcConfig.from_dict(pfc), "/tmp/state")
 
 
 def test_config_rows_watched_queues_and_windows():

@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from common import owned
+from common.paths import REPO
 from controller import pause_daemon, pfc_launch
-from testbed import owned
-from testbed.paths import REPO
+from pfc import launch
 
 LOG = logging.getLogger("test-pause-daemon")
 
@@ -60,17 +61,17 @@ def started():
 
 def test_pfcds_command_line_is_exact():
     sdir = "/run/zcube-testbed"
-    assert pfc_launch.pfcd_args(sdir) == ["-m", "pfc.pfcd", "--policy", "/run/zcube-testbed/pfc_policy.json"]
-    assert pfc_launch.pfcd_args(sdir, 7)[-2:] == ["--lifeline-fd", "7"]
+    assert launch.pfcd_args(sdir) == ["-m", "pfc.pfcd", "--policy", "/run/zcube-testbed/pfc_policy.json"]
+    assert launch.pfcd_args(sdir, 7)[-2:] == ["--lifeline-fd", "7"]
     py = sys.executable
-    assert pfc_launch.is_pfcd([py, *pfc_launch.pfcd_args(sdir)], sdir)
-    assert pfc_launch.is_pfcd([py, *pfc_launch.pfcd_args(sdir, 12)], sdir)
-    assert not pfc_launch.is_pfcd([py, *pfc_launch.pfcd_args(sdir), "--extra"], sdir)
-    assert not pfc_launch.is_pfcd([py, *pfc_launch.pfcd_args(sdir)[:-2], "--lifeline-fd", "x"], sdir)
-    assert not pfc_launch.is_pfcd([py, *pfc_launch.pfcd_args("/elsewhere")], sdir)
-    assert not pfc_launch.is_pfcd(["/bin/sh", *pfc_launch.pfcd_args(sdir)], sdir)  # not an interpreter
+    assert launch.is_pfcd([py, *launch.pfcd_args(sdir)], sdir)
+    assert launch.is_pfcd([py, *launch.pfcd_args(sdir, 12)], sdir)
+    assert not launch.is_pfcd([py, *launch.pfcd_args(sdir), "--extra"], sdir)
+    assert not launch.is_pfcd([py, *launch.pfcd_args(sdir)[:-2], "--lifeline-fd", "x"], sdir)
+    assert not launch.is_pfcd([py, *launch.pfcd_args("/elsewhere")], sdir)
+    assert not launch.is_pfcd(["/bin/sh", *launch.pfcd_args(sdir)], sdir)  # not an interpreter
     # the old adoption test: any process whose arguments contain the module and the policy path
-    assert not pfc_launch.is_pfcd([py, "-c", "pass", "pfc.pfcd", "/run/zcube-testbed/pfc_policy.json"], sdir)
+    assert not launch.is_pfcd([py, "-c", "pass", "pfc.pfcd", "/run/zcube-testbed/pfc_policy.json"], sdir)
 
 
 def test_a_decoy_naming_the_module_and_the_policy_is_not_adopted_and_the_real_one_starts(tmp_path, started):
@@ -90,7 +91,7 @@ def test_a_decoy_naming_the_module_and_the_policy_is_not_adopted_and_the_real_on
 
 def test_a_decoy_with_the_exact_arguments_but_another_checkout_is_not_adopted(tmp_path, started):
     folder = _decoy_module(tmp_path)
-    decoy = _running([sys.executable, *pfc_launch.pfcd_args(tmp_path)], folder)
+    decoy = _running([sys.executable, *launch.pfcd_args(tmp_path)], folder)
     try:
         info = owned.proc_info(decoy.pid)
         assert info.argv[1:] == ("-m", "pfc.pfcd", "--policy", str(tmp_path / "pfc_policy.json"))
@@ -107,7 +108,7 @@ def test_a_daemon_of_ours_is_adopted_once_and_reported_with_its_start_time(tmp_p
     started again. Its stand-in runs the decoy module from REPO's place on the path, as the real one would."""
     folder = _decoy_module(tmp_path)
     monkeypatch.setattr(pause_daemon, "REPO", folder)  # 'this checkout' is where the stand-in runs from
-    real = _running([sys.executable, *pfc_launch.pfcd_args(tmp_path, 9)], folder)
+    real = _running([sys.executable, *launch.pfcd_args(tmp_path, 9)], folder)
     try:
         found = pause_daemon.running_daemon(str(tmp_path))
         assert found is not None and found.pid == real.pid
@@ -168,7 +169,7 @@ def test_start_passes_the_lifeline_on_and_writes_without_following_links(tmp_pat
     victim.write_text("keep")
     (tmp_path / "pfc_policy.json").symlink_to(victim)
     monkeypatch.setattr(pfc_launch.subprocess, "Popen", FakePopen)
-    monkeypatch.setattr(pfc_launch, "daemon_policy", lambda *a: {"queues": {}})
+    monkeypatch.setattr(pfc_launch.pfc_policy, "daemon_policy", lambda *a: {"queues": {}})
     monkeypatch.setattr(pfc_launch, "LIFELINE_FD", 11)
     pfc_launch.start(None, {"state_dir": str(tmp_path), "datapath": {}, "pfc": {}})
     assert seen == {"argv": [sys.executable, "-m", "pfc.pfcd", "--policy", str(tmp_path / "pfc_policy.json"),

@@ -19,9 +19,9 @@ from controller.rules import (
     SELECT,
     GroupSpec,
 )
-from testbed.fabric import addressing, build_fabric
-from testbed.fabric.failover import Dead
-from testbed.fabric.routing import forwarding_tables, walk
+from fabrics import addressing, build_fabric
+from fabrics.failover import Dead
+from fabrics.routing import forwarding_tables, walk
 from tests.support.fakes.flow_table import FakeFlowTable
 from tests.support.programs import fabric_programs
 
@@ -232,8 +232,8 @@ def test_controller_only_failover_has_no_watched_buckets_and_repairs_by_flow():
     """``watch=False``: ROFT's select groups do not watch their ports; ZCube's parallel cables are plain
     outputs, and the repaired program points the dead cable's destinations at the next live sibling."""
     from controller.rules import switch_program
-    from testbed.fabric import build_fabric
-    from testbed.fabric.failover import Dead
+    from fabrics import build_fabric
+    from fabrics.failover import Dead
 
     roft = build_fabric("roft", gpus=16, gpus_per_switch=8)
     leaf = next(s for s in roft.switches if roft.switches[s].role == "leaf")

@@ -15,7 +15,7 @@ import pytest
 
 from controller.rules import ETH_IPV4, FAST_FAILOVER, PRIO_MISS, PRIO_ROUTE, FlowSpec, GroupSpec
 from controller.session import RESYNC_HOLD_S, FabricSessions, changes
-from testbed.fabric import addressing
+from fabrics import addressing
 from tests.support.fakes.datapath import FakeDatapath, FakeFabric
 from tests.support.fakes.flow_table import FakeFlowTable
 from tests.support.programs import fabric_programs

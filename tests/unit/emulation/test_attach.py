@@ -7,14 +7,14 @@ import pytest
 
 pytest.importorskip("mininet.cli")
 
+from fabrics import addressing, build_fabric  # noqa: E402
+from fabrics.datapath import RX_OFPORT, netns_of  # noqa: E402
 from testbed.cli import build_parser, main  # noqa: E402
 from testbed.emulation import (  # noqa: E402
     attach,
     fabricctl,
     netns,  # noqa: E402
 )
-from testbed.emulation.datapath import RX_OFPORT, netns_of  # noqa: E402
-from testbed.fabric import addressing, build_fabric  # noqa: E402
 
 
 @pytest.mark.parametrize("kind,kwargs", [("zcube", {"gpus": 32, "gpus_per_switch": 8}), ("roft", {"gpus": 32}),

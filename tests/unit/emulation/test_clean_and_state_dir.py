@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from testbed import owned
+from common import owned
+from common.errors import EnvironmentProblem, TestbedError
+from common.paths import REPO
 from testbed.cli import main
 from testbed.emulation import fabricctl, inventory, sweep
-from testbed.errors import EnvironmentProblem, TestbedError
-from testbed.paths import REPO
 
 
 @pytest.fixture

@@ -5,10 +5,10 @@ from dataclasses import asdict
 
 import pytest
 
+from fabrics import build_fabric
+from fabrics.datapath import DatapathConfig, plan_datapath
 from pfc.policy import PfcConfig
-from testbed.emulation.datapath import DatapathConfig, plan_datapath
 from testbed.emulation.state import Created, FabricState
-from testbed.fabric import build_fabric
 
 FABRIC = {"kind": "zcube", "gpus": 16, "gpus_per_switch": 8, "cables": 4}
 

@@ -11,10 +11,10 @@ from argparse import Namespace
 
 import pytest
 
+from common.errors import EnvironmentProblem, TestbedError
 from testbed.cli import fault as fault_verb
 from testbed.emulation import fabricctl, faults
 from testbed.emulation.state import FabricState
-from testbed.errors import EnvironmentProblem, TestbedError
 
 FABRIC = {"kind": "zcube", "gpus": 16, "gpus_per_switch": 8, "cables": 4}
 

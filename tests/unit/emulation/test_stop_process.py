@@ -13,10 +13,10 @@ import sys
 
 import pytest
 
-from testbed import owned
+from common import owned
+from common.paths import REPO
 from testbed.emulation import fabricctl, inventory
 from testbed.emulation.state import FabricState
-from testbed.paths import REPO
 
 FABRIC = {"kind": "zcube", "gpus": 16, "gpus_per_switch": 8, "cables": 4}
 

@@ -10,10 +10,10 @@ import sys
 
 import pytest
 
-from testbed import owned
+from common import owned
+from common.errors import EnvironmentProblem
 from testbed.emulation import build, fabricctl
 from testbed.emulation.state import Created
-from testbed.errors import EnvironmentProblem
 from tests.support.fakes.host import FakeHost
 
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from testbed.errors import TestbedError
+from common.errors import TestbedError
 from testbed.experiment import calibrate
 
 

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
+from common.errors import TestbedError
 from testbed.cli import build_parser
 from testbed.cli import crosscheck as crosscheck_verb
-from testbed.errors import TestbedError
 from testbed.experiment import crosscheck
 
 

@@ -11,9 +11,10 @@ import jsonschema
 import pytest
 import yaml
 
+from common.errors import TestbedError
+from common.paths import DEFAULT_TRACE
 from testbed.cli import build_parser
 from testbed.cli.run import overrides_from_args
-from testbed.errors import TestbedError
 from testbed.experiment.schema import (
     EXAMPLES_DIR,
     SCHEMA_PATH,
@@ -28,7 +29,6 @@ from testbed.experiment.schema import (
     schema_text,
     validate,
 )
-from testbed.paths import DEFAULT_TRACE
 
 EXAMPLES = sorted(EXAMPLES_DIR.glob("*.yaml"))
 

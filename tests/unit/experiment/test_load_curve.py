@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from testbed.errors import TestbedError
+from common.errors import TestbedError
 from testbed.experiment import load_curve, run, sweep
 from testbed.experiment.schema import EXAMPLES_DIR, Override, resolve
 from testbed.report import build_report

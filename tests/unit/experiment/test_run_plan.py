@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from common.errors import EnvironmentProblem, TestbedError
 from testbed.cli import main
-from testbed.errors import EnvironmentProblem, TestbedError
 from testbed.experiment import run, sweep
 from testbed.experiment.schema import EXAMPLES_DIR, Override, resolve, validate
 

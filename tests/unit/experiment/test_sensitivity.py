@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from common.errors import TestbedError
+from common.paths import AZURE_TRACE
 from testbed.cli import main
-from testbed.errors import TestbedError
 from testbed.experiment import sensitivity as S
 from testbed.experiment.schema import EXAMPLES_DIR, Override
-from testbed.paths import AZURE_TRACE
 from traffic.model import placement
 
 SMALL = {"name": "sens16", "backend": "ideal", "gpus": 16, "gpus_per_switch": 4, "gpus_per_server": 4,

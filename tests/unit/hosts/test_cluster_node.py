@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from common.errors import EnvironmentProblem, TestbedError
+from fabrics.datapath import DatapathConfig
 from testbed.backends.base import Conditions
 from testbed.backends.emulated import multihost, multihost_serving, remote_agents
-from testbed.emulation.datapath import DatapathConfig
 from testbed.emulation.hosts import cluster, hostsfile, node, remote
-from testbed.errors import EnvironmentProblem, TestbedError
 from testbed.repetition import writeup
 
 

@@ -8,10 +8,10 @@ from argparse import Namespace
 
 import pytest
 
+from common.errors import TestbedError
+from fabrics import build_fabric
 from testbed.cli import hosts as verb
 from testbed.emulation.hosts import pseudo, remote
-from testbed.errors import TestbedError
-from testbed.fabric import build_fabric
 
 HOSTS = ("hosts:\n  - {name: ph1, address: 10.250.0.1, user: root, key: k}\n"
          "  - {name: ph2, address: 10.250.0.2, user: root, key: k}\n")

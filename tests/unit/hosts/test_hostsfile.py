@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from common.errors import TestbedError
 from testbed.emulation.hosts import hostsfile
-from testbed.errors import TestbedError
 
 GOOD = """\
 hosts:

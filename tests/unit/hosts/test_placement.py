@@ -7,9 +7,9 @@ import itertools
 
 import pytest
 
+from common.errors import TestbedError
+from fabrics import build_fabric
 from testbed.emulation.hosts import placement as P
-from testbed.errors import TestbedError
-from testbed.fabric import build_fabric
 
 
 def _brute_min(fabric, port=1) -> int:

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from common.errors import TestbedError
 from testbed.cli import main
 from testbed.emulation.hosts import pseudo, remote
 from testbed.emulation.hosts.hostsfile import Host
-from testbed.errors import TestbedError
 
 
 @pytest.mark.parametrize("kw,msg", [

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from testbed.emulation.datapath import plan_datapath
+from common.errors import TestbedError
+from fabrics import build_fabric
+from fabrics.datapath import plan_datapath
 from testbed.emulation.hosts import placement as P
 from testbed.emulation.hosts import tunnels as T
-from testbed.errors import TestbedError
-from testbed.fabric import build_fabric
 
 
 @pytest.fixture(scope="module")
@@ -107,11 +107,11 @@ def test_underlay_of_reads_ip_json():
 
 
 def test_pfc_policy_per_host_sends_remote_feeders_through_their_cable(zcube32):
-    from controller import pfc_launch
+    from fabrics.datapath import DatapathConfig
+    from pfc.policy import PfcConfig, daemon_policy
 
     f, p, plan, parts = zcube32
-    whole = pfc_launch.daemon_policy(f, {"rate_bps": 3e6, "mtu": 3000, "buffer_bytes": 60000}, {"enabled": True},
-                                     "/run/x")
+    whole = daemon_policy(f, DatapathConfig(rate_bps=3e6, mtu=3000, buffer_bytes=60000), PfcConfig(), "/run/x")
     pol = {h: T.pfc_policy_for(whole, part) for h, part in parts.items()}
     assert sorted(pol["ph1"]["queues"]) + sorted(pol["ph2"]["queues"]) != []
     assert set(pol["ph1"]["queues"]).isdisjoint(pol["ph2"]["queues"])

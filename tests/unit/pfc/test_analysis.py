@@ -6,6 +6,8 @@ import time
 
 import pytest
 
+from common.errors import TestbedError
+from fabrics import addressing, build_fabric
 from pfc.analysis import (
     PORT_STATS_COLUMNS,
     PauseEvent,
@@ -17,8 +19,6 @@ from pfc.analysis import (
     write_port_stats_csv,
 )
 from pfc.policy import feeders, tables_of
-from testbed.errors import TestbedError
-from testbed.fabric import addressing, build_fabric
 
 S = 1_000_000_000  # ns per second
 T0 = 1_700_000_000 * S

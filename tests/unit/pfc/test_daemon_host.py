@@ -8,18 +8,16 @@ import os
 
 import pytest
 
-from controller import pfc_launch
+from common.errors import EnvironmentProblem
+from fabrics import build_fabric
+from fabrics.datapath import DatapathConfig
 from pfc import daemon_host, files
-from testbed.emulation.datapath import DatapathConfig
-from testbed.errors import EnvironmentProblem
-from testbed.fabric import build_fabric
+from pfc.policy import PfcConfig, daemon_policy
 
 
 def test_the_policy_names_the_daemons_files_in_the_state_directory():
-    from dataclasses import asdict
-
-    doc = pfc_launch.daemon_policy(build_fabric("zcube", gpus=16, gpus_per_switch=8), asdict(DatapathConfig()),
-                                   {"enabled": True}, "/run/zcube-testbed")
+    doc = daemon_policy(build_fabric("zcube", gpus=16, gpus_per_switch=8), DatapathConfig(), PfcConfig(),
+                        "/run/zcube-testbed")
     assert (doc["log"], doc["status"]) == ("/run/zcube-testbed/pfc.txt", "/run/zcube-testbed/pfc_status.json")
     assert len({files.POLICY_FILE, files.STATUS_FILE, files.LOG_FILE, files.LATENCY_FILE, files.GAPS_FILE}) == 5
 

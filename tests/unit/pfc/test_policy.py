@@ -5,6 +5,9 @@ import json
 
 import pytest
 
+from common.errors import TestbedError
+from fabrics import addressing, build_fabric
+from fabrics.routing import egress_port_for, forwarding_tables, walk
 from pfc.policy import (
     PfcConfig,
     feeders,
@@ -14,9 +17,6 @@ from pfc.policy import (
     resolve,
     thresholds,
 )
-from testbed.errors import TestbedError
-from testbed.fabric import addressing, build_fabric
-from testbed.fabric.routing import egress_port_for, forwarding_tables, walk
 
 FABRICS = {
     "zcube16": ("zcube", {"gpus": 16, "gpus_per_switch": 8}),

@@ -6,10 +6,10 @@ from __future__ import annotations
 import io
 import json
 
-from testbed import scale
+from common import scale
+from fabrics import addressing, build_fabric
+from fabrics.describe import path_json
 from testbed.bench import exchange as ex
-from testbed.fabric import addressing, build_fabric
-from testbed.fabric.describe import path_json
 from testbed.repetition.replay import prepare
 from tests.support.settings import repetition
 from tests.unit.traffic.runtime.test_coordinator import config

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pydantic
 import pytest
 
-from testbed.paths import DEFAULT_TRACE
+from common.paths import DEFAULT_TRACE
 from testbed.repetition import driver, settings
 from testbed.repetition.config import RepetitionConfig
 

@@ -24,9 +24,9 @@ import json
 
 import pytest
 
-from testbed.emulation.datapath import plan_datapath
-from testbed.errors import TestbedError
-from testbed.fabric import build_fabric
+from common.errors import TestbedError
+from fabrics import build_fabric
+from fabrics.datapath import plan_datapath
 from testbed.repetition import link_traffic as lt
 from testbed.report import build_report, hot_links
 from testbed.report.load import load_experiment

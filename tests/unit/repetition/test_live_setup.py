@@ -2,8 +2,8 @@
 
 import pytest
 
-from testbed.fabric import build_fabric
-from testbed.paths import AZURE_TRACE
+from common.paths import AZURE_TRACE
+from fabrics import build_fabric
 from testbed.repetition import live, live_summary
 from tests.support.settings import repetition
 from traffic.runtime import coordinator

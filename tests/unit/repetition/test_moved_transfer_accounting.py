@@ -3,7 +3,7 @@ the links of the pair it was sent over, not the planned ones."""
 
 from __future__ import annotations
 
-from testbed.fabric import build_fabric
+from fabrics import build_fabric
 from testbed.repetition import invariants as inv
 from testbed.repetition import link_traffic as lt
 from traffic.runtime.records import sent_pair

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from testbed import scale
-from testbed.errors import TestbedError
+from common import scale
+from common.errors import TestbedError
 from testbed.repetition.replay import prepare
 from tests.support.settings import repetition
 

@@ -9,6 +9,8 @@ import dataclasses
 
 import pytest
 
+from fabrics import build_fabric
+from fabrics.datapath import DatapathConfig
 from testbed.backends.base import (
     Carried,
     FabricRecord,
@@ -18,8 +20,6 @@ from testbed.backends.base import (
     QueueCounters,
     QueueInfo,
 )
-from testbed.emulation.datapath import DatapathConfig
-from testbed.fabric import build_fabric
 from testbed.repetition import link_traffic
 from testbed.repetition.replay import PlannedDriver, prepare
 from testbed.repetition.writeup import write_up

@@ -12,8 +12,8 @@ import statistics
 import pandas as pd
 import pytest
 
+from common.errors import TestbedError
 from testbed.cli import main
-from testbed.errors import TestbedError
 from testbed.report import build_report, compare, compare_html, plots_net, stats, verdict
 from testbed.report.build import summarize
 from testbed.report.load import load_experiment

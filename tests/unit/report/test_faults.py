@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from testbed.fabric import build_fabric
-from testbed.fabric.failover import parse_target
+from fabrics import build_fabric
+from fabrics.failover import parse_target
 from testbed.report import build_report
 from testbed.report import faults as F
 from tests.support.report_fixture import write_experiment

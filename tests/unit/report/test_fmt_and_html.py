@@ -79,13 +79,13 @@ def test_cost_file_shapes():
 def test_cost_prefers_the_runs_plan_file_then_the_model(tmp_path):
     exp = _exp(tmp_path, {"zcube": {"gpus": 16, "gpus_per_switch": 8}, "roft": {"gpus": 16}})
     model = topology_and_cost.cost(exp)
-    assert model["source"] == "testbed.fabric.cost model" and model["gpus"] == 16
+    assert model["source"] == "fabrics.cost model" and model["gpus"] == 16
     (tmp_path / "plan").mkdir()
     (tmp_path / "plan" / "cost.json").write_text(json.dumps({"fabrics": {"zcube": {"a": 1}, "roft": {"a": 2}}}))
     assert topology_and_cost.cost(exp) == {"zcube": {"a": 1}, "roft": {"a": 2}, "ratios": {"a": 0.5},
                                            "source": "plan/cost.json", "gpus": 16}
     (tmp_path / "plan" / "cost.json").write_text("[]")  # JSON, but not a capex document
-    assert topology_and_cost.cost(exp)["source"] == "testbed.fabric.cost model (plan/cost.json unreadable)"
+    assert topology_and_cost.cost(exp)["source"] == "fabrics.cost model (plan/cost.json unreadable)"
     (tmp_path / "plan" / "cost.json").write_text("{broken")
     with pytest.raises(topology_and_cost.TestbedError, match=r"cost.json is not valid JSON .*: expected the capex"):
         topology_and_cost.cost(exp)

@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from testbed.errors import TestbedError
+from common.errors import TestbedError
 from testbed.report import build_report, plots, verdict
 from testbed.report.build import summarize
 from testbed.report.load import load_experiment

@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from testbed.errors import TestbedError
+from common.errors import TestbedError
 from traffic.model.expert import ep_traffic, ep_traffic_from_routing, expert_owners, expert_popularity
 from traffic.model.models import MODELS, ExpertSpec, custom_model, get_model, kv_bytes_per_token, moe_models
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from testbed.errors import TestbedError
+from common.errors import TestbedError
 from traffic.model.placement import SERVING_LAYOUTS, EngineShape, layout_engines
 
 

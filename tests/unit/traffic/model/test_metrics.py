@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from testbed.errors import TestbedError
+from common.errors import TestbedError
 from traffic.model.metrics import (
     FctRecord,
     binned_slowdowns,

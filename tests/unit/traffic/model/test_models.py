@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from testbed.errors import TestbedError
+from common.errors import TestbedError
 from traffic.model.models import (
     MODELS,
     custom_model,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from testbed.errors import TestbedError
+from common.errors import TestbedError
 from traffic.model.models import custom_model
 from traffic.model.placement import Scheduler, place
 from traffic.model.schedule import OVERLOAD_MESSAGE, RequestTiming, build_schedule, operating_point, overloaded

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from testbed.errors import TestbedError
+from common.errors import TestbedError
 from traffic.model.placement import Instance, Scheduler, gpu_local_rank, gpu_server, place
 from traffic.model.traces import Request
 

@@ -7,7 +7,7 @@ from collections import defaultdict
 
 import pytest
 
-from testbed.errors import TestbedError
+from common.errors import TestbedError
 from traffic.model.models import custom_model, get_model, kv_bytes_per_token_per_rank
 from traffic.model.placement import Instance
 from traffic.model.rankmap import kv_transfers

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from testbed.errors import TestbedError
+from common.errors import TestbedError
 from traffic.model.models import custom_model, get_model, kv_bytes_per_token
 from traffic.model.placement import Scheduler, place
 from traffic.model.schedule import build_schedule, ttft_proxies, ttft_proxy

@@ -14,7 +14,7 @@ import re
 
 import pytest
 
-from testbed.paths import DEFAULT_TRACE, TRACES_DIR
+from common.paths import DEFAULT_TRACE, TRACES_DIR
 from traffic.model.traces import read_trace
 
 README = TRACES_DIR / "README.md"

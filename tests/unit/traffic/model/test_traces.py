@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from testbed.errors import TestbedError
-from testbed.paths import TRACES_DIR
+from common.errors import TestbedError
+from common.paths import TRACES_DIR
 from traffic.model.traces import AZURE_HEADER, Request, detect_format, read_trace, slice_requests
 
 

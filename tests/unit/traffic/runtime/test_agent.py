@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from testbed.errors import TestbedError
-from testbed.paths import REPO as ROOT
+from common.errors import TestbedError
+from common.paths import REPO as ROOT
 from tests.support.frames import build_frame
 from traffic.model.metrics import percentile
 from traffic.runtime import agent as ag

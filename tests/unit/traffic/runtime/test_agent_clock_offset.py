@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from testbed.paths import REPO as ROOT
+from common.paths import REPO as ROOT
 from traffic.runtime.records import read_jsonl
 
 OFFSET_S = 100.0  # "this host's clock is 100 s ahead of the coordinator's"

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.paths import REPO as ROOT
+from common.paths import REPO as ROOT
 from tests.support.frames import build_frame
 from traffic.model.errors import TrafficError
 from traffic.runtime import agent as ag

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from testbed.paths import REPO
+from common.paths import REPO
 from traffic.runtime import bulk, netns
 
 BULK = [sys.executable, str(REPO / "traffic" / "runtime" / "bulk.py")]

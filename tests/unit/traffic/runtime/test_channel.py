@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from testbed.paths import REPO
+from common.paths import REPO
 from traffic.runtime import channel
 
 

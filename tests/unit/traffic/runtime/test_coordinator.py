@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.paths import REPO
+from common.paths import REPO
 from traffic.runtime import coordinator, records
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.paths import REPO as ROOT
+from common.paths import REPO as ROOT
 from traffic.runtime.launcher import AgentSpec, Fleet
 from traffic.runtime.records import merge_results, write_plans
 

@@ -14,9 +14,9 @@ pair), against ZCube's 8 switches.
 
 from __future__ import annotations
 
-from testbed.errors import TestbedError
-from testbed.fabric.topology import Fabric, FabricBuilder
-from testbed.fabric.zcube import _positive_int
+from common.errors import TestbedError
+from fabrics.topology import Fabric, FabricBuilder
+from fabrics.zcube import _positive_int
 
 LEAF_DPID_BASE = 0x100
 SPINE_DPID_BASE = 0x200

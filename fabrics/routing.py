@@ -30,9 +30,9 @@ import zlib
 from dataclasses import dataclass
 from typing import Callable, NamedTuple, Sequence
 
-from testbed.errors import TestbedError
-from testbed.fabric import addressing
-from testbed.fabric.topology import Fabric
+from common.errors import TestbedError
+from fabrics import addressing
+from fabrics.topology import Fabric
 
 
 @dataclass(frozen=True)

@@ -46,10 +46,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from testbed.errors import TestbedError
-from testbed.fabric import addressing
-from testbed.fabric.routing import ForwardingTables, Link, NextHop, PortChoice, forwarding_tables, walk
-from testbed.fabric.topology import Fabric
+from common.errors import TestbedError
+from fabrics import addressing
+from fabrics.routing import ForwardingTables, Link, NextHop, PortChoice, forwarding_tables, walk
+from fabrics.topology import Fabric
 
 PORT_PAIRS = ((1, 2), (2, 1))  # (src port, dst port) hosts can send on: they route by the destination's plane
 

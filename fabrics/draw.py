@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from testbed.errors import TestbedError
-from testbed.fabric.topology import Fabric
+from common.errors import TestbedError
+from fabrics.topology import Fabric
 
 ROW = {"odd": 2.0, "gpu": 1.0, "even": 0.0, "spine": 2.0, "leaf": 1.0}
 ROW_ROFT_GPU = 0.0

@@ -16,7 +16,7 @@ acts only on what it can check itself:
   ``kill -9`` included, closes it and they stop; ``release`` writes one byte first, and a child
   that sees a byte outlives the writer (``testbed up`` leaves its fabric running on purpose).
 
-The bottom layer: imports nothing from the project but ``testbed.errors``.
+The bottom layer: imports nothing from the project but ``common.errors``.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from select import POLLHUP, POLLIN, poll  # bound now: eventlet's monkey patching deletes select.poll
 
-from testbed.errors import EnvironmentProblem
+from common.errors import EnvironmentProblem
 
 # ------------------------------------------------------------------ processes
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import ipaddress
 
-from testbed.errors import TestbedError
+from common.errors import TestbedError
 
 MAX_GPUS = 65535
 PREFIX_LEN = 16

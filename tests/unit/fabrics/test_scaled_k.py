@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from testbed.errors import TestbedError
+from common.errors import TestbedError
+from fabrics import build_fabric
+from fabrics.zcube import scaled_k
 from testbed.experiment.schema import EXAMPLES_DIR, Override, fabric_args, resolve, validate
-from testbed.fabric import build_fabric
-from testbed.fabric.zcube import scaled_k
 
 
 @pytest.mark.parametrize("n,k,cables,radix", [(32, 8, 2, 16), (64, 16, 4, 32), (128, 16, 2, 32), (256, 32, 4, 64),

@@ -1,4 +1,4 @@
-"""testbed.fabric.failover: live buckets, ZCube's detour and the port pairs hosts may still use.
+"""fabrics.failover: live buckets, ZCube's detour and the port pairs hosts may still use.
 
 The expected values are worked out by hand from the wiring rule (README, zcube.py), for
 ZCube n=16, k=8: odd GPUs' port 1 on sw1, even GPUs' port 1 on sw3 (GPU i on port (i+1)//2),
@@ -12,10 +12,10 @@ sw3 9->sw2, 10->sw4; sw4 9->sw1, 10->sw3. With two: sw1 9,10->sw2 and 11,12->sw4
 
 import pytest
 
-from testbed.errors import TestbedError
-from testbed.fabric import build_fabric
-from testbed.fabric.failover import Dead, Route, bucket_order, detour, live_buckets, live_tables, usable_ports
-from testbed.fabric.routing import NextHop, PortChoice, Send, forwarding_tables, plan_ports, select_ports
+from common.errors import TestbedError
+from fabrics import build_fabric
+from fabrics.failover import Dead, Route, bucket_order, detour, live_buckets, live_tables, usable_ports
+from fabrics.routing import NextHop, PortChoice, Send, forwarding_tables, plan_ports, select_ports
 
 BOTH = [PortChoice(1, 2, 0.5), PortChoice(2, 1, 0.5)]
 ONLY_P2 = [PortChoice(2, 1, 1.0)]  # p2 -> destination p1

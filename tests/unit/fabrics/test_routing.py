@@ -4,9 +4,9 @@ import itertools
 
 import pytest
 
-from testbed.errors import TestbedError
-from testbed.fabric import addressing, build_fabric
-from testbed.fabric.routing import (
+from common.errors import TestbedError
+from fabrics import addressing, build_fabric
+from fabrics.routing import (
     POLICIES,
     ecmp_bucket,
     egress_port_for,

@@ -28,13 +28,13 @@ group ``LINK_GROUP`` so teardown deletes them in one kernel batch):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
-from testbed import scale
-from testbed.errors import TestbedError
-from testbed.fabric import Fabric, addressing
-from testbed.fabric.failover import far_end
-from testbed.fabric.routing import egress_port_for
+from common import scale
+from common.errors import TestbedError
+from fabrics import Fabric, addressing
+from fabrics.failover import far_end
+from fabrics.routing import egress_port_for
 
 ALIAS = "zcube-testbed"
 LINK_GROUP = 31331  # devices we make join this link group: one "ip link del group" removes them
@@ -51,6 +51,17 @@ class DatapathConfig:
     nic_buffer_bytes: int = 0  # host NIC queues; 0: DEFAULT_NIC_QUEUE_PACKETS frames
     burst_bytes: int = scale.DEFAULT_BURST_BYTES
     tcp_limit_output_bytes: int = 0  # 0: two frames (TSQ; keeps hosts from flooding their own NIC queue)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "DatapathConfig":
+        """From its dict (a fabric's state, the controller's config, a host's spec: ``dataclasses.asdict``),
+        checked; an unknown key is refused in one line."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise TestbedError(f"datapath setting {unknown[0]!r} is unknown: expected one of "
+                               f"{', '.join(sorted(known))}")
+        return cls(**d).validate()
 
     def validate(self) -> "DatapathConfig":
         if not 1e4 <= self.rate_bps <= 1e9:

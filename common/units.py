@@ -1,6 +1,6 @@
 """Text with units -> numbers: link rates, byte sizes, durations.
 
-The bottom layer (imports only ``testbed.errors``): the CLI verbs and the
+The bottom layer (imports only ``common.errors``): the CLI verbs and the
 experiment schema parse the same strings with the same rules, so a value means
 the same thing on the command line and in an experiment file.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from testbed.errors import TestbedError
+from common.errors import TestbedError
 
 _RATE_UNITS = {"": 1e6, "k": 1e3, "kbit": 1e3, "m": 1e6, "mbit": 1e6, "g": 1e9, "gbit": 1e9}
 _SIZE_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1024, "m": 1e6, "mb": 1e6, "mib": 1 << 20}

@@ -7,9 +7,9 @@ path -> {"paths": [{"src_port", "dst_port", "hops", "ecmp", "cables"}, ...]}.
 
 from __future__ import annotations
 
-from testbed.fabric import Fabric, addressing
-from testbed.fabric.cost import cost_of, ratios
-from testbed.fabric.routing import DEFAULT_POLICY, forwarding_tables, paths
+from fabrics import Fabric, addressing
+from fabrics.cost import cost_of, ratios
+from fabrics.routing import DEFAULT_POLICY, forwarding_tables, paths
 
 
 def plan_json(f: Fabric) -> dict:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from testbed.fabric import addressing
+from fabrics import addressing
 
 
 @dataclass(frozen=True)

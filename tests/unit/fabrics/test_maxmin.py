@@ -1,13 +1,13 @@
-"""testbed.fabric.maxmin (max-min fair shares by progressive filling) and testbed.fabric.topology (the
+"""fabrics.maxmin (max-min fair shares by progressive filling) and fabrics.topology (the
 wiring every layer agrees on), against values worked out by hand."""
 
 from __future__ import annotations
 
 import pytest
 
-from testbed.fabric import build_fabric
-from testbed.fabric.maxmin import all_link_capacities, flow_links, max_min
-from testbed.fabric.topology import Cable, FabricBuilder
+from fabrics import build_fabric
+from fabrics.maxmin import all_link_capacities, flow_links, max_min
+from fabrics.topology import Cable, FabricBuilder
 
 
 def test_progressive_filling_by_hand():

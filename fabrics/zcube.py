@@ -13,8 +13,8 @@ otherwise; the oversubscription ratio k : (n/k)*c is always reported.
 
 from __future__ import annotations
 
-from testbed.errors import TestbedError
-from testbed.fabric.topology import Fabric, FabricBuilder
+from common.errors import TestbedError
+from fabrics.topology import Fabric, FabricBuilder
 
 
 def _positive_int(name: str, value) -> int:

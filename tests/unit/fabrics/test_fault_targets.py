@@ -2,10 +2,10 @@
 
 import pytest
 
-from testbed.emulation.datapath import cut_devices, plan_datapath
-from testbed.errors import TestbedError
-from testbed.fabric import build_fabric
-from testbed.fabric.failover import parse_target
+from common.errors import TestbedError
+from fabrics import build_fabric
+from fabrics.datapath import cut_devices, plan_datapath
+from fabrics.failover import parse_target
 
 
 @pytest.fixture(scope="module")

@@ -5,10 +5,10 @@ import math
 import networkx as nx
 import pytest
 
-from testbed.errors import TestbedError
-from testbed.fabric import build_fabric
-from testbed.fabric.roft import roft_shape
-from testbed.fabric.zcube import default_cables
+from common.errors import TestbedError
+from fabrics import build_fabric
+from fabrics.roft import roft_shape
+from fabrics.zcube import default_cables
 
 VALID_NK = [(n, k) for n in range(1, 65) for k in range(1, n + 1) if n % k == 0]
 

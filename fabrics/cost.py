@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from testbed.fabric.topology import Fabric
+from fabrics.topology import Fabric
 
 DEFAULT_PRICES = {"switch_port": 1.0, "transceiver": 1.5, "cable": 0.1}
 
@@ -75,7 +75,7 @@ def ratios(zcube: Cost, roft: Cost) -> dict:
 
 def cost_table(prices: dict | None = None) -> list[dict]:
     """ZCube and ROFT cost at each of ``SCALES``, with their ratio."""
-    from testbed.fabric import build_fabric
+    from fabrics import build_fabric
 
     rows = []
     for label, n, k, radix in SCALES:

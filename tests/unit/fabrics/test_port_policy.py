@@ -20,10 +20,11 @@ import sys
 
 import pytest
 
-from testbed import scale
-from testbed.errors import TestbedError
-from testbed.fabric import addressing, build_fabric
-from testbed.fabric.routing import (
+from common import scale
+from common.errors import TestbedError
+from common.paths import REPO
+from fabrics import addressing, build_fabric
+from fabrics.routing import (
     POLICIES,
     PortChoice,
     Send,
@@ -33,7 +34,6 @@ from testbed.fabric.routing import (
     plan_ports,
     select_ports,
 )
-from testbed.paths import REPO
 
 RATE = 3e6  # bit/s: 1000 bytes take 8/3 ms
 B = 1000
@@ -145,7 +145,7 @@ def test_adaptive_is_deterministic(zcube):
     assert first == ports(plan_ports(list(sends), "adaptive", build_fabric("zcube", gpus=32, gpus_per_switch=8),
                                      RATE))
     assert {p for p in first} == {(1, 2), (2, 1)}
-    code = ("import json; from testbed.fabric import build_fabric; from testbed.fabric.routing import plan_ports;"
+    code = ("import json; from fabrics import build_fabric; from fabrics.routing import plan_ports;"
             f"s = {json.dumps([list(s) for s in sends])};"
             "f = build_fabric('zcube', gpus=32, gpus_per_switch=8);"
             "print(json.dumps([[c.src_port, c.dst_port] for c in plan_ports(s, 'adaptive', f, 3e6)]))")

@@ -7,8 +7,8 @@ reference the fidelity benchmark compares measured TCP goodput with.
 
 from __future__ import annotations
 
-from testbed.fabric import Fabric
-from testbed.fabric.routing import ForwardingTables, forwarding_tables, walk
+from fabrics import Fabric
+from fabrics.routing import ForwardingTables, forwarding_tables, walk
 
 
 def max_min(flows: dict[str, list[str]], capacity: dict[str, float]) -> dict[str, float]:

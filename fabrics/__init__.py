@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from testbed.errors import TestbedError
-from testbed.fabric.roft import build_roft
-from testbed.fabric.topology import Fabric
-from testbed.fabric.zcube import build_zcube
+from common.errors import TestbedError
+from fabrics.roft import build_roft
+from fabrics.topology import Fabric
+from fabrics.zcube import build_zcube
 
 FABRICS = ("zcube", "roft", "railonly")
 

@@ -1,7 +1,7 @@
 import pytest
 
-from testbed.errors import TestbedError
-from testbed.fabric import addressing as a
+from common.errors import TestbedError
+from fabrics import addressing as a
 
 
 @pytest.mark.parametrize("gpu", [1, 2, 255, 256, 257, 1024, 16384, 65535])
