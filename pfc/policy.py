@@ -103,9 +103,9 @@ def _whole(name: str, value) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
-        raise TestbedError(f"pfc {name} {value!r} is not a whole number of bytes")
+        raise TestbedError(f"pfc {name} {value!r} is not a whole number of bytes", key=f"{name}_bytes")
     if value < 0:
-        raise TestbedError(f"pfc {name} {value} B is negative: expected a size >= 0")
+        raise TestbedError(f"pfc {name} {value} B is negative: expected a size >= 0", key=f"{name}_bytes")
     return value
 
 
@@ -153,10 +153,10 @@ def _poll_us(poll_us) -> int:
     """The daemon's poll interval: whole microseconds within POLL_US_RANGE (None: the default)."""
     poll_us = DEFAULT_POLL_US if poll_us is None else poll_us
     if isinstance(poll_us, bool) or not isinstance(poll_us, int):
-        raise TestbedError(f"pfc poll_us {poll_us!r} is not a whole number of microseconds")
+        raise TestbedError(f"pfc poll_us {poll_us!r} is not a whole number of microseconds", key="poll_us")
     if not POLL_US_RANGE[0] <= poll_us <= POLL_US_RANGE[1]:
         raise TestbedError(f"pfc poll_us {poll_us} is out of range: expected {POLL_US_RANGE[0]} .. "
-                           f"{POLL_US_RANGE[1]} us")
+                           f"{POLL_US_RANGE[1]} us", key="poll_us")
     return poll_us
 
 
@@ -176,11 +176,11 @@ def _dynamic_alpha(alpha, xoff: int | None, xon: int | None) -> float | None:
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or \
             not MIN_DYNAMIC_ALPHA <= alpha <= MAX_DYNAMIC_ALPHA:
         raise TestbedError(f"pfc dynamic_alpha {alpha!r} is out of range: expected 1/128 (0.0078125) <= alpha "
-                           f"<= {MAX_DYNAMIC_ALPHA:g}")
+                           f"<= {MAX_DYNAMIC_ALPHA:g}", key="dynamic_alpha")
     given = [f"{name} {v} B" for name, v in (("xoff", xoff), ("xon", xon)) if v is not None]
     if given:
         raise TestbedError(f"pfc {given[0]} conflicts with dynamic_alpha {alpha:g}: the XOFF threshold is then "
-                           "alpha x the switch's free buffer; leave xoff and xon unset")
+                           "alpha x the switch's free buffer; leave xoff and xon unset", key="dynamic_alpha")
     return float(alpha)
 
 
@@ -191,7 +191,7 @@ def _headroom(headroom: int | None, need: int, frame: int, rate_bps: float, reac
     if headroom < need:
         raise TestbedError(
             f"pfc headroom {headroom} B is below the {need} B in flight on one link (2 frames of {frame} B + "
-            f"{need - 2 * frame} B at {_rate_text(rate_bps)} in {reaction_ms:g} ms)")
+            f"{need - 2 * frame} B at {_rate_text(rate_bps)} in {reaction_ms:g} ms)", key="headroom_bytes")
     return headroom
 
 
@@ -200,14 +200,14 @@ def _thresholds(xoff: int | None, xon: int | None, frame: int, buffer_bytes: int
     if xoff is None:
         xoff = buffer_bytes // 2
     if xoff > buffer_bytes:
-        raise TestbedError(f"pfc xoff {xoff} B is larger than the {buffer_bytes} B buffer")
+        raise TestbedError(f"pfc xoff {xoff} B is larger than the {buffer_bytes} B buffer", key="xoff_bytes")
     if xoff < 2 * frame:
         raise TestbedError(f"pfc xoff {xoff} B is below two frames of {frame} B ({2 * frame} B): "
-                           "a queue must hold what is being sent plus one frame")
+                           "a queue must hold what is being sent plus one frame", key="xoff_bytes")
     if xon is None:
         xon = max(xoff - 2 * frame, frame)
     if xon >= xoff:
-        raise TestbedError(f"pfc xon {xon} B must be below xoff {xoff} B")
+        raise TestbedError(f"pfc xon {xon} B must be below xoff {xoff} B", key="xon_bytes")
     return xoff, xon
 
 

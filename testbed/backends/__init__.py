@@ -5,7 +5,8 @@ counters (the seam: ``testbed.backends.base``).
 * ``ideal``: the ideal network (no fabric, no root), ``testbed.backends.ideal``;
 * ``ns3``: the ns-3 twin (a packet-level simulated fabric, no root), ``testbed.backends.ns3``.
 
-``get(name)`` returns one; a new backend adds its name and loader here.
+``get(name, hosts)`` returns one (the emulated one over several machines when given a hosts file); a new
+backend adds its name and loader here.
 """
 
 from __future__ import annotations
@@ -15,16 +16,16 @@ from typing import Callable
 from common.errors import TestbedError
 from testbed.backends.base import Backend
 
-HOSTS_ENV = "TESTBED_HOSTS"  # a hosts file: the emulated fabric over those hosts (``run --hosts FILE`` sets it)
+TUNNEL_ENV = "TESTBED_TUNNEL"  # the cables between hosts: vxlan (default) or gretap (a testing knob)
 
 
-def _emulated() -> Backend:
-    import os
+def _emulated(hosts: str | None = None) -> Backend:
+    if hosts:
+        import os
 
-    if os.environ.get(HOSTS_ENV):
         from testbed.backends.emulated.multihost import MultiHostBackend
 
-        return MultiHostBackend(os.environ[HOSTS_ENV], os.environ.get("TESTBED_TUNNEL", "vxlan"))
+        return MultiHostBackend(hosts, os.environ.get(TUNNEL_ENV, "vxlan"))
     from testbed.backends.emulated.backend import EmulatedBackend
 
     return EmulatedBackend()
@@ -45,10 +46,14 @@ def _ns3() -> Backend:
 _LOADERS: dict[str, Callable[[], Backend]] = {"emulated": _emulated, "ideal": _ideal, "ns3": _ns3}
 NAMES = tuple(_LOADERS)
 DEFAULT = "emulated"
+OVER_HOSTS = ("emulated",)  # the backends a hosts file can spread
 
 
-def get(name: str) -> Backend:
-    """The backend called ``name``."""
+def get(name: str, hosts: str | None = None) -> Backend:
+    """The backend called ``name``; ``hosts``: a hosts file to spread the emulated fabric over."""
     if name not in _LOADERS:
-        raise TestbedError(f"backend {name!r} is unknown: expected one of {', '.join(NAMES)}")
-    return _LOADERS[name]()
+        raise TestbedError(f"backend {name!r} is unknown: expected one of {', '.join(NAMES)}", key="backend")
+    if hosts and name not in OVER_HOSTS:
+        raise TestbedError(f"the {name} backend runs on this machine: a hosts file needs the "
+                           f"{' or '.join(OVER_HOSTS)} backend", key="hosts")
+    return _emulated(hosts) if name == "emulated" else _LOADERS[name]()

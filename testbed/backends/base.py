@@ -1,7 +1,7 @@
 """The network backend seam: what carries a repetition's messages and returns their arrivals and the
 fabric's counters.
 
-A backend is asked three things by a driver (``testbed.repetition.driver``):
+A backend is asked three things by a driver (``testbed.repetition.drivers.base``):
 
 * ``network(spec)``: before anything is built, the fabric model and link settings a repetition on
   ``spec`` will run with (the driver plans its traffic from them); refuse what it cannot carry.

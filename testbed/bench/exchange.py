@@ -7,7 +7,7 @@ real exchanges of the experiment (per phase: engine, step, dispatch or combine; 
 sizes the model and the expert routing give at that load), a sample of them is laid out one
 after the other with idle gaps, and the planned replay's agents send them over the fabric.
 Per exchange: its span (from the order, the plan's start, to the last byte) over its ideal
-(``testbed.repetition.live_summary.exchange_ideal_s``: the busiest GPU's bytes at both NIC ports' rate plus
+(``testbed.repetition.drivers.live_summary.exchange_ideal_s``: the busiest GPU's bytes at both NIC ports' rate plus
 the last packet's store-and-forward over the exchange's longest path in the routing model). The goal is a
 median within 1.1x.
 
@@ -24,7 +24,7 @@ from pathlib import Path
 
 from fabrics import Fabric, addressing
 from fabrics.routing import forwarding_tables
-from testbed.repetition.live_summary import exchange_ideal_s, longest_path
+from testbed.repetition.drivers.live_summary import exchange_ideal_s, longest_path
 from traffic.runtime.launcher import AGENT_PORT
 
 GOAL = 1.1
@@ -139,17 +139,19 @@ def summarize(fabric: str, per_exchange: list[dict], extra: dict) -> dict:
             "exchanges": per_exchange, **extra}
 
 
-def bench(fabric_args: dict, dp, pfc, cfg, out: Path, log) -> dict:
-    """Bring the fabric up, replay the sampled exchanges, bring it down; the summary document."""
+def bench(spec, out: Path, log) -> dict:
+    """Bring the fabric of ``spec`` (a RepetitionSpec) up, replay the sampled exchanges, bring it down; the
+    summary document."""
     from fabrics import build_fabric
     from testbed.backends.emulated.agents import run_plan
     from testbed.emulation import fabricctl
-    from testbed.repetition.live import prepare_live
+    from testbed.repetition.drivers.live import prepare_live
     from traffic.runtime import records
 
+    cfg, dp, fabric_args = spec, spec.fabric.datapath, spec.fabric.args
     rate = dp.rate_bps
     fabric = build_fabric(**fabric_args)
-    setup = prepare_live(cfg, fabric_args["gpus"], rate)
+    setup = prepare_live(spec, fabric_args["gpus"], rate)
     port_bps = cfg.represents_bps  # the real cluster's NIC port: the ideal network of the serving loop
     phases = ideal_phases(setup, port_bps)
     keys = sample(phases)
@@ -161,11 +163,7 @@ def bench(fabric_args: dict, dp, pfc, cfg, out: Path, log) -> dict:
     log(f"{len(keys)} exchanges, {len(rows)} messages, {rows[-1]['start']:.1f} s of plan")
     out.mkdir(parents=True, exist_ok=True)
     fabricctl.require_root()
-    if isinstance(pfc, dict):  # the experiment's pfc settings, as a repetition takes them
-        from pfc.policy import PfcConfig
-
-        pfc = PfcConfig.from_dict(pfc)
-    st = fabricctl.up(fabric_args, dp, log=log, pfc=pfc)
+    st = fabricctl.up(fabric_args, dp, log=log, pfc=spec.fabric.pfc)
     try:
         t0 = time.monotonic()
         res = run_plan(list(st.model().gpus()), rows, out / "agents", cfg.transfer_timeout_s, cfg.serving.connections,
@@ -176,7 +174,7 @@ def bench(fabric_args: dict, dp, pfc, cfg, out: Path, log) -> dict:
     merged = records.merge_results(res.agents_dir, t0=res.t0)
     per = ratios(merged, of, rate, dp.mtu, fabric)
     doc = summarize(fabric_args["kind"], per, {
-        "rate_bps": rate, "mtu": dp.mtu, "represents_bps": cfg.represents_bps, "time_dilation": cfg.link.time_dilation,
+        "rate_bps": rate, "mtu": dp.mtu, "represents_bps": cfg.represents_bps, "time_dilation": cfg.time_dilation,
         "concurrency": cfg.serving.concurrency, "model": cfg.serving.model, "crashed_agents": res.crashed,
         "agents_cpu_s": res.cpu_s, "wall_s": round(wall, 1), "dir": str(out)})
     (out / "bench.json").write_text(json.dumps(doc, indent=1) + "\n")

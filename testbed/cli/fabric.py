@@ -8,14 +8,7 @@ import os
 import sys
 
 from common.errors import TestbedError
-from testbed.cli.options import (
-    add_fabric_options,
-    add_link_options,
-    add_pfc_options,
-    datapath_config,
-    fabric_kwargs,
-    pfc_config,
-)
+from testbed.cli.options import add_fabric_options, add_link_options, add_pfc_options, fabric_spec
 
 
 def cmd_up(args) -> int:
@@ -29,8 +22,9 @@ def cmd_up(args) -> int:
     miswire = tuple(args.miswire.split(",")) if args.miswire else None
     if miswire and len(miswire) != 2:
         raise TestbedError(f"--miswire {args.miswire!r}: expected two switch ports, e.g. sw1-eth9,sw1-eth11")
-    st = fabricctl.up(fabric_kwargs(args) | {"kind": args.fabric}, datapath_config(args), miswire,
-                      log=lambda m: print(m, file=sys.stderr), pfc=pfc_config(args), failover=args.failover,
+    spec = fabric_spec(args)
+    st = fabricctl.up(spec.args, spec.datapath, miswire, log=lambda m: print(m, file=sys.stderr), pfc=spec.pfc,
+                      failover=args.failover,
                       release=True)  # the fabric outlives this command: that is what 'up' is for
     t = st.timings
     print(f"{args.fabric} with {args.gpus} GPUs is up in {t['up_s']:.1f} s "
@@ -99,14 +93,14 @@ def cmd_status(args) -> int:
 
 def cmd_clean(args) -> int:
     from common.paths import REPORTS
-    from testbed.emulation import sweep
-    from testbed.experiment.run import mark_killed_runs
+    from testbed.emulation import clean
+    from testbed.experiment.rundir import mark_killed_runs
 
     if getattr(args, "hosts", None):
         from testbed.cli.hosts import cmd_clean_hosts
 
         return cmd_clean_hosts(args)
-    removed = sweep.clean()
+    removed = clean.clean()
     print(f"removed {len(removed)} items" + (": " + ", ".join(removed[:12]) + (" ..." if len(removed) > 12 else "")
                                              if removed else ""))
     marked = mark_killed_runs(REPORTS)

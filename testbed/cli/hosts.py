@@ -73,15 +73,16 @@ def cmd_check(args) -> int:
 
 def cmd_up_hosts(args) -> int:
     """``up FABRIC --hosts FILE``: the fabric over several hosts, left running."""
-    from testbed.cli.options import datapath_config, fabric_kwargs, pfc_config
+    from testbed.cli.options import fabric_spec
     from testbed.emulation.hosts import cluster
 
     if args.miswire or args.failover != "fast":
         from common.errors import TestbedError
 
         raise TestbedError("--miswire and --failover controller are not supported with --hosts")
-    cl = cluster.up(args.hosts, fabric_kwargs(args) | {"kind": args.fabric}, datapath_config(args),
-                    pfc=pfc_config(args), tunnel=args.tunnel, log=lambda m: print(m, file=sys.stderr))
+    spec = fabric_spec(args)
+    cl = cluster.up(args.hosts, spec.args, spec.datapath, pfc=spec.pfc, tunnel=args.tunnel,
+                    log=lambda m: print(m, file=sys.stderr))
     for s in cl.sessions.values():
         s.close()
     print(f"{args.fabric} with {args.gpus} GPUs is up on {len(cl.hosts)} hosts in {cl.timings['up_s']:.1f} s "
@@ -99,14 +100,14 @@ def cmd_clean_hosts(args) -> int:
 
 def print_placement(args, fabrics) -> dict | None:
     """``plan --hosts FILE``: each fabric's placement (lines, or a JSON document when --json)."""
-    from testbed.emulation.hosts import hostsfile, placement
+    from testbed.emulation.hosts import assign, hostsfile
 
     hosts = hostsfile.load(args.hosts)
     addresses = {h.name: h.address for h in hosts.hosts}
     if args.json:
-        return {f.kind: placement.place(f, hosts.names).summary() for f in fabrics}
+        return {f.kind: assign.assign(f, hosts.names).summary() for f in fabrics}
     for f in fabrics:
-        for line in placement.text(placement.place(f, hosts.names), addresses):
+        for line in assign.text(assign.assign(f, hosts.names), addresses):
             print(line)
         print()
     return None

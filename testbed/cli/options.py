@@ -8,7 +8,6 @@ import argparse
 import json
 from pathlib import Path
 
-from common.units import parse_rate, parse_size
 from testbed.cli import flags
 
 
@@ -30,45 +29,26 @@ def add_pfc_options(p: argparse.ArgumentParser, default: str = "off") -> list[st
     return dests
 
 
+def fabric_spec(args: argparse.Namespace, kind: str | None = None):
+    """The ``FabricSpec`` (``testbed.backends.base``) the fabric, link and PFC flags ask for, made as an experiment
+    file's is: the same schema, the same rules (``testbed.experiment.schema.check_fabrics``, PFC resolved on the
+    links) and one-line errors naming the flag; a verb without PFC flags gets PFC off."""
+    from testbed.experiment.schema import Override, validate
+    from testbed.experiment.schema import fabric_spec as spec_of
+
+    kind = kind or args.fabric
+    given = [Override("fabrics", [kind], "the fabric argument")]
+    if not hasattr(args, "pfc"):
+        given.append(Override("pfc.enabled", False, "no PFC flags"))
+    given += flags.overrides(args, flags.FABRIC + flags.LINK + (flags.PFC if hasattr(args, "pfc") else ()))
+    return spec_of(validate({}, "flags", overrides=given, fabric_only=True), kind)
+
+
 def fabric_from(args: argparse.Namespace, kind: str):
     """The fabric model the fabric flags describe."""
     from fabrics import build_fabric
 
-    return build_fabric(kind, gpus=args.gpus, gpus_per_switch=args.gpus_per_switch, cables=args.cables,
-                        gpus_per_server=args.gpus_per_server, radix=args.radix)
-
-
-def fabric_kwargs(args) -> dict:
-    """What ``build_fabric`` / ``fabricctl.up`` take for ``args.fabric``."""
-    from fabrics import fabric_args
-
-    return fabric_args(args.fabric, args.gpus, args.gpus_per_switch, args.cables, args.gpus_per_server, args.radix)
-
-
-def datapath_config(args):
-    """The DatapathConfig the link flags ask for (checked)."""
-    from fabrics.datapath import DatapathConfig
-
-    return DatapathConfig(rate_bps=parse_rate(args.rate), mtu=args.mtu, buffer_bytes=parse_size(args.buffer),
-                          nic_buffer_bytes=parse_size(args.nic_buffer),
-                          burst_bytes=parse_size(args.burst)).validate()
-
-
-def pfc_config(args):
-    """The PfcConfig the flags ask for (None when the parser has no PFC flags)."""
-    if not hasattr(args, "pfc"):
-        return None
-    from pfc.policy import PfcConfig
-
-    kw = {"enabled": args.pfc == "on"}
-    for flag, key in (("pfc_xoff", "xoff_bytes"), ("pfc_xon", "xon_bytes"), ("pfc_headroom", "headroom_bytes")):
-        if getattr(args, flag, None) is not None:
-            kw[key] = parse_size(getattr(args, flag))
-    if getattr(args, "pfc_poll_us", None) is not None:
-        kw["poll_us"] = args.pfc_poll_us
-    if getattr(args, "pfc_alpha", None) is not None:
-        kw["dynamic_alpha"] = args.pfc_alpha
-    return PfcConfig(**kw)
+    return build_fabric(**fabric_spec(args, kind).args)
 
 
 def print_result(doc: dict, table: list[str], where: str | Path, as_json: bool) -> None:

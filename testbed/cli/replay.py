@@ -19,28 +19,27 @@ PFC_OFF = ("pfc.enabled", False)  # replay's own default (run's is the schema's:
 
 
 def replay_settings(args):
-    """(experiment, RepetitionConfig) the flags ask for: the schema's defaults, PFC off, the fabric given."""
-    from testbed.experiment.schema import Override, repetition_config, validate
+    """(experiment resolved, RepetitionSpec) the flags ask for: the schema's defaults, PFC off, the fabric
+    given."""
+    from testbed.experiment.schema import Override, Resolved, repetition_spec, validate
 
     given = [Override(*PFC_OFF, "replay"), Override("fabrics", [args.fabric], "replay"),
              *flags.overrides(args, flags.REPETITION)]
-    exp = validate({}, "replay", overrides=given)
-    return exp, repetition_config(exp, 1, args.fabric)
+    resolved = Resolved(validate({}, "replay", overrides=given), None, given)
+    return resolved, repetition_spec(resolved.experiment, args.fabric, 1)
 
 
 def cmd_replay(args) -> int:
     from testbed.cli.outputs import out_root as out_dir
-    from testbed.experiment.schema import datapath_config, fabric_args, pfc_settings
     from testbed.repetition.orchestrate import run_repetition
 
     out_root = out_dir(args.out)  # before anything is built
-    exp, cfg = replay_settings(args)  # a bad value fails before anything is built too
+    resolved, spec = replay_settings(args)  # a bad value fails before anything is built too
 
     def log(m):
         print(m, file=sys.stderr)
 
-    run_dir = run_repetition(fabric_args(exp, args.fabric), datapath_config(exp), cfg, out_root, log,
-                             pfc=pfc_settings(exp))
+    run_dir = run_repetition(spec, resolved.backend, out_root, log)
     s = json.loads((run_dir / "summary.json").read_text())
     print(f"{s['fabric']}: {s['verified']}/{s['transfers']} transfers verified ({s['requests']} requests), goodput "
           f"{s['goodput_bps'] / 1e6:.2f} Mbit/s (= {s['goodput_real_equivalent_bps'] / 1e9:.1f} Gbit/s real), "

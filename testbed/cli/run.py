@@ -18,8 +18,16 @@ from testbed.cli.options import print_result
 
 
 def overrides_from_args(args) -> list:
-    """The flags the user gave, as overrides (``testbed.cli.flags.RUN`` order), then every --set in order."""
-    return flags.overrides(args, flags.RUN)
+    """The flags the user gave, as overrides (``testbed.cli.flags.RUN`` order), then every --set in order;
+    ``run --hosts FILE`` is the experiment's ``hosts`` key, recorded like any other."""
+    import os
+
+    from testbed.experiment.schema import Override
+
+    given = flags.overrides(args, flags.RUN)
+    if getattr(args, "hosts", None):
+        given.append(Override("hosts", os.path.abspath(args.hosts), "--hosts"))
+    return given
 
 
 def _stderr(message: str) -> None:
@@ -32,20 +40,13 @@ def cmd_run(args) -> int:
     from testbed.experiment.schema import resolve
 
     out_root = out_dir(args.out)  # checked before anything is built, also by --dry-run
-    if getattr(args, "hosts", None):
-        import os
-
-        from testbed.backends import HOSTS_ENV
-        from testbed.emulation.hosts import hostsfile
-
-        hostsfile.load(args.hosts)  # a bad file is one line before anything else
-        os.environ[HOSTS_ENV] = os.path.abspath(args.hosts)
     resolved = resolve(args.experiment, overrides_from_args(args))
     if args.dry_run:
         exp = resolved.experiment
         print(json.dumps(resolved.as_dict() | {"runs": [t.as_dict() for t in run.targets(exp)],
-                                               "estimate_s": round(run.estimate_s(exp))}, indent=1))
-        _stderr(f"estimated wall time: {run.estimate_text(exp)}")
+                                               "estimate_s": round(run.estimate_s(exp, resolved.backend))},
+                         indent=1))
+        _stderr(f"estimated wall time: {run.estimate_text(exp, resolved.backend)}")
         return 0
     return run.run_experiment(resolved, out_root, log=_stderr)
 

@@ -19,6 +19,7 @@ testbed.experiment.schema``), also checked by a unit test.
 """
 
 import copy
+import functools
 import json
 import os
 from dataclasses import dataclass, field
@@ -113,6 +114,9 @@ class Experiment(_Section):
     pfc: Pfc = Field(default_factory=Pfc)
     trace: Trace = Field(default_factory=Trace)
     serving: Serving = Field(default_factory=Serving)
+    hosts: Optional[str] = Field(None, description="a hosts file (docs/multihost.md): the emulated fabric spread "
+                                 "over those machines (relative to the experiment file's folder; on the command "
+                                 "line, `run --hosts FILE`, to the current one); null: this machine")
     seed: int = Field(0, ge=0, description="repetition r uses seed + r - 1 (scheduler, cross traffic)")
     repetitions: int = Field(1, ge=1, le=100)
     cross_flows: int = Field(0, ge=0, description="background iperf3 flows between random GPU pairs")
@@ -135,6 +139,20 @@ class Experiment(_Section):
     sensitivity_result: Optional[str] = Field(None, description="sensitivity.json written by `testbed sensitivity` "
                                                                 "(relative to the experiment file's folder); the "
                                                                 "report shows it after the headline")
+
+    @field_validator("hosts")
+    @classmethod
+    def _hosts_file(cls, v: Optional[str], info: ValidationInfo) -> Optional[str]:
+        if v is None:
+            return None
+        from testbed.emulation.hosts import hostsfile
+
+        p = _existing_beside_experiment(v, info, "expected a hosts file (docs/multihost.md)")
+        try:
+            hostsfile.load(p)  # a bad file is one line before anything is built
+        except TestbedError as exc:
+            raise ValueError(str(exc)) from None
+        return os.path.normpath(os.path.abspath(p))
 
     @field_validator("calibration")
     @classmethod
@@ -213,40 +231,36 @@ class Experiment(_Section):
 
 
 # --------------------------------------------------- mapping onto the runners
-def fabric_args(exp: Experiment, kind: str) -> dict:
-    """What ``build_fabric`` / ``fabricctl.up`` take for ``kind`` in this experiment."""
-    from fabrics import fabric_args as args_of
-
-    return args_of(kind, exp.gpus, exp.gpus_per_switch, exp.cables, exp.gpus_per_server, exp.radix)
-
-
-def datapath_config(exp: Experiment):
+def fabric_spec(exp: Experiment, kind: str):
+    """The fabric ``kind`` of this experiment as a repetition (and ``up``, ``bench``) takes it: its kind and
+    size, the datapath's link settings (checked), PFC and the real link one link stands for."""
+    from fabrics import fabric_args
     from fabrics.datapath import DatapathConfig
+    from pfc.policy import PfcConfig
+    from testbed.backends.base import FabricSpec
 
     link = exp.link
-    return DatapathConfig(rate_bps=link.rate, mtu=link.mtu, buffer_bytes=link.buffer_bytes,
-                          nic_buffer_bytes=link.nic_buffer_bytes or 0, burst_bytes=link.burst_bytes).validate()
+    datapath = DatapathConfig(rate_bps=link.rate, mtu=link.mtu, buffer_bytes=link.buffer_bytes,
+                              nic_buffer_bytes=link.nic_buffer_bytes or 0, burst_bytes=link.burst_bytes).validate()
+    return FabricSpec(fabric_args(kind, exp.gpus, exp.gpus_per_switch, exp.cables, exp.gpus_per_server, exp.radix),
+                      datapath, PfcConfig.from_dict(exp.pfc.model_dump()), link.represents)
 
 
-def repetition_config(exp: Experiment, rep: int = 1, kind: str | None = None):
-    """The settings of repetition ``rep`` (1-based; seed + rep - 1): the experiment's sections passed through;
-    ``kind``: the fabric, whose names the faults take (none without it)."""
-    from testbed.repetition.config import RepetitionConfig
+def repetition_spec(exp: Experiment, kind: str, rep: int = 1):
+    """Repetition ``rep`` (1-based; seed + rep - 1) on fabric ``kind``: the one conversion of the experiment
+    into what a repetition runs with (``testbed.repetition.spec.RepetitionSpec``)."""
+    from testbed.repetition.spec import RepetitionSpec
 
-    return RepetitionConfig(trace=exp.trace, serving=exp.serving, link=exp.link, seed=exp.seed + rep - 1,
-                            cross_flows=exp.cross_flows, gpus_per_server=exp.gpus_per_server,
-                            faults=fault_specs(exp, kind) if kind else (), backend=exp.backend)
+    return RepetitionSpec(fabric=fabric_spec(exp, kind), trace=exp.trace, serving=exp.serving,
+                          time_dilation=exp.link.time_dilation, seed=exp.seed + rep - 1, rep=rep,
+                          cross_flows=exp.cross_flows, gpus_per_server=exp.gpus_per_server,
+                          faults=fault_specs(exp, kind), backend=exp.backend, hosts=exp.hosts)
 
 
 def fault_specs(exp: Experiment, kind: str) -> tuple:
     """The experiment's faults on fabric ``kind``, as the fault schedule takes them."""
     return tuple({"at": f.at, "duration": f.duration, "target": f.target_on(kind), "action": f.action}
                  for f in exp.faults if f.target_on(kind))
-
-
-def pfc_settings(exp: Experiment) -> dict:
-    """The ``pfc`` dict handed to the replay (nulls: the datapath's defaults)."""
-    return exp.pfc.model_dump()
 
 
 # -------------------------------------------------------------- overrides
@@ -390,6 +404,9 @@ _LINK_KEYS = {"rate_bps": "link.rate", "mtu": "link.mtu", "burst_bytes": "link.b
               "buffer_bytes": "link.buffer_bytes", "nic_buffer_bytes": "link.nic_buffer_bytes"}
 _FABRIC_KEYS = {"gpus": "gpus", "gpus_per_switch": "gpus_per_switch", "cables": "cables",
                 "gpus_per_server": "gpus_per_server", "radix": "radix", "interface": "gpus"}
+# PFC's own parameter names (pfc.policy's errors say "pfc xoff ...", "dynamic alpha", "poll_us") -> key paths
+_PFC_KEYS = {"xoff_bytes": "pfc.xoff_bytes", "xon_bytes": "pfc.xon_bytes", "headroom_bytes": "pfc.headroom_bytes",
+             "dynamic_alpha": "pfc.dynamic_alpha", "poll_us": "pfc.poll_us"}
 _PLACEMENT_KEYS = {"n_gpus": "gpus", "prefill_tp": "serving.prefill_tp", "decode_tp": "serving.decode_tp",
                    "prefill_fraction": "serving.prefill_fraction", "gpus_per_server": "gpus_per_server"}
 
@@ -411,17 +428,28 @@ def _attempt(fn, keys: dict[str, str], default: str):
         raise _Problem(keys.get(exc.key, default), str(exc)) from None
 
 
-def semantic_check(exp: Experiment) -> None:
-    """Apply the rules of the code that will consume the values (raises ``_Problem``: key path, message)."""
+def check_fabrics(exp: Experiment) -> None:
+    """The rules of what builds each fabric: its size, the datapath's link settings and the PFC policy on
+    them (raises ``_Problem``); what the fabric verbs (``up``, ``bench``) check too."""
     from fabrics import build_fabric
     from fabrics.datapath import plan_datapath
+    from pfc import policy as pfc_policy
+
+    p = exp.pfc
+    if p.xon_bytes is not None and p.xoff_bytes is not None and p.xon_bytes >= p.xoff_bytes:
+        raise _Problem("pfc.xon_bytes", f"must be < xoff_bytes {p.xoff_bytes} (got {p.xon_bytes})")
+    for kind in exp.fabrics:
+        spec = _attempt(lambda: fabric_spec(exp, kind), _LINK_KEYS, "link")
+        fabric = _attempt(lambda: build_fabric(**spec.args), _FABRIC_KEYS, "gpus")
+        _attempt(lambda: plan_datapath(fabric, spec.datapath), _FABRIC_KEYS, "gpus")
+        _attempt(lambda: pfc_policy.queue_limits(fabric, spec.datapath, spec.pfc), _PFC_KEYS, "pfc")
+
+
+def semantic_check(exp: Experiment) -> None:
+    """Apply the rules of the code that will consume the values (raises ``_Problem``: key path, message)."""
     from traffic.model import rankmap
 
-    dp = _attempt(lambda: datapath_config(exp), _LINK_KEYS, "link")
-    for kind in exp.fabrics:
-        args = fabric_args(exp, kind)
-        fabric = _attempt(lambda: build_fabric(**args), _FABRIC_KEYS, "gpus")
-        _attempt(lambda: plan_datapath(fabric, dp), _FABRIC_KEYS, "gpus")
+    check_fabrics(exp)
     s = exp.serving
     model = models.get_model(s.model)
     _attempt(lambda: models.check_tp(model, s.prefill_tp), {}, "serving.prefill_tp")
@@ -446,18 +474,16 @@ def semantic_check(exp: Experiment) -> None:
                                              "every transfer from the trace")
     _check_backend(exp)
     _check_faults(exp)
-    p = exp.pfc
-    if p.xon_bytes is not None and p.xoff_bytes is not None and p.xon_bytes >= p.xoff_bytes:
-        raise _Problem("pfc.xon_bytes", f"must be < xoff_bytes {p.xoff_bytes} (got {p.xon_bytes})")
 
 
 def _check_backend(exp: Experiment) -> None:
-    """What the experiment asks of its backend beyond carrying messages (cross traffic, faults), it supports."""
+    """The backend exists (over the hosts file, if any) and supports what the experiment asks of it beyond
+    carrying messages (cross traffic, faults)."""
     from testbed.backends.base import Conditions
 
     try:
-        backends.get(exp.backend).refuse_unsupported(Conditions(cross_flows=exp.cross_flows,
-                                                                faults=tuple(f.model_dump() for f in exp.faults)))
+        backends.get(exp.backend, exp.hosts).refuse_unsupported(
+            Conditions(cross_flows=exp.cross_flows, faults=tuple(f.model_dump() for f in exp.faults)))
     except TestbedError as exc:
         raise _Problem(exc.key or "backend", str(exc)) from None
 
@@ -473,7 +499,7 @@ def _check_faults(exp: Experiment) -> None:
             if text is None:
                 continue
             try:
-                target = parse_target(build_fabric(**fabric_args(exp, kind)), text)
+                target = parse_target(build_fabric(**fabric_spec(exp, kind).args), text)
             except TestbedError as exc:
                 raise _Problem(f"faults[{i}].target", f"on {kind}: {exc}") from None
             fits = ("stop", "restart") if target.kind == "controller" else ("down",)
@@ -529,12 +555,18 @@ def read_file(path: Path) -> dict:
 
 @dataclass
 class Resolved:
-    """A validated experiment, where it came from and what the command line changed."""
+    """A validated experiment, where it came from and what the command line changed; its backend, resolved
+    once (the object every repetition of the run is carried by)."""
 
     experiment: Experiment
     source: str | None  # the file, or None for the built-in defaults
     overrides: list[Override] = field(default_factory=list)
     raw: dict = field(default_factory=dict)  # the file's mapping before overrides
+
+    @functools.cached_property
+    def backend(self):
+        """The experiment's backend (``testbed.backends``), over its hosts file if it names one."""
+        return backends.get(self.experiment.backend, self.experiment.hosts)
 
     def as_dict(self) -> dict:
         return {"source": self.source, "overrides": [o.as_dict() for o in self.overrides],
@@ -542,8 +574,10 @@ class Resolved:
 
 
 def validate(raw: dict, label: str, base: Path | None = None, overrides: list[Override] = (),
-             default_name: str = "default") -> Experiment:
-    """Schema + consumer rules for ``raw`` with ``overrides`` applied; one-line TestbedError on failure."""
+             default_name: str = "default", fabric_only: bool = False) -> Experiment:
+    """Schema + consumer rules for ``raw`` with ``overrides`` applied; one-line TestbedError on failure.
+    ``fabric_only``: only the fabrics' rules (``check_fabrics``), for the verbs that build a fabric and run
+    no experiment on it (``up``, ``bench``)."""
     overrides = list(overrides)
     try:
         data = apply_overrides(raw, overrides)
@@ -556,7 +590,7 @@ def validate(raw: dict, label: str, base: Path | None = None, overrides: list[Ov
     if exp.name is None:
         exp = exp.model_copy(update={"name": default_name})
     try:
-        semantic_check(exp)
+        check_fabrics(exp) if fabric_only else semantic_check(exp)
     except _Problem as p:
         origin = next((o.origin for o in reversed(overrides) if o.key == p.key), None)
         raise TestbedError(f"{label}: {p.key}{f' (from {origin})' if origin else ''}: {p.message}", key=p.key) from None

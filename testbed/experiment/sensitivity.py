@@ -26,10 +26,9 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from common.errors import TestbedError
-from testbed.experiment import run
+from testbed.experiment import run, rundir
 from testbed.experiment.schema import DEFAULT_EXPERIMENT, Override, Resolved, resolve
 
 FILE = "sensitivity.json"
@@ -61,14 +60,8 @@ class Planned:
 
     @property
     def estimate_s(self) -> float:
-        exp = self.resolved.experiment
-        return run.estimate_s(exp) + (REPORT_S if _realtime(exp.backend) else 0.0)
-
-
-def _realtime(backend: str) -> bool:
-    from testbed import backends
-
-    return backends.get(backend).realtime
+        backend = self.resolved.backend
+        return run.estimate_s(self.resolved.experiment, backend) + (REPORT_S if backend.realtime else 0.0)
 
 
 def parse_only(text: str | None) -> list[str] | None:
@@ -137,8 +130,7 @@ def plan(path: str | Path | None, overrides: list[Override], only: list[str] | N
 
 def estimate_s(planned: list[Planned]) -> float:
     """Every run's estimate, and the baseline's report once more at the end (with the table)."""
-    backend = planned[0].resolved.experiment.backend
-    return sum(p.estimate_s for p in planned) + (REPORT_S if _realtime(backend) else 0.0)
+    return sum(p.estimate_s for p in planned) + (REPORT_S if planned[0].resolved.backend.realtime else 0.0)
 
 
 def estimate_lines(planned: list[Planned]) -> list[str]:
@@ -148,9 +140,9 @@ def estimate_lines(planned: list[Planned]) -> list[str]:
     alts = [p.name for p in planned[1:]]
     lines = [f"sensitivity of {base.name}: the baseline and {len(alts)} alternative(s) ({', '.join(alts)}), each "
              f"on {', '.join(base.fabrics)}, {base.repetitions} repetition(s), backend {base.backend}"]
-    report = f" + ~{REPORT_S:g} s report" if _realtime(base.backend) else ""
+    report = f" + ~{REPORT_S:g} s report" if planned[0].resolved.backend.realtime else ""
     for p in planned:
-        lines.append(f"  {p.name}: {run.estimate_text(p.resolved.experiment)}{report}")
+        lines.append(f"  {p.name}: {run.estimate_text(p.resolved.experiment, p.resolved.backend)}{report}")
     total = estimate_s(planned)
     fits = "within" if total <= BUDGET_S else f"OVER by {run.minutes(total - BUDGET_S)}"
     again = f" + the baseline's report again ~{REPORT_S:g} s" if report else ""
@@ -294,21 +286,21 @@ def table(doc: dict) -> list[str]:
 
 # --------------------------------------------------------------------- run
 def run_sensitivity(path: str | Path | None, overrides: list[Override], out_root: Path,
-                    only: list[str] | None = None, repetition_fn: Callable | None = None,
-                    log: run.Log = run.stderr_log) -> tuple[int, dict, Path]:
+                    only: list[str] | None = None, log: run.Log = run.stderr_log) -> tuple[int, dict, Path]:
     """The ``sensitivity`` verb: check every run, estimate, run the baseline then each alternative (a run that
     fails is recorded and the next goes on), sensitivity.json after each; at the end the baseline's report is
     rebuilt with the table. (worst exit status, the document, the sensitivity directory)."""
     planned = plan(path, overrides, only)
     for p in planned:
-        run.slice_requests(p.resolved.experiment)
+        run.requests_served(p.resolved.experiment)
     for line in estimate_lines(planned):
         log(line)
     base = planned[0].resolved.experiment
-    repetition_fn = repetition_fn or run.real_repetition(base.backend)
-    sens_dir = run.new_run_dir(Path(out_root), f"sensitivity-{base.name}")
+    backend = planned[0].resolved.backend  # every run of a sensitivity is on the same backend
+    backend.check(build_own=True)
+    sens_dir = rundir.new_run_dir(Path(out_root), f"sensitivity-{base.name}")
     log(f"sensitivity directory {sens_dir}")
-    versions = run.collect_versions()
+    versions = rundir.collect_versions()
     created = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     results: dict[str, dict] = {}
     worst = 0
@@ -320,7 +312,7 @@ def run_sensitivity(path: str | Path | None, overrides: list[Override], out_root
         run_dir.mkdir(parents=True)
         extra = {"sensitivity": {"dir": str(sens_dir), "run": p.name, "overrides": p.overrides}}
         try:
-            status, _ = run.run_into(p.resolved, run_dir, repetition_fn, log, versions, extra=extra)
+            status, _ = run.run_into(p.resolved, run_dir, backend, log, versions, extra=extra)
             results[p.name] = outcome(run_dir)
         except KeyboardInterrupt:
             results[p.name] = failed("interrupted (Ctrl-C or SIGTERM)", "interrupted")

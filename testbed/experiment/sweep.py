@@ -20,10 +20,9 @@ import json
 import re
 import time
 from pathlib import Path
-from typing import Callable
 
 from common.errors import TestbedError
-from testbed.experiment import run
+from testbed.experiment import run, rundir
 from testbed.experiment.schema import Override, Resolved, check_key_path, cli_value, resolve
 
 CSV_FIELDS = ("goodput_bps", "goodput_bps_min", "goodput_bps_max", "fct_p99_ms", "ttft_p99_ms", "pauses", "drops",
@@ -106,7 +105,7 @@ def _write(sweep_dir: Path, keys: list[str], doc: dict, rows: list[dict]) -> Non
 
 
 def run_sweep(path: str | Path | None, overrides: list[Override], params: list[tuple[str, list[str]]],
-              out_root: Path, repetition_fn: Callable | None = None, log: run.Log = run.stderr_log,
+              out_root: Path, log: run.Log = run.stderr_log,
               out: run.Log = print, name: str | None = None, slo_ttft_ms: float | None = None,
               paired: bool = False) -> tuple[int, Path]:
     """The ``sweep`` verb: validate every point, run them in turn, print a table and the sweep directory last;
@@ -114,17 +113,16 @@ def run_sweep(path: str | Path | None, overrides: list[Override], params: list[t
     points = resolve_points(path, overrides, params, paired)
     base = points[0][1].experiment
     for _, res in points:
-        run.slice_requests(res.experiment)
-    total = sum(run.estimate_s(res.experiment) for _, res in points)
+        run.requests_served(res.experiment)
+    total = sum(run.estimate_s(res.experiment, res.backend) for _, res in points)
     joined = (" with " if paired else " x ").join(f"{k} ({len(v)})" for k, v in params)
     log(f"sweep over {joined}: {len(points)} points, "
-        f"each {run.estimate_text(base)}; estimated wall time ~{run.minutes(total)}")
-    if repetition_fn is None:
-        for backend in sorted({res.experiment.backend for _, res in points}):  # every point's backend can run
-            repetition_fn = run.real_repetition(backend)
-    sweep_dir = run.new_run_dir(Path(out_root), name or f"sweep-{base.name}")
+        f"each {run.estimate_text(base, points[0][1].backend)}; estimated wall time ~{run.minutes(total)}")
+    for _, res in points:  # every point's backend can run
+        res.backend.check(build_own=True)
+    sweep_dir = rundir.new_run_dir(Path(out_root), name or f"sweep-{base.name}")
     log(f"sweep directory {sweep_dir}")
-    versions = run.collect_versions()
+    versions = rundir.collect_versions()
     keys = [k for k, _ in params]
     doc = {"source": points[0][1].source, "params": {k: v for k, v in params}, "paired": paired,
            "overrides": [o.as_dict() for o in overrides], "versions": versions,
@@ -138,7 +136,7 @@ def run_sweep(path: str | Path | None, overrides: list[Override], params: list[t
         log(f"== point {i + 1}/{len(points)}: {point_name(point)}")
         point_dir = sweep_dir / "points" / point_name(point)
         point_dir.mkdir(parents=True)
-        status, heads = run.run_into(res, point_dir, repetition_fn, log, versions,
+        status, heads = run.run_into(res, point_dir, res.backend, log, versions,
                                      extra={"sweep": {"dir": str(sweep_dir), "point": dict(point)}})
         worst = max(worst, status)
         doc["points"][i] |= {"status": status, "fabrics": {k: {key: h[key] for key in h if key != "repetitions"}

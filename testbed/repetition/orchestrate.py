@@ -11,16 +11,14 @@ import time
 from pathlib import Path
 
 from common.errors import TestbedError
-from fabrics.datapath import DatapathConfig
-from testbed import backends
-from testbed.backends.base import FabricSpec, Log
-from testbed.repetition.config import RepetitionConfig
-from testbed.repetition.driver import Driver, conditions
-from testbed.repetition.live import LiveDriver
-from testbed.repetition.replay import PlannedDriver
+from testbed.backends.base import Backend, Log
+from testbed.repetition.drivers.base import Driver, conditions
+from testbed.repetition.drivers.live import LiveDriver
+from testbed.repetition.drivers.plan import PlanDriver
+from testbed.repetition.spec import RepetitionSpec
 from testbed.repetition.writeup import write_up
 
-DRIVERS: dict[str, type[Driver]] = {d.name: d for d in (PlannedDriver, LiveDriver)}
+DRIVERS: dict[str, type[Driver]] = {d.name: d for d in (PlanDriver, LiveDriver)}
 
 
 def driver_for(name: str) -> Driver:
@@ -29,24 +27,18 @@ def driver_for(name: str) -> Driver:
     return DRIVERS[name]()
 
 
-def run_repetition(fabric_args: dict, dp: DatapathConfig, cfg: RepetitionConfig, out_root: Path | None = None,
-                   log: Log = print, run_dir: Path | None = None, pfc=None) -> Path:
-    """Run one repetition and write its run directory (``run_dir``, or a new ``<out_root>/<run-id>``).
-    ``pfc``: PfcConfig or its dict, for a fabric the backend brings up (a running fabric keeps its own)."""
-    if isinstance(pfc, dict):
-        from pfc.policy import PfcConfig
-
-        pfc = PfcConfig.from_dict(pfc)
-    backend = backends.get(cfg.backend)
-    driver = driver_for(cfg.serving.driver)
-    backend.refuse_unsupported(conditions(cfg, 1.0, 0.0))
-    spec = FabricSpec(fabric_args, dp, pfc, cfg.represents_bps)
-    net = backend.network(spec)
-    prepared = driver.prepare(cfg, net)  # bad input fails before anything is built
+def run_repetition(spec: RepetitionSpec, backend: Backend, out_root: Path | None = None, log: Log = print,
+                   run_dir: Path | None = None) -> Path:
+    """Run one repetition on ``backend`` (resolved by the caller, once for all its repetitions) and write its
+    run directory (``run_dir``, or a new ``<out_root>/<run-id>``)."""
+    driver = driver_for(spec.serving.driver)
+    backend.refuse_unsupported(conditions(spec))
+    net = backend.network(spec.fabric)
+    prepared = driver.prepare(spec, net)  # bad input fails before anything is built
     if run_dir is None:
-        run_dir = Path(out_root) / (time.strftime("%Y%m%d-%H%M%S") + f"-{fabric_args['kind']}{fabric_args['gpus']}")
+        run_dir = Path(out_root) / (time.strftime("%Y%m%d-%H%M%S") + f"-{spec.kind}{spec.fabric.args['gpus']}")
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=False)
-    carried = driver.run(prepared, backend, spec, cfg, run_dir, log)
-    write_up(run_dir, cfg, driver, prepared, carried, net)
+    carried = driver.run(prepared, backend, spec, run_dir, log)
+    write_up(run_dir, spec, driver, prepared, carried, net)
     return run_dir

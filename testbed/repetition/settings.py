@@ -17,6 +17,7 @@ from common.errors import TestbedError
 from common.paths import DEFAULT_TRACE
 from common.units import parse_rate, parse_seconds, parse_size
 from fabrics.routing import DEFAULT_POLICY, POLICIES
+from pfc import policy as pfc_policy
 from testbed import backends
 from traffic.model import models, placement, schedule, traces
 from traffic.runtime.agent import CONNECTION_MODES
@@ -82,7 +83,7 @@ BackendName = Literal[backends.NAMES]
 
 class _Section(BaseModel):
     # strict: YAML already types its scalars, so "8" for a TP or yes for a seed is a mistake, not a value
-    model_config = ConfigDict(extra="forbid", validate_default=True, strict=True)
+    model_config = ConfigDict(extra="forbid", validate_default=True, strict=True, frozen=True)
 
 
 # --------------------------------------------------------------- sections
@@ -109,9 +110,12 @@ class Pfc(_Section):
     xoff_bytes: Optional[Size] = Field(None, description="queue depth that sends PAUSE")
     xon_bytes: Optional[Size] = Field(None, description="queue depth that sends RESUME (below xoff_bytes)")
     headroom_bytes: Optional[Size] = Field(None, description="buffer kept for bytes in flight after PAUSE")
-    dynamic_alpha: Optional[float] = Field(None, ge=1 / 128, le=8, description="dynamic threshold: XOFF = alpha x "
-                                           "the switch's free shared buffer; null: static xoff/xon")
-    poll_us: Optional[int] = Field(None, gt=0, description="how often queue depth is polled, microseconds")
+    dynamic_alpha: Optional[float] = Field(None, ge=pfc_policy.MIN_DYNAMIC_ALPHA, le=pfc_policy.MAX_DYNAMIC_ALPHA,
+                                           description="dynamic threshold: XOFF = alpha x the switch's free shared "
+                                                       "buffer; null: static xoff/xon")
+    poll_us: Optional[int] = Field(None, ge=pfc_policy.POLL_US_RANGE[0], le=pfc_policy.POLL_US_RANGE[1],
+                                   description="how often queue depth is polled, microseconds; null: "
+                                               f"{pfc_policy.DEFAULT_POLL_US}")
 
 
 class Trace(_Section):

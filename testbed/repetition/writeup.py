@@ -20,8 +20,8 @@ from fabrics import Fabric
 from pfc.files import LOG_FILE
 from testbed.backends.base import Carried, LinkSettings, Network, PauseLog, QueueCounters
 from testbed.repetition import invariants, link_traffic
-from testbed.repetition.config import RepetitionConfig
-from testbed.repetition.driver import Driver, Prepared
+from testbed.repetition.drivers.base import Driver, Prepared
+from testbed.repetition.spec import RepetitionSpec
 
 PAUSE_LOG_LEAD_NS = 5_000_000_000  # pfc.txt keeps pauses from this long before t0 (a pause in force at the start)
 FAULT_LATE_MS = 50.0  # a fault action later than this (wall) is named in the warnings
@@ -236,14 +236,14 @@ def write_pfc_outputs(run_dir: Path, fabric: Fabric, pauses: PauseLog, rows: lis
     }
 
 
-def write_up(run_dir: Path, cfg: RepetitionConfig, driver: Driver, prepared: Prepared, carried: Carried,
+def write_up(run_dir: Path, spec: RepetitionSpec, driver: Driver, prepared: Prepared, carried: Carried,
              net: Network) -> dict:
     """transfers.csv (KV), fct.txt, the driver's files, the breakdowns, summary.json, config.json and
     link_traffic.csv; the summary."""
     from traffic.model import metrics
     from traffic.runtime import records
 
-    link = LinkSettings.of(carried.fabric.datapath, cfg.represents_bps)  # what the fabric ran with
+    link = LinkSettings.of(carried.fabric.datapath, spec.represents_bps)  # what the fabric ran with
     all_rows = carried.rows
     rows = kv_rows(all_rows)
     records.write_transfers_csv(rows, run_dir / "transfers.csv")
@@ -264,7 +264,8 @@ def write_up(run_dir: Path, cfg: RepetitionConfig, driver: Driver, prepared: Pre
     summary |= driver.summarize(prepared, carried, all_rows, run_dir, net.model, link)
     if carried.serving is not None:
         warnings += carried.serving.warnings
-    summary["backend"] = cfg.backend
+    summary["backend"] = spec.backend
+    summary["wall_per_run_s"] = spec.wall_per_run_s  # wall seconds per second of the run's own clock
     summary["agents_ready_s"] = carried.ready_s
     summary["agents_cpu_s"] = carried.cpu_s  # all agents' CPU seconds, start to stop
     summary |= write_breakdowns(run_dir, all_rows, counters, link)
@@ -283,8 +284,8 @@ def write_up(run_dir: Path, cfg: RepetitionConfig, driver: Driver, prepared: Pre
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
     f = carried.fabric
     (run_dir / "config.json").write_text(json.dumps({"fabric": f.args, "datapath": f.datapath, "pfc": f.pfc,
-                                                     "replay": cfg.record(), "backend": cfg.backend}, indent=1))
-    link_traffic.write_run(run_dir, net.model, all_rows, cfg.gpus_per_server)  # after links.csv
+                                                     "replay": spec.record(), "backend": spec.backend}, indent=1))
+    link_traffic.write_run(run_dir, net.model, all_rows, spec.gpus_per_server)  # after links.csv
     return summary
 
 

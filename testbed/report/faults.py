@@ -111,7 +111,11 @@ def _json(path: Path) -> dict:
 
 
 def wall_per_run_s(summary: dict, config: dict) -> float:
-    """Wall seconds per run (cluster) second: the live driver's time dilation, the planned replay's 1 / speed."""
+    """Wall seconds per run (cluster) second, as the repetition recorded it (summary.json ``wall_per_run_s``);
+    a run directory written before it was recorded: the live driver's time dilation, the planned replay's
+    1 / speed."""
+    if summary.get("wall_per_run_s"):
+        return float(summary["wall_per_run_s"])
     replay = config.get("replay") or {}
     driver = summary.get("driver") or replay.get("driver")
     if driver == "live":

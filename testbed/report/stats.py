@@ -3,7 +3,7 @@
 Why recompute instead of copying the replay summary: the report must be
 checkable against the data it plots (a test recomputes FCT percentiles from
 transfers.csv), and a disagreement between summary.json and transfers.csv is
-itself worth reporting. The formulas are the replay's own (``testbed.repetition.replay.
+itself worth reporting. The formulas are the replay's own (``testbed.repetition.drivers.plan.
 summarize``): nearest-rank percentiles over verified rows, goodput = verified
 bytes over first start .. last end. What needs the trace schedule (the TTFT
 proxy) or the switch counters (PFC counters when pfc.txt is absent, CPU) comes

@@ -26,7 +26,7 @@ def test_bench_exchange_sends_every_sampled_exchange_on_an_idle_fabric(tmp_path)
 
 
 def test_bench_replay_delivers_every_ordered_byte(tmp_path):
-    proc = run_testbed("bench", "replay", "roft", *SIZE, "--levels", "16", "--duration", "3", "--json",
+    proc = run_testbed("bench", "lateness", "roft", *SIZE, "--levels", "16", "--duration", "3", "--json",
                        "--logs", str(tmp_path), timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     doc = json.loads(proc.stdout)

@@ -17,7 +17,7 @@ import pytest
 
 from common.paths import REPO
 from fabrics import build_fabric
-from testbed.emulation.hosts import hostsfile, placement, pseudo
+from testbed.emulation.hosts import assign, hostsfile, pseudo
 from tests.support.integration import leftovers, run_testbed
 
 pytestmark = pytest.mark.integration
@@ -101,7 +101,7 @@ def test_live_serving_over_two_hosts(two_pseudo_hosts, tmp_path):
     assert set(s["clock_offsets_ms"]) == {"ph1", "ph2"}
     # messages arrived at agents of both hosts (each host's records came back over SFTP)
     fabric = build_fabric(kind="zcube", gpus=16, gpus_per_switch=8)
-    where = placement.place(fabric, ["ph1", "ph2"])
+    where = assign.assign(fabric, ["ph1", "ph2"])
     got = {h: sum((rep / "agents" / f"gpu{g}.recv.jsonl").read_text().count("\n") for g in where.gpus_on(h))
            for h in ("ph1", "ph2")}
     assert got["ph1"] > 0 and got["ph2"] > 0, got

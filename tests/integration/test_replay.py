@@ -9,9 +9,9 @@ import json
 import pytest
 
 from common import scale
-from testbed.experiment.schema import repetition_config, validate
-from testbed.repetition.replay import prepare
+from testbed.repetition.drivers.plan import prepare_plan
 from tests.support.integration import leftovers, run_testbed
+from tests.support.settings import repetition
 
 
 @pytest.mark.parametrize("kind", ["zcube", "roft"])
@@ -25,8 +25,8 @@ def test_short_replay_verifies_every_transfer(kind, tmp_path):
             "goodput.csv", "slowdown_bins.json"} <= {p.name for p in run_dir.iterdir()}
     rows = list(csv.DictReader(open(run_dir / "transfers.csv")))
     summary = json.loads((run_dir / "summary.json").read_text())
-    defaults = repetition_config(validate({"trace": {"duration_s": 10}}, "defaults"))  # a flag left out: the schema's
-    expected = prepare(defaults, 16, scale.DEFAULT_RATE_BPS, scale.DEFAULT_MTU)
+    defaults = repetition({"trace": {"duration_s": 10}, "fabrics": [kind]})  # a flag left out: the schema's
+    expected = prepare_plan(defaults, 16, scale.DEFAULT_RATE_BPS, scale.DEFAULT_MTU)
     assert len(rows) == summary["transfers"] == summary["verified"] == len(expected.plan_rows)
     assert all(r["verified"] == "True" for r in rows)
     sent = sum(int(r["bytes"]) for r in rows)

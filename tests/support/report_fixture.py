@@ -255,19 +255,19 @@ def write_live_rep(path: Path, fabric: str, exp: dict, seed: int = 0, port_gbps:
 
     from fabrics import build_fabric
     from testbed.backends.base import LinkSettings, ServingOutcome
-    from testbed.experiment.schema import repetition_config, validate
-    from testbed.repetition import live, live_summary
+    from testbed.repetition.drivers import live, live_summary
+    from tests.support.settings import repetition
     from traffic.model import serving
     from traffic.runtime import coordinator, records, serving_results
 
-    cfg = repetition_config(validate(exp | {"seed": seed}, "fixture"))
+    cfg = repetition(exp | {"seed": seed})
     setup = live.prepare_live(cfg, exp["gpus"], RATE)
     spec = replace(coordinator.spec_from_config(setup.config), seed=seed)
     cluster = serving.run_ideal(serving.Cluster(spec, _requests(setup)), port_gbps * 1e9)
     base = write_rep(path, fabric, seed=seed)
     serving_results.write_csv(path / "requests.csv", cluster.request_rows())
     serving_results.write_csv(path / "steps.csv", cluster.step_rows())
-    dil = cfg.link.time_dilation
+    dil = cfg.time_dilation
     rows = []
     for m in cluster.messages.values():
         if m.id not in cluster.delivered_at:

@@ -28,7 +28,7 @@ import json
 import math
 import re
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Iterator, Sequence
@@ -307,9 +307,29 @@ def slice_requests(requests: Sequence[Request], start_s: float | None = None,
     if not kept:
         return []
     base = start_s if start_s is not None else kept[0].arrival_s
-    return [Request(r.request_id, (r.arrival_s - base) / speed, r.input_tokens, r.output_tokens,
-                    r.hash_ids) for r in kept]
+    return [replace(r, arrival_s=(r.arrival_s - base) / speed) for r in kept]
 
 
-__all__ = ["Request", "TraceReadResult", "read_trace", "detect_format", "slice_requests",
+def served_requests(requests: Sequence[Request], start_s: float, duration_s: float, first_n: int | None,
+                    speed: float, closed: bool, label: str = "the trace") -> list[Request]:
+    """The requests a run serves, the one rule every driver and the run's own count use.
+
+    Closed loop (the trace gives request sizes only): every request arriving at or after ``start_s``, in
+    order, the first ``first_n`` of them; the loop draws them in turn. Otherwise the window
+    ``start_s <= arrival < start_s + duration_s``, the first ``first_n``, sped up by ``speed``
+    (``slice_requests``). An empty result is a TrafficError naming the window and ``label``."""
+    if closed:
+        kept = [r for r in requests if r.arrival_s >= start_s][:first_n]
+        if not kept:
+            raise TrafficError(f"{label}: no request arrives at or after {start_s:g} s; expected a start_s before "
+                               "its last request")
+        return kept
+    kept = slice_requests(requests, start_s=start_s, end_s=start_s + duration_s, first_n=first_n, speed=speed)
+    if not kept:
+        raise TrafficError(f"{label}: the window {start_s:g} .. {start_s + duration_s:g} s holds no request; "
+                           "expected a window over the trace's arrivals")
+    return kept
+
+
+__all__ = ["Request", "TraceReadResult", "read_trace", "detect_format", "slice_requests", "served_requests",
            "FORMATS", "AZURE_HEADER", "MOONCAKE_KEYS"]

@@ -1,17 +1,17 @@
-"""The benchmarks' verb: ``bench fidelity|pfc|replay|exchange|failover``, one module each (as root; each
+"""The benchmarks' verb: ``bench fidelity|pfc|lateness|exchange|failover``, one module each (as root; each
 builds its own fabrics). A benchmark's module has ``register(sub)`` (its subcommand and flags) and its
 command; what they share is in ``common``."""
 
 from __future__ import annotations
 
-from testbed.cli.bench import exchange, failover, fidelity, pfc, replay
+from testbed.cli.bench import exchange, failover, fidelity, lateness, pfc
 
-BENCHMARKS = (fidelity, pfc, replay, exchange, failover)  # in the order --help lists them
+BENCHMARKS = (fidelity, pfc, lateness, exchange, failover)  # in the order --help lists them
 
 
 def register(sub) -> None:
     p = sub.add_parser("bench", help="benchmarks: bench fidelity zcube|roft [--sweep 2,3,4]; bench pfc [zcube|roft]; "
-                                     "bench replay [zcube|roft] [--levels 1,64,128]; bench exchange [zcube|roft]; "
+                                     "bench lateness [zcube|roft] [--levels 1,64,128]; bench exchange [zcube|roft]; "
                                      "bench failover [zcube|roft] [--mode fast|controller|both]")
     benches = p.add_subparsers(dest="bench", required=True, parser_class=type(p))  # one-line errors too
     for bench in BENCHMARKS:

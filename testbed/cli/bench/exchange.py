@@ -4,7 +4,7 @@ fabric, against their ideal (``testbed.bench.exchange``)."""
 from __future__ import annotations
 
 from testbed.cli.bench.common import add_common, log, preflight
-from testbed.cli.bench.replay import sized
+from testbed.cli.bench.lateness import sized
 from testbed.cli.options import print_result
 
 
@@ -14,13 +14,12 @@ def cmd(args) -> int:
 
     from common.paths import REPORTS
     from testbed.bench import exchange
-    from testbed.experiment.schema import datapath_config, fabric_args, pfc_settings, repetition_config, resolve
+    from testbed.experiment.schema import repetition_spec, resolve
 
     preflight(args)
     exp = resolve(None, sized(args)).experiment  # the default experiment's workload and links
     out = Path(args.logs) if args.logs else REPORTS / f"bench-exchange-{args.fabric}-{time.strftime('%Y%m%d-%H%M%S')}"
-    doc = exchange.bench(fabric_args(exp, args.fabric), datapath_config(exp), pfc_settings(exp),
-                         repetition_config(exp, 1), out, log=log)
+    doc = exchange.bench(repetition_spec(exp, args.fabric), out, log=log)
     print_result(doc, exchange.table(doc), out, args.json)
     return 0
 

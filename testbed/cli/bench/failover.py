@@ -7,7 +7,7 @@ import json
 import sys
 
 from testbed.cli.bench.common import add_common, log, preflight
-from testbed.cli.options import add_pfc_options, datapath_config, fabric_kwargs, pfc_config
+from testbed.cli.options import add_pfc_options, fabric_spec
 
 
 def cmd(args) -> int:
@@ -18,9 +18,9 @@ def cmd(args) -> int:
     preflight(args)
 
     modes = failover.MODES if args.mode == "both" else (args.mode,)
-    docs = failover.bench(fabric_kwargs(args) | {"kind": args.fabric}, datapath_config(args), modes,
-                          log=log, logs=Path(args.logs) if args.logs else None,
-                          pfc=pfc_config(args))
+    spec = fabric_spec(args)
+    docs = failover.bench(spec.args, spec.datapath, modes, log=log, logs=Path(args.logs) if args.logs else None,
+                          pfc=spec.pfc)
     if args.json:
         contract = [{k: v for k, v in d.items() if not k.startswith("per_")} for d in docs]  # the contract and more
         print(json.dumps(contract[0] if len(contract) == 1 else contract, indent=1))

@@ -8,15 +8,15 @@ import sys
 
 from common.units import parse_rate
 from testbed.cli.bench.common import add_common, log, preflight
-from testbed.cli.options import datapath_config, fabric_kwargs
+from testbed.cli.options import fabric_spec
 
 
 def cmd(args) -> int:
     from testbed.bench import fidelity
 
     preflight(args, check=lambda a: None)
-    fargs = fabric_kwargs(args) | {"kind": args.fabric}
-    cfg = datapath_config(args)
+    spec = fabric_spec(args)
+    fargs, cfg = spec.args, spec.datapath
     if args.sweep:
         rates = [parse_rate(r) for r in args.sweep.split(",")]
         doc = fidelity.sweep(fargs, cfg, rates, args.duration, args.omit, log, ecmp=args.ecmp)

@@ -8,7 +8,7 @@ import sys
 
 from testbed.cli.bench.common import add_common, log, preflight
 from testbed.cli.fabric import _hosts_option
-from testbed.cli.options import add_pfc_options, datapath_config, fabric_kwargs, pfc_config
+from testbed.cli.options import add_pfc_options, fabric_spec
 
 
 def cmd(args) -> int:
@@ -21,10 +21,11 @@ def cmd(args) -> int:
     from common.paths import REPORTS
     from testbed.bench import pfc as pfc_bench
 
-    fargs = fabric_kwargs(args) | {"kind": args.fabric}
+    spec = fabric_spec(args)
+    fargs = spec.args
     stamp = time.strftime('%Y%m%d-%H%M%S')
     out = Path(args.logs) if args.logs else REPORTS / f"bench-pfc-{fargs['kind']}{fargs['gpus']}-{stamp}"
-    doc = pfc_bench.bench(fargs, datapath_config(args), pfc_config(args), senders=args.senders,
+    doc = pfc_bench.bench(fargs, spec.datapath, spec.pfc, senders=args.senders,
                           seconds=args.duration, log=log, out=out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "bench.json").write_text(json.dumps(doc, indent=1))
@@ -83,10 +84,11 @@ def cmd_hosts(args) -> int:
     from testbed.cli.bench.common import new_logs_dir
 
     new_logs_dir(args)
-    fargs = fabric_kwargs(args) | {"kind": args.fabric}
+    spec = fabric_spec(args)
+    fargs = spec.args
     stamp = time.strftime('%Y%m%d-%H%M%S')
     out = Path(args.logs) if args.logs else REPORTS / f"bench-pfc-hosts-{fargs['kind']}{fargs['gpus']}-{stamp}"
-    doc = pfc_hosts.bench(args.hosts, fargs, datapath_config(args), pfc_config(args), senders=args.senders,
+    doc = pfc_hosts.bench(args.hosts, fargs, spec.datapath, spec.pfc, senders=args.senders,
                           seconds=args.duration, tunnel=args.tunnel, log=log, out=out)
     (out / "bench.json").write_text(json.dumps(doc, indent=1))
     if args.json:

@@ -26,7 +26,7 @@ from common.errors import EnvironmentProblem, TestbedError
 from common.paths import REPO
 from fabrics import build_fabric
 from fabrics.datapath import DatapathConfig, plan_datapath
-from testbed.emulation.hosts import hostsfile, placement, remote, tunnels
+from testbed.emulation.hosts import assign, hostsfile, remote, tunnels
 from testbed.emulation.hosts.hostsfile import Hosts
 from testbed.emulation.hosts.remote import HostProblem, Session
 
@@ -52,11 +52,11 @@ def node_spec(fabric_args: dict, config: DatapathConfig, pfc, hosts: Hosts, host
             "anchor_port": 1}
 
 
-def check_plan(fabric_args: dict, config: DatapathConfig, hosts: Hosts, tunnel: str) -> placement.Placement:
+def check_plan(fabric_args: dict, config: DatapathConfig, hosts: Hosts, tunnel: str) -> assign.HostAssignment:
     """Everything that can fail before a host is touched: the fabric, its plan, the placement, each part."""
     fabric = build_fabric(**fabric_args)
     plan = plan_datapath(fabric, config)
-    where = placement.place(fabric, hosts.names)
+    where = assign.assign(fabric, hosts.names)
     tunnels.overhead(tunnel)
     for h in hosts.names:
         tunnels.split(plan, where, h)
@@ -68,7 +68,7 @@ class Cluster:
     """A fabric that is up on several hosts, with one SSH session per host."""
 
     hosts: Hosts
-    where: placement.Placement
+    where: assign.HostAssignment
     specs: dict[str, dict]
     sessions: dict[str, Session] = field(default_factory=dict)
     timings: dict = field(default_factory=dict)

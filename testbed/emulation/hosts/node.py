@@ -40,7 +40,7 @@ from fabrics import build_fabric
 from fabrics.datapath import ALIAS, LINK_GROUP, DatapathConfig, plan_datapath
 from pfc import files as pfc_files
 from testbed.emulation import build, fabricctl, inventory
-from testbed.emulation.hosts import placement, tunnels
+from testbed.emulation.hosts import assign, tunnels
 from testbed.emulation.state import Created, FabricState
 
 NODE_FILE = "node.json"  # this host's role and pause daemon, next to the state file
@@ -51,7 +51,7 @@ def part_of(spec: dict):
     """(fabric, whole plan, placement, this host's part) for a spec."""
     fabric = build_fabric(**spec["fabric"])
     plan = plan_datapath(fabric, DatapathConfig.from_dict(spec["datapath"]))
-    where = placement.place(fabric, spec["hosts"], spec.get("anchor_port", 1))
+    where = assign.assign(fabric, spec["hosts"], spec.get("anchor_port", 1))
     return fabric, plan, where, tunnels.split(plan, where, spec["host"])
 
 

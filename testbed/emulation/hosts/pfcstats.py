@@ -8,7 +8,7 @@ on different hosts of the placement. ``bench pfc --hosts`` reports the two group
 
 from __future__ import annotations
 
-from testbed.emulation.hosts.placement import Placement
+from testbed.emulation.hosts.assign import HostAssignment
 from traffic.model.metrics import percentile
 
 
@@ -16,7 +16,7 @@ def _node(qid: str) -> str:
     return qid.split(":")[0]
 
 
-def split_latencies(lines: list[str], placement: Placement) -> dict:
+def split_latencies(lines: list[str], placement: HostAssignment) -> dict:
     """{"local"|"cross": {"pause"|"resume"|"reaction": {"n", "p50", "p99", "max"}}} (ms)."""
     groups: dict[str, dict[str, list[float]]] = {g: {"pause": [], "resume": [], "reaction": []}
                                                  for g in ("local", "cross")}

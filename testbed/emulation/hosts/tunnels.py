@@ -34,7 +34,7 @@ from common.errors import TestbedError
 from fabrics import addressing
 from fabrics.datapath import DatapathPlan
 from fabrics.topology import Cable
-from testbed.emulation.hosts.placement import Placement
+from testbed.emulation.hosts.assign import HostAssignment
 
 # outer IPv4 (20) + encapsulation + the inner Ethernet header (14)
 OVERHEAD = {"gretap": 20 + 4 + 4 + 14, "vxlan": 20 + 8 + 8 + 14}  # GRE with key: 8; UDP 8 + VXLAN 8
@@ -75,7 +75,7 @@ def _peer_dev(node: str, port: int) -> str:
     return f"{addressing.switch_intf(node, port)}r"
 
 
-def tunnels_of(placement: Placement, host: str) -> list[Tunnel]:
+def tunnels_of(placement: HostAssignment, host: str) -> list[Tunnel]:
     """The tunnel ends ``host`` makes, in cable order."""
     out = []
     for cable in placement.cross:
@@ -93,7 +93,7 @@ def tunnels_of(placement: Placement, host: str) -> list[Tunnel]:
     return out
 
 
-def split(plan: DatapathPlan, placement: Placement, host: str) -> HostPart:
+def split(plan: DatapathPlan, placement: HostAssignment, host: str) -> HostPart:
     """``host``'s part of the whole fabric's datapath plan: its switches, GPUs, queues, the local
     cables as planned, and a tunnel for each cable that leaves it."""
     switches = set(placement.switches_on(host))

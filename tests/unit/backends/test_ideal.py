@@ -16,7 +16,7 @@ from fabrics.datapath import DatapathConfig
 from testbed import backends
 from testbed.backends.base import Conditions, FabricSpec, PlannedTraffic
 from testbed.cli import main
-from testbed.experiment.schema import EXAMPLES_DIR, fabric_args, repetition_config, validate
+from testbed.experiment.schema import EXAMPLES_DIR, Resolved, repetition_spec, validate
 from testbed.repetition.orchestrate import run_repetition
 
 
@@ -34,8 +34,7 @@ def no_fabric(monkeypatch):
 
 def _repetition(tmp_path, raw: dict, kind: str = "zcube"):
     exp = validate(raw | {"backend": "ideal", "gpus": 16}, "test")
-    cfg = repetition_config(exp, 1, kind)
-    run_dir = run_repetition(fabric_args(exp, kind), DatapathConfig().validate(), cfg, run_dir=tmp_path / "rep",
+    run_dir = run_repetition(repetition_spec(exp, kind), Resolved(exp, None).backend, run_dir=tmp_path / "rep",
                              log=lambda m: None)
     return run_dir, json.loads((run_dir / "summary.json").read_text())
 

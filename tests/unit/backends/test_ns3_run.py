@@ -10,11 +10,10 @@ import pytest
 
 from common.errors import TestbedError
 from common.paths import AZURE_TRACE
-from fabrics.datapath import DatapathConfig
 from testbed import backends
 from testbed.backends.base import Conditions, PlannedTraffic
 from testbed.backends.ns3.backend import Ns3Backend
-from testbed.experiment.schema import fabric_args, pfc_settings, repetition_config, validate
+from testbed.experiment.schema import Resolved, repetition_spec, validate
 from testbed.repetition.orchestrate import run_repetition
 
 
@@ -35,8 +34,8 @@ def test_a_live_run_at_n16_delivers_every_message(tmp_path, kind):
                                                                                     "duration_s": 1.5},
                     "link": {"time_dilation": 4},
                     "serving": {"model": "glm-5", "driver": "live", "arrivals": "closed", "concurrency": 16}}, "t")
-    run_dir = run_repetition(fabric_args(exp, kind), DatapathConfig().validate(), repetition_config(exp, 1, kind),
-                             run_dir=tmp_path / "rep", log=lambda m: None, pfc=pfc_settings(exp))
+    run_dir = run_repetition(repetition_spec(exp, kind), Resolved(exp, None).backend, run_dir=tmp_path / "rep",
+                             log=lambda m: None)
     s = json.loads((run_dir / "summary.json").read_text())
     assert s["backend"] == "ns3" and s["throughput_tokens_per_s"] > 0
     assert s["ep_messages"] == s["ep_messages_verified"] > 0 and s["transfers"] == s["verified"] > 0

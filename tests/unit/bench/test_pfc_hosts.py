@@ -7,12 +7,12 @@ import pytest
 from common.errors import TestbedError
 from fabrics import addressing, build_fabric
 from testbed.bench import pfc_hosts
-from testbed.emulation.hosts import placement
+from testbed.emulation.hosts import assign
 from traffic.runtime import records
 
 
 def _placed(kind: str, n: int, hosts: int = 2):
-    return placement.place(build_fabric(kind, gpus=n), [f"ph{i + 1}" for i in range(hosts)])
+    return assign.assign(build_fabric(kind, gpus=n), [f"ph{i + 1}" for i in range(hosts)])
 
 
 @pytest.mark.parametrize("kind,n,count", [("roft", 16, 8), ("zcube", 16, 6), ("roft", 32, 5), ("zcube", 32, 9)])

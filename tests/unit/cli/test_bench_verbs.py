@@ -10,7 +10,7 @@ import pytest
 
 from common.errors import TestbedError
 from testbed.cli import build_parser, options
-from testbed.cli.bench import exchange, failover, fidelity, pfc, replay
+from testbed.cli.bench import exchange, failover, fidelity, lateness, pfc
 from testbed.emulation import fabricctl
 
 
@@ -31,7 +31,7 @@ def test_each_subcommand_is_its_modules_command_with_its_defaults():
     p = parse("pfc")
     assert (p.func, p.fabric, p.pfc, p.duration, p.senders) == (pfc.cmd, "zcube", "on", 16, 8)
     assert parse("failover", "roft").mode == "both" and parse("failover").func is failover.cmd
-    assert parse("exchange").func is exchange.cmd and parse("replay", "roft").func is replay.cmd
+    assert parse("exchange").func is exchange.cmd and parse("lateness", "roft").func is lateness.cmd
     with pytest.raises(SystemExit):
         parse("fidelity")  # fidelity names its fabric
 
@@ -39,19 +39,29 @@ def test_each_subcommand_is_its_modules_command_with_its_defaults():
 def test_fabric_flags_become_the_models_arguments_and_the_link_config():
     args = parse("fidelity", "zcube", "--gpus", "16", "--gpus-per-switch", "8", "--rate", "4mbit", "--mtu", "1500")
     # cables left out: None, which the builder makes k^2/n = 64/16 = 4
-    assert options.fabric_kwargs(args) == {"kind": "zcube", "gpus": 16, "gpus_per_switch": 8, "cables": None}
-    cfg = options.datapath_config(args)
-    assert (cfg.rate_bps, cfg.mtu) == (4e6, 1500)
+    spec = options.fabric_spec(args)
+    assert spec.args == {"kind": "zcube", "gpus": 16, "gpus_per_switch": 8, "cables": None}
+    assert (spec.datapath.rate_bps, spec.datapath.mtu) == (4e6, 1500)
     assert options.fabric_from(args, "zcube").describe() == "ZCube(gpus=16, gpus_per_switch=8, cables=4)"
-    with pytest.raises(TestbedError, match="rate 'fast' is not understood"):
-        options.datapath_config(parse("fidelity", "zcube", "--rate", "fast"))
+    with pytest.raises(TestbedError, match=r"link.rate \(from --rate\): rate 'fast' is not understood"):
+        options.fabric_spec(parse("fidelity", "zcube", "--rate", "fast"))
 
 
 def test_pfc_flags_become_a_pfc_config():
-    cfg = options.pfc_config(parse("pfc", "--pfc-xoff", "30kb", "--pfc-alpha", "0.5"))
-    assert (cfg.enabled, cfg.xoff_bytes, cfg.dynamic_alpha) == (True, 30000, 0.5)
-    assert options.pfc_config(parse("failover", "--pfc", "off")).enabled is False
-    assert options.pfc_config(parse("fidelity", "zcube")) is None  # fidelity has no PFC flags
+    cfg = options.fabric_spec(parse("pfc", "--pfc-xoff", "30kb")).pfc
+    assert (cfg.enabled, cfg.xoff_bytes, cfg.dynamic_alpha) == (True, 30000, None)
+    assert options.fabric_spec(parse("pfc", "--pfc-alpha", "0.5")).pfc.dynamic_alpha == 0.5
+    assert options.fabric_spec(parse("failover", "--pfc", "off")).pfc.enabled is False
+    assert options.fabric_spec(parse("fidelity", "zcube")).pfc.enabled is False  # fidelity has no PFC flags
+
+
+def test_a_bad_pfc_setting_on_a_fabric_verb_is_the_experiment_files_error():
+    """The same validation as an experiment file: the PFC policy resolves on the links before anything is
+    built, and the error names the flag."""
+    with pytest.raises(TestbedError, match=r"pfc.xoff_bytes \(from --pfc-xoff\): pfc xoff 90000 B is larger than"):
+        options.fabric_spec(parse("pfc", "--pfc-xoff", "90kb"))
+    with pytest.raises(TestbedError, match=r"pfc.dynamic_alpha \(from --pfc-alpha\): pfc xoff 30000 B conflicts"):
+        options.fabric_spec(parse("pfc", "--pfc-xoff", "30kb", "--pfc-alpha", "0.5"))
 
 
 def test_print_result_prints_the_table_then_where_or_the_json(capsys):
@@ -87,10 +97,10 @@ def test_fidelity_prints_the_summary_of_what_it_measured(monkeypatch, capsys):
         "permutation targets (median >= 0.95, min >= 0.85, not saturated): met"]
 
 
-def test_replay_checks_its_levels_and_logs_before_anything_is_built(tmp_path):
+def test_lateness_checks_its_levels_and_logs_before_anything_is_built(tmp_path):
     with pytest.raises(TestbedError, match="levels"):
-        replay._check(parse("replay", "--levels", "x", "--logs", str(tmp_path)))
+        lateness._check(parse("lateness", "--levels", "x", "--logs", str(tmp_path)))
     with pytest.raises(TestbedError, match="--logs .*missing: does not exist"):
-        replay._check(parse("replay", "--levels", "16", "--logs", str(tmp_path / "missing")))
-    assert [o.key for o in replay.sized(parse("replay", "--gpus", "16"))] == ["gpus", "gpus_per_switch",
+        lateness._check(parse("lateness", "--levels", "16", "--logs", str(tmp_path / "missing")))
+    assert [o.key for o in lateness.sized(parse("lateness", "--gpus", "16"))] == ["gpus", "gpus_per_switch",
                                                                                "gpus_per_server"]

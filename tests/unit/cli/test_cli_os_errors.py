@@ -16,8 +16,9 @@ import pytest
 
 from common.errors import TestbedError
 from testbed.cli import main, outputs
-from testbed.experiment import run
+from testbed.experiment import run, rundir
 from testbed.experiment.schema import EXAMPLES_DIR
+from tests.support import fake_runs
 
 SMOKE = str(EXAMPLES_DIR / "smoke.yaml")
 
@@ -34,7 +35,7 @@ def no_fabric(monkeypatch):
     for name in ("require_root", "require_ovs", "load_state", "up", "down"):
         monkeypatch.setattr(fabricctl, name, _never)
     monkeypatch.setattr(orchestrate, "run_repetition", _never)
-    monkeypatch.setattr(run, "real_repetition", _never)
+    monkeypatch.setattr(run, "run_repetition", _never)
 
 
 def one_line(capsys, argv: list[str], alone: bool = True) -> str:
@@ -152,26 +153,26 @@ def test_plan_graph_on_a_full_disk_png(capsys, tmp_path, monkeypatch):
 
 # ------------------------------------------------------------ a full disk during a run
 def test_run_on_a_full_disk_is_one_line(capsys, tmp_path, monkeypatch):
-    monkeypatch.setattr(run, "real_repetition", lambda backend: _never)
-    monkeypatch.setattr(run, "collect_versions", lambda: {})
+    fake_runs.install(monkeypatch, _never)
+    monkeypatch.setattr(rundir, "collect_versions", lambda: {})
 
     def full_disk(path, doc):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))  # as file.write() raises it: no file name
 
-    monkeypatch.setattr(run, "_write_json", full_disk)
+    monkeypatch.setattr(rundir, "_write_json", full_disk)
     line = one_line(capsys, ["run", SMOKE, "--fabrics", "zcube", "--out", str(tmp_path)], alone=False)
     assert line == f"testbed: error: writing under --out {tmp_path}: No space left on device"
 
 
 def test_an_os_error_naming_a_file_names_it(capsys, tmp_path, monkeypatch):
-    monkeypatch.setattr(run, "real_repetition", lambda backend: _never)
-    monkeypatch.setattr(run, "collect_versions", lambda: {})
+    fake_runs.install(monkeypatch, _never)
+    monkeypatch.setattr(rundir, "collect_versions", lambda: {})
     target = tmp_path / "x" / "experiment.json"
 
     def refused(path, doc):
         raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(target))
 
-    monkeypatch.setattr(run, "_write_json", refused)
+    monkeypatch.setattr(rundir, "_write_json", refused)
     line = one_line(capsys, ["run", SMOKE, "--fabrics", "zcube", "--out", str(tmp_path)], alone=False)
     assert line == f"testbed: error: {target}: Permission denied"
 

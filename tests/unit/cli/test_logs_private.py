@@ -12,7 +12,7 @@ from common import owned
 from common.errors import TestbedError
 from testbed.cli import outputs
 from testbed.cli.bench import common
-from testbed.cli.bench import replay as replay_verb
+from testbed.cli.bench import lateness as lateness_verb
 
 
 @pytest.fixture
@@ -42,7 +42,7 @@ def test_a_logs_directory_to_be_made_inside_one_others_can_write_is_refused(tmp_
         outputs.require_new_dir(d / "new", "--logs")
     assert not (d / "new").exists()
     with pytest.raises(TestbedError, match="refused"):
-        replay_verb._check(Namespace(levels="16", logs=str(d)))  # bench replay: an existing directory
+        lateness_verb._check(Namespace(levels="16", logs=str(d)))  # bench lateness: an existing directory
 
 
 def test_a_private_logs_directory_and_other_flags_pass(tmp_path, as_root):

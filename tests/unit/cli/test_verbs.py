@@ -65,9 +65,10 @@ def test_up_lets_its_fabric_outlive_it_and_says_what_is_up(monkeypatch, capsys):
     args = Namespace(fabric="zcube", gpus=16, gpus_per_switch=8, cables=None, gpus_per_server=None, radix=None,
                      miswire=None, failover="fast", rate=None, buffer=None, mtu=None, pfc=None, pfc_xoff=None,
                      pfc_xon=None, pfc_alpha=None, pfc_headroom=None, pfc_poll_us=None)
-    monkeypatch.setattr(fabric_verbs, "datapath_config", lambda a: None)
-    monkeypatch.setattr(fabric_verbs, "pfc_config", lambda a: None)
-    monkeypatch.setattr(fabric_verbs, "fabric_kwargs", lambda a: {"gpus": 16})
+    from types import SimpleNamespace
+
+    monkeypatch.setattr(fabric_verbs, "fabric_spec", lambda a: SimpleNamespace(args={"gpus": 16, "kind": "zcube"},
+                                                                                datapath=None, pfc=None))
     assert fabric_verbs.cmd_up(args) == 0
     assert seen == {"fabric_args": {"gpus": 16, "kind": "zcube"}, "release": True, "failover": "fast"}
     out = capsys.readouterr()
@@ -76,11 +77,11 @@ def test_up_lets_its_fabric_outlive_it_and_says_what_is_up(monkeypatch, capsys):
 
 
 def test_clean_lists_at_most_twelve_items(monkeypatch, capsys, tmp_path):
-    import testbed.experiment.run as run
-    from testbed.emulation import sweep
+    import testbed.experiment.rundir as rundir
+    from testbed.emulation import clean
 
-    monkeypatch.setattr(sweep, "clean", lambda: [f"netns tb-gpu{i}" for i in range(1, 15)])
-    monkeypatch.setattr(run, "mark_killed_runs", lambda root: [])
+    monkeypatch.setattr(clean, "clean", lambda: [f"netns tb-gpu{i}" for i in range(1, 15)])
+    monkeypatch.setattr(rundir, "mark_killed_runs", lambda root: [])
     assert fabric_verbs.cmd_clean(Namespace()) == 0
     out = capsys.readouterr().out
     assert out == "removed 14 items: " + ", ".join(f"netns tb-gpu{i}" for i in range(1, 13)) + " ...\n"

@@ -16,7 +16,7 @@ from common import owned
 from common.errors import EnvironmentProblem, TestbedError
 from common.paths import REPO
 from testbed.cli import main
-from testbed.emulation import fabricctl, inventory, sweep
+from testbed.emulation import clean, fabricctl, inventory
 
 
 @pytest.fixture
@@ -53,9 +53,9 @@ def _fake_sweep(monkeypatch) -> list[str]:
     monkeypatch.setattr(fabricctl, "require_root", lambda: None)
     for name in ("_stop_our_processes", "_remove_socket_folders", "_remove_ovs_rows", "_remove_namespaces",
                  "_remove_links"):
-        monkeypatch.setattr(sweep, name, lambda n=name: calls.append(n) or [f"{n} item"])
+        monkeypatch.setattr(clean, name, lambda n=name: calls.append(n) or [f"{n} item"])
     monkeypatch.setattr(fabricctl, "_restore_ovs_tuning", lambda saved: calls.append(f"restore OVS from {saved}"))
-    monkeypatch.setattr(sweep.subprocess, "run", lambda *a, **k: type("P", (), {"returncode": 0})())
+    monkeypatch.setattr(clean.subprocess, "run", lambda *a, **k: type("P", (), {"returncode": 0})())
     from pfc import queue_watch
 
     monkeypatch.setattr(queue_watch, "remove_pins", lambda: [])
@@ -66,7 +66,7 @@ def test_clean_goes_on_past_a_corrupt_state_file_and_removes_it(sdir, monkeypatc
     """Before: load_state raised on an unparsable state.json and clean (and .ci/run with it) aborted."""
     calls = _fake_sweep(monkeypatch)
     (sdir / "state.json").write_text("{half")
-    removed = sweep.clean()
+    removed = clean.clean()
     # OVS's setting is given back from what OVS's own row keeps (the state file's copy is garbage)
     assert calls == ["restore OVS from None", "_stop_our_processes", "_remove_socket_folders", "_remove_ovs_rows",
                      "_remove_namespaces", "_remove_links"]
@@ -96,7 +96,7 @@ def test_clean_in_an_unsafe_state_dir_sweeps_by_markers_but_leaves_its_files(sdi
     sdir.chmod(0o777)
     _as_root(monkeypatch)
     with pytest.raises(EnvironmentProblem) as info:
-        sweep.clean()
+        clean.clean()
     assert str(info.value).startswith("removed 5 items by their markers, but did not touch the state files: "
                                       f"TESTBED_STATE_DIR {sdir}: refused, ")
     assert len(calls) == 6 and (sdir / "state.json").exists()
@@ -120,7 +120,7 @@ def test_a_state_file_that_is_a_symbolic_link_is_not_followed(sdir):
 
 # ---------------------------------------------------------- socket folders
 def test_only_our_socket_folders_are_removed(tmp_path, monkeypatch):
-    monkeypatch.setattr(sweep.tempfile, "gettempdir", lambda: str(tmp_path))
+    monkeypatch.setattr(clean.tempfile, "gettempdir", lambda: str(tmp_path))
     ours = tmp_path / "tb-serving-ours"
     ours.mkdir(mode=0o700)
     with socket.socket(socket.AF_UNIX) as s:
@@ -138,7 +138,7 @@ def test_only_our_socket_folders_are_removed(tmp_path, monkeypatch):
     fake_sock = tmp_path / "tb-serving-fake"  # control.sock that is a regular file
     fake_sock.mkdir(mode=0o700)
     (fake_sock / "control.sock").write_text("")
-    removed = sweep._remove_socket_folders()
+    removed = clean._remove_socket_folders()
     assert sorted(removed) == [f"control socket folder {empty}", f"control socket folder {ours}"]
     assert not ours.exists() and not empty.exists()
     assert (busy / "notes.txt").read_text() == "keep" and open_dir.exists() and link.is_symlink()

@@ -21,10 +21,8 @@ from testbed.experiment.schema import (
     Experiment,
     Override,
     cli_value,
-    datapath_config,
-    fabric_args,
-    pfc_settings,
-    repetition_config,
+    fabric_spec,
+    repetition_spec,
     resolve,
     schema_text,
     validate,
@@ -175,7 +173,7 @@ def test_a_users_own_trace_works_plain_or_gzip(tmp_path):
     for name in ("mine.jsonl", "mine.jsonl.gz"):
         exp = resolve(write(tmp_path, {"trace": {"path": name, "duration_s": 600}}, f"{name}.yaml")).experiment
         assert exp.trace.path == str(tmp_path / name)
-        counts.append(run.slice_requests(exp))
+        counts.append(run.requests_served(exp))
     assert counts[0] == counts[1] > 0
 
 
@@ -242,23 +240,25 @@ def test_cli_trace_path_is_relative_to_the_current_folder(tmp_path, monkeypatch)
 # ------------------------------------------------------------ mapping
 def test_repetitions_get_seeds_seed_seed_plus_one():
     exp = validate({"seed": 7, "repetitions": 3}, "x")
-    assert [repetition_config(exp, r).seed for r in (1, 2, 3)] == [7, 8, 9]
+    assert [repetition_spec(exp, "zcube", r).seed for r in (1, 2, 3)] == [7, 8, 9]
 
 
 def test_mapping_onto_the_replay_datapath_and_fabric():
     exp = validate({"link": {"rate": "4mbit", "buffer_bytes": "90kb"}, "gpus": 16, "cables": 2,
                     "serving": {"model": "llama-3.1-70b", "decode_tp": 2, "chunk_bytes": 0},
                     "pfc": {"xoff_bytes": 30000}, "cross_flows": 2}, "x")
-    dp = datapath_config(exp)
+    dp = fabric_spec(exp, "zcube").datapath
     assert (dp.rate_bps, dp.buffer_bytes, dp.mtu) == (4e6, 90000, 3000) and dp.nic_buffer_bytes > 0
-    cfg = repetition_config(exp)
-    assert cfg.serving is exp.serving and cfg.trace is exp.trace and cfg.link is exp.link  # passed through
+    cfg = repetition_spec(exp, "zcube")
+    assert cfg.serving is exp.serving and cfg.trace is exp.trace  # passed through
     assert (cfg.serving.model, cfg.serving.decode_tp, cfg.chunk_bytes, cfg.cross_flows) == ("llama-3.1-70b", 2, None, 2)
     assert cfg.trace.path == str(DEFAULT_TRACE) and cfg.trace.duration_s == 120
-    assert fabric_args(exp, "zcube") == {"kind": "zcube", "gpus": 16, "gpus_per_switch": 8, "cables": 2}
-    assert fabric_args(exp, "roft")["kind"] == "roft" and "cables" not in fabric_args(exp, "roft")
-    assert pfc_settings(exp) == {"enabled": True, "xoff_bytes": 30000, "xon_bytes": None, "headroom_bytes": None,
-                                 "dynamic_alpha": None, "poll_us": None}
+    assert cfg.represents_bps == exp.link.represents and cfg.time_dilation == exp.link.time_dilation
+    assert fabric_spec(exp, "zcube").args == {"kind": "zcube", "gpus": 16, "gpus_per_switch": 8, "cables": 2}
+    assert fabric_spec(exp, "roft").args["kind"] == "roft" and "cables" not in fabric_spec(exp, "roft").args
+    pfc = fabric_spec(exp, "zcube").pfc
+    assert (pfc.enabled, pfc.xoff_bytes, pfc.xon_bytes, pfc.headroom_bytes, pfc.dynamic_alpha) == (
+        True, 30000, None, None, None)
 
 
 def test_replay_verb_defaults_are_the_schema_defaults():
@@ -266,12 +266,13 @@ def test_replay_verb_defaults_are_the_schema_defaults():
     for defaults; the same flags as `run`)."""
     from testbed.cli.replay import replay_settings
 
-    exp, cfg = replay_settings(build_parser().parse_args(["replay", "zcube"]))
+    resolved, cfg = replay_settings(build_parser().parse_args(["replay", "zcube"]))
     empty = validate({"fabrics": ["zcube"], "pfc": {"enabled": False}}, "defaults")
-    assert exp == empty and cfg == repetition_config(empty, 1, "zcube")
-    exp, given = replay_settings(build_parser().parse_args(["replay", "roft", "--speed", "3", "--chunk", "0",
+    assert resolved.experiment == empty and cfg == repetition_spec(empty, "zcube", 1)
+    resolved, given = replay_settings(build_parser().parse_args(["replay", "roft", "--speed", "3", "--chunk", "0",
                                                             "--represents", "100gbit", "--start", "1m", "--pfc", "on"]))
     assert (given.trace.speed, given.chunk_bytes, given.represents_bps, given.trace.start_s) == (3, None, 100e9, 60)
+    exp = resolved.experiment
     assert given.serving.decode_tp == exp.serving.decode_tp == 2 and exp.pfc.enabled and exp.fabrics == ["roft"]
 
 
@@ -319,7 +320,7 @@ def test_config_json_records_every_setting_under_its_old_flat_name():
     """config.json's "replay" is read by the report and by older tools: the same names, from the sections."""
     exp = validate({"trace": {"speed": 2}, "link": {"time_dilation": 1}, "serving": {"chunk_bytes": 0},
                     "gpus_per_server": 4, "gpus": 16, "gpus_per_switch": 4}, "x")
-    rec = repetition_config(exp, 2).record()
+    rec = repetition_spec(exp, "zcube", 2).record()
     assert list(rec)[:3] == ["trace", "trace_format", "skip_bad"] and list(rec)[-2:] == ["gpus_per_server", "faults"]
     assert len(rec) == 36 and "backend" not in rec
     assert (rec["speed"], rec["seed"], rec["chunk_bytes"], rec["represents_bps"], rec["gpus_per_server"]) == \

@@ -13,9 +13,10 @@ import pytest
 import yaml
 
 from common.errors import TestbedError
-from testbed.experiment import load_curve, run, sweep
+from testbed.experiment import load_curve, run, rundir, sweep
 from testbed.experiment.schema import EXAMPLES_DIR, Override, resolve
 from testbed.report import build_report
+from tests.support import fake_runs
 from tests.support.report_fixture import write_experiment
 
 CREATED = "2026-12-01T10:00:00+0000"
@@ -156,25 +157,19 @@ def test_the_figure_and_the_document_are_written(curve):
 
 
 # ---------------------------------------------------------------- testbed sweep
+def _by_seed(spec) -> dict:
+    """A replay whose TTFT and slowdown depend on the seed and fabric only (written by hand below)."""
+    zcube = spec.kind == "zcube"
+    return summary(ttft_p99=200.0 if zcube else 300.0, ttft_p50=20.0 if zcube else 30.0,
+                   slowdown_p99=(2.0 if zcube else 6.0) + spec.seed, tokens=1000.0)
+
+
 @pytest.fixture
 def no_real_fabric(monkeypatch):
-    """As in test_run_plan: the real replay unreachable, a stub report, fixed versions."""
-    def refuse(*args):
-        raise AssertionError("a unit test reached the real replay")
-
-    monkeypatch.setattr(run, "real_repetition", refuse)
-    monkeypatch.setattr(run, "_command_output", lambda argv, cwd=None: None)
-    monkeypatch.setattr(run, "report_builder", lambda: (lambda run_dir: Path(run_dir) / "report.html"))
-
-
-def fake_replay(fabric_args, dp, cfg, out_root=None, log=print, run_dir=None, pfc=None):
-    """A replay whose TTFT and slowdown depend on the seed and fabric only (written by hand below)."""
-    run_dir.mkdir(parents=True)
-    zcube = fabric_args["kind"] == "zcube"
-    (run_dir / "summary.json").write_text(json.dumps(summary(
-        ttft_p99=200.0 if zcube else 300.0, ttft_p50=20.0 if zcube else 30.0,
-        slowdown_p99=(2.0 if zcube else 6.0) + cfg.seed, tokens=1000.0)))
-    return run_dir
+    """As in test_run_plan: the real repetition replaced by one whose figures depend on the seed and fabric,
+    a stub report, fixed versions."""
+    fake_runs.install(monkeypatch, fake_runs.FakeReplay(summary_of=_by_seed))
+    fake_runs.no_report(monkeypatch)
 
 
 def test_a_one_key_sweep_writes_its_load_curve_and_the_csv_its_new_columns(tmp_path, no_real_fabric):
@@ -183,8 +178,8 @@ def test_a_one_key_sweep_writes_its_load_curve_and_the_csv_its_new_columns(tmp_p
     smoke = EXAMPLES_DIR / "smoke.yaml"
     log = []
     status, sweep_dir = sweep.run_sweep(smoke, [Override("fabrics", ["zcube", "roft"], "--fabrics")],
-                                        [("seed", ["10", "2"])], tmp_path, repetition_fn=fake_replay,
-                                        log=log.append, out=lambda line: None)
+                                        [("seed", ["10", "2"])], tmp_path, log=log.append,
+                                        out=lambda line: None)
     assert status == 0
     doc = json.loads((sweep_dir / "load_curve.json").read_text())
     assert doc["knob"] == "seed" and [r["level"] for r in doc["fabrics"]["roft"]] == [2, 10]
@@ -200,7 +195,7 @@ def test_a_one_key_sweep_writes_its_load_curve_and_the_csv_its_new_columns(tmp_p
 
 def test_a_two_key_sweep_writes_no_load_curve(tmp_path, no_real_fabric):
     status, sweep_dir = sweep.run_sweep(EXAMPLES_DIR / "smoke.yaml", [Override("fabrics", ["roft"], "--fabrics")],
-                                        [("seed", ["1"]), ("trace.speed", ["2"])], tmp_path, repetition_fn=fake_replay,
+                                        [("seed", ["1"]), ("trace.speed", ["2"])], tmp_path,
                                         log=lambda m: None, out=lambda line: None)
     assert status == 0 and (sweep_dir / "sweep.csv").is_file() and not (sweep_dir / "load_curve.json").exists()
 
@@ -241,13 +236,14 @@ def test_a_bad_load_curve_is_one_line_naming_the_key_and_the_path(tmp_path, cont
 def test_the_run_directory_gets_a_copy_of_the_load_curve(tmp_path, curve, monkeypatch):
     _, doc = curve
     (tmp_path / "lc.json").write_text(json.dumps(doc))
-    monkeypatch.setattr(run, "write_plan", lambda exp, run_dir, log: None)
+    monkeypatch.setattr(rundir, "write_plan", lambda exp, run_dir, log: None)
     resolved = resolve(write_yaml(tmp_path / "exp", {"load_curve": "../lc.json", "gpus": 16}))
     (tmp_path / "run").mkdir()
-    run.start_run_dir(resolved, tmp_path / "run", {}, lambda m: None)
+    rundir.start_run_dir(resolved, tmp_path / "run", {}, lambda m: None, [], 0.0)
     assert json.loads((tmp_path / "run" / "load_curve.json").read_text()) == doc
     (tmp_path / "run2").mkdir()
-    run.start_run_dir(resolve(write_yaml(tmp_path / "exp2", {"gpus": 16})), tmp_path / "run2", {}, lambda m: None)
+    other = resolve(write_yaml(tmp_path / "exp2", {"gpus": 16}))
+    rundir.start_run_dir(other, tmp_path / "run2", {}, lambda m: None, [], 0.0)
     assert not (tmp_path / "run2" / "load_curve.json").exists()
 
 

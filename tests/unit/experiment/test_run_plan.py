@@ -9,60 +9,43 @@ import csv
 import json
 import os
 import subprocess
-import types
 from pathlib import Path
 
 import pytest
 
 from common.errors import EnvironmentProblem, TestbedError
 from testbed.cli import main
-from testbed.experiment import run, sweep
+from testbed.experiment import run, rundir, sweep
 from testbed.experiment.schema import EXAMPLES_DIR, Override, resolve, validate
+from tests.support import fake_runs
+from tests.support.fake_runs import FakeBackend, FakeReplay
 
 SMOKE = EXAMPLES_DIR / "smoke.yaml"
 
 
 @pytest.fixture(autouse=True)
 def no_real_fabric(monkeypatch):
-    """The real replay would build a fabric (these tests may run as root): make it unreachable."""
-    def refuse(*args):
-        raise AssertionError("a unit test reached the real replay")
-
-    monkeypatch.setattr(run, "real_repetition", refuse)
-    monkeypatch.setattr(run, "_command_output", lambda argv, cwd=None: {
-        "git": "abc1234\n", "ovs-vsctl": "ovs-vsctl (Open vSwitch) 3.1.0\nDB Schema 8.3.1\n"}.get(argv[0]))
-    reports = []
-
-    def fake_report(run_dir):
-        reports.append(Path(run_dir))
-        (Path(run_dir) / "report.html").write_text("<html></html>")
-        return Path(run_dir) / "report.html"
-
-    monkeypatch.setattr(run, "report_builder", lambda: fake_report)
-    return reports
+    """The real repetition would build a fabric (these tests may run as root): make it unreachable, stub the
+    report (the run directories it was built for are returned)."""
+    fake_runs.install(monkeypatch)
+    return fake_runs.no_report(monkeypatch)
 
 
-class FakeReplay:
-    """Stands for testbed.repetition.orchestrate.run_repetition(fabric_args, dp, cfg, out_root=None, log=...,
-    run_dir=..., pfc=...)."""
+class FailsOnce(FakeReplay):
+    """The first call for ``key`` half-writes its folder and raises ``exc``; later calls succeed."""
 
-    def __init__(self, fail: dict | None = None):
-        self.calls: list[dict] = []
-        self.fail = fail or {}
+    def __init__(self, key, exc):
+        super().__init__()
+        self.key, self.exc, self.raised = key, exc, False
 
-    def __call__(self, fabric_args, dp, cfg, out_root=None, log=print, run_dir=None, pfc=None):
-        self.calls.append({"kind": fabric_args["kind"], "gpus": fabric_args["gpus"], "seed": cfg.seed,
-                           "run_dir": run_dir, "pfc": pfc, "rate": dp.rate_bps, "out_root": out_root})
-        exc = self.fail.get((fabric_args["kind"], cfg.seed))
-        if exc is not None:
-            raise exc
-        run_dir.mkdir(parents=True)
-        goodput = 1e6 * (2 if fabric_args["kind"] == "zcube" else 1) + 1000 * cfg.seed
-        (run_dir / "summary.json").write_text(json.dumps({
-            "fabric": fabric_args["kind"], "transfers": 10, "verified": 10, "goodput_bps": goodput,
-            "goodput_real_equivalent_bps": goodput * 133333, "fct_ms": {"p50": 1.0, "p99": 9.0, "p999": 10.0},
-            "ttft_ms": {"p50": 5.0, "p99": 50.0}, "queue_drops": 3, "pfc_pauses": 4, "warnings": []}))
-        return run_dir
+    def __call__(self, spec, backend, out_root=None, log=print, run_dir=None):
+        if (spec.kind, spec.seed) == self.key and not self.raised:
+            self.raised = True
+            self.calls.append({"kind": spec.kind, "seed": spec.seed, "run_dir": run_dir})
+            run_dir.mkdir(parents=True)
+            (run_dir / "queues.csv").write_text("half\n")
+            raise self.exc
+        return super().__call__(spec, backend, out_root, log, run_dir)
 
 
 def smoke(*overrides: Override):
@@ -71,7 +54,9 @@ def smoke(*overrides: Override):
 
 def go(resolved, tmp_path, replay):
     lines, log = [], []
-    status = run.run_experiment(resolved, tmp_path, repetition_fn=replay, log=log.append, out=lines.append)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(run, "run_repetition", replay)
+        status = run.run_experiment(resolved, tmp_path, log=log.append, out=lines.append, backend=FakeBackend())
     return status, lines, log
 
 
@@ -86,14 +71,17 @@ def test_targets_are_repetition_major_with_seeds_seed_plus_r_minus_one():
 def test_wall_time_estimate_of_the_default_fits_fifteen_minutes():
     """experiments/default.yaml: 32 s of cluster time at dilation 12 = 384 s replayed (live, closed loop), plus
     40 s of set-up, for 2 fabrics x 1 repetition: 2 x 424 s = 848 s = 14.1 min, under 15 min."""
+    from testbed.backends.emulated.backend import EmulatedBackend
+
     exp = resolve(None).experiment
-    assert run.estimate_s(exp) == 848.0
-    assert run.estimate_text(exp) == "2 fabric(s) x 1 repetition(s) x (384 s replayed + ~40 s set-up) = ~14.1 min"
+    assert run.estimate_s(exp, EmulatedBackend()) == 848.0
+    assert run.estimate_text(exp, EmulatedBackend()) == ("2 fabric(s) x 1 repetition(s) x (384 s replayed + ~40 s "
+                                                         "set-up) = ~14.1 min")
 
 
 def test_run_ids_are_unique_and_named(tmp_path):
-    a = run.new_run_dir(tmp_path, "smoke", now=0)
-    b = run.new_run_dir(tmp_path, "smoke", now=0)
+    a = rundir.new_run_dir(tmp_path, "smoke", now=0)
+    b = rundir.new_run_dir(tmp_path, "smoke", now=0)
     assert a.name.endswith("-smoke") and b.name == a.name + "-2" and a.is_dir() and b.is_dir()
 
 
@@ -106,7 +94,7 @@ def test_run_writes_the_layout_and_prints_the_run_directory_last(tmp_path, no_re
     assert [(c["kind"], c["seed"], c["run_dir"]) for c in replay.calls] == [
         ("zcube", 0, run_dir / "runs/zcube/rep1"), ("roft", 0, run_dir / "runs/roft/rep1"),
         ("zcube", 1, run_dir / "runs/zcube/rep2"), ("roft", 1, run_dir / "runs/roft/rep2")]
-    assert all(c["out_root"] is None and c["gpus"] == 16 and c["pfc"]["enabled"] is True for c in replay.calls)
+    assert all(c["out_root"] is None and c["gpus"] == 16 and c["pfc"].enabled is True for c in replay.calls)
     doc = json.loads((run_dir / "experiment.json").read_text())
     assert doc["experiment"]["gpus"] == 16 and doc["source"] == str(SMOKE)
     assert doc["overrides"] == [{"key": "repetitions", "value": 2, "origin": "--reps"}]
@@ -140,23 +128,6 @@ def test_a_failed_fabric_keeps_the_other_and_exits_non_zero(tmp_path, no_real_fa
     assert heads["fabrics"]["roft"]["ok"] == 0 and heads["fabrics"]["zcube"]["ok"] == 1
     assert heads["fabrics"]["roft"]["repetitions"][0]["error"] == "RuntimeError: controller died"
     assert no_real_fabric == [run_dir]  # the report is still built from what there is
-
-
-class FailsOnce(FakeReplay):
-    """The first call for ``key`` half-writes its folder and raises ``exc``; later calls succeed."""
-
-    def __init__(self, key, exc):
-        super().__init__()
-        self.key, self.exc, self.raised = key, exc, False
-
-    def __call__(self, fabric_args, dp, cfg, out_root=None, log=print, run_dir=None, pfc=None):
-        if (fabric_args["kind"], cfg.seed) == self.key and not self.raised:
-            self.raised = True
-            self.calls.append({"kind": fabric_args["kind"], "seed": cfg.seed, "run_dir": run_dir})
-            run_dir.mkdir(parents=True)
-            (run_dir / "queues.csv").write_text("half\n")
-            raise self.exc
-        return super().__call__(fabric_args, dp, cfg, out_root, log, run_dir, pfc)
 
 
 def test_an_environment_failure_is_retried_once_and_the_report_says_so(tmp_path, no_real_fabric):
@@ -225,17 +196,18 @@ def test_versions_record_project_git_ovs_os_ken_kernel_python():
         return {("git", "rev-parse"): "1a2b3c4\n", ("git", "status"): " M README.md\n",
                 ("ovs-vsctl", "--version"): "ovs-vsctl (Open vSwitch) 3.1.0\nDB Schema 8.3.1\n"}.get(tuple(argv[:2]))
 
-    v = run.collect_versions(fake)
+    v = rundir.collect_versions(fake)
     assert set(v) == {"project", "git", "ovs", "os_ken", "kernel", "python"}
     assert v["git"] == "1a2b3c4-dirty" and v["ovs"] == "ovs-vsctl (Open vSwitch) 3.1.0"
     assert v["project"] and v["os_ken"] and v["kernel"] and v["python"]
-    bare = run.collect_versions(lambda argv, cwd=None: None)
+    bare = rundir.collect_versions(lambda argv, cwd=None: None)
     assert bare["git"] is None and bare["ovs"] is None
 
 
 def test_headline_reads_a_replay_summary(tmp_path):
-    FakeReplay()({"kind": "roft", "gpus": 16}, types.SimpleNamespace(rate_bps=3e6), types.SimpleNamespace(seed=0),
-                 run_dir=tmp_path / "r")
+    from tests.support.settings import repetition
+
+    FakeReplay()(repetition({"fabrics": ["roft"], "gpus": 16}), FakeBackend(), run_dir=tmp_path / "r")
     h = run.headline(tmp_path / "r")
     assert h["goodput_bps"] == 1e6 and h["fct_p99_ms"] == 9.0 and h["ttft_p99_ms"] == 50.0
     assert h["drops"] == 3 and h["pauses"] == 4
@@ -293,12 +265,13 @@ def test_sweep_values_go_through_the_schema_before_anything_runs():
     assert [(r.experiment.link.rate, r.experiment.trace.speed) for _, r in points] == [(3e6, 2.0), (4e6, 2.0)]
 
 
-def test_sweep_runs_every_point_and_writes_csv_and_json(tmp_path, no_real_fabric):
+def test_sweep_runs_every_point_and_writes_csv_and_json(tmp_path, no_real_fabric, monkeypatch):
     replay = FakeReplay()
     lines, log = [], []
+    monkeypatch.setattr(run, "run_repetition", replay)
     status, returned_dir = sweep.run_sweep(SMOKE, [Override("fabrics", ["zcube", "roft"], "--fabrics")],
-                                           [("link.rate", ["3mbit", "4mbit"])], tmp_path, repetition_fn=replay,
-                                           log=log.append, out=lines.append)
+                                           [("link.rate", ["3mbit", "4mbit"])], tmp_path, log=log.append,
+                                           out=lines.append)
     sweep_dir = Path(lines[-1])
     assert returned_dir == sweep_dir
     assert status == 0 and sweep_dir.name.endswith("-sweep-smoke")
@@ -320,7 +293,7 @@ def test_sweep_runs_every_point_and_writes_csv_and_json(tmp_path, no_real_fabric
 # -------------------------------------------------------------------- CLI
 def test_cli_run_prints_the_run_directory_last(tmp_path, monkeypatch, capsys):
     replay = FakeReplay()
-    monkeypatch.setattr(run, "real_repetition", lambda backend: replay)
+    monkeypatch.setattr(run, "run_repetition", replay)
     status = main(["run", str(SMOKE), "--out", str(tmp_path), "--fabrics", "zcube", "--name", "cli"])
     out, err = capsys.readouterr()
     last = out.strip().splitlines()[-1]
@@ -360,11 +333,11 @@ def test_clean_marks_runs_whose_process_was_killed(tmp_path):
     (killed / "state.json").write_text(json.dumps({"state": "running", "pid": dead_pid}))  # an older run's name
     (alive / "lifecycle.json").write_text(json.dumps({"state": "running", "pid": os.getpid()}))
     (done / "lifecycle.json").write_text(json.dumps({"state": "finished", "pid": dead_pid}))
-    assert run.mark_killed_runs(tmp_path) == [killed]
+    assert rundir.mark_killed_runs(tmp_path) == [killed]
     doc = json.loads((killed / "state.json").read_text())
     assert doc["state"] == "interrupted" and str(dead_pid) in doc["why"]
     assert json.loads((alive / "lifecycle.json").read_text())["state"] == "running"
-    assert run.mark_killed_runs(tmp_path) == []
+    assert rundir.mark_killed_runs(tmp_path) == []
 
 
 def _dead_pid() -> int:

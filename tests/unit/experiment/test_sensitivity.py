@@ -15,6 +15,7 @@ from common.paths import AZURE_TRACE
 from testbed.cli import main
 from testbed.experiment import sensitivity as S
 from testbed.experiment.schema import EXAMPLES_DIR, Override
+from tests.support import fake_runs
 from traffic.model import placement
 
 SMALL = {"name": "sens16", "backend": "ideal", "gpus": 16, "gpus_per_switch": 4, "gpus_per_server": 4,
@@ -76,15 +77,12 @@ def test_a_bad_alternative_is_one_line_naming_it_and_its_key_before_anything_is_
     assert list(out.iterdir()) == []  # no directory, no run
 
 
-def test_a_bad_alternative_is_refused_by_the_library_too_and_nothing_runs(tmp_path):
+def test_a_bad_alternative_is_refused_by_the_library_too_and_nothing_runs(tmp_path, monkeypatch):
     path = write(tmp_path, SMALL | {"sensitivity": [SMALL["sensitivity"][0],
                                                     {"name": "late", "set": {"serving.decode_step_s": "soon"}}]})
-
-    def never(*args, **kwargs):
-        raise AssertionError("a repetition ran")
-
+    fake_runs.install(monkeypatch)  # a repetition that runs fails the test
     with pytest.raises(TestbedError, match=r"serving.decode_step_s \(from alternative 'late'\): duration 'soon'"):
-        S.run_sensitivity(path, [], tmp_path, repetition_fn=never, log=lambda m: None)
+        S.run_sensitivity(path, [], tmp_path, log=lambda m: None)
     assert [p.name for p in tmp_path.iterdir()] == ["sens16.yaml"]
 
 
@@ -225,8 +223,8 @@ def test_an_alternative_whose_run_fails_is_shown_as_failed_never_dropped(tmp_pat
             raise RuntimeError("the agents could not start")
         return run_repetition(*args, run_dir=run_dir, **kwargs)
 
-    status, doc, sens_dir = S.run_sensitivity(write(tmp_path, SMALL), [], tmp_path, repetition_fn=breaks_pair_hash,
-                                              log=lambda m: None)
+    monkeypatch.setattr(run, "run_repetition", breaks_pair_hash)
+    status, doc, sens_dir = S.run_sensitivity(write(tmp_path, SMALL), [], tmp_path, log=lambda m: None)
     assert status == 1
     assert [a["name"] for a in doc["alternatives"]] == ["zipf", "pair-hash"]
     broken = doc["alternatives"][1]

@@ -196,13 +196,13 @@ def _tiny_trace(tmp_path):
 
 
 def test_prepare_with_adaptive_follows_the_rule_on_a_tiny_schedule(tmp_path):
-    from testbed.repetition.replay import prepare
+    from testbed.repetition.drivers.plan import prepare_plan
     from tests.support.settings import repetition
 
     f = build_fabric("zcube", gpus=16, gpus_per_switch=8)
     trace = {"path": str(_tiny_trace(tmp_path))}
     cfg = repetition({"trace": trace, "serving": {"decode_tp": 2, "chunk_bytes": 200, "policy": "adaptive"}})
-    p = prepare(cfg, 16, scale.DEFAULT_RATE_BPS, scale.DEFAULT_MTU, f)
+    p = prepare_plan(cfg, 16, scale.DEFAULT_RATE_BPS, scale.DEFAULT_MTU, f)
     rows = sorted(p.plan_rows, key=lambda r: r["id"])
     # prefill GPUs 1-4 -> decode GPU 9, 5-8 -> GPU 10, each as 200 + 107 bytes released at once
     assert [(r["src"], r["dst"], r["bytes"]) for r in rows] == [
@@ -219,19 +219,19 @@ def test_prepare_with_adaptive_follows_the_rule_on_a_tiny_schedule(tmp_path):
     net = [t for t in p.schedule.transfers if t.src_gpu != t.dst_gpu]
     assert sum(r["bytes"] for r in rows) == sum(t.bytes for t in net) == 8 * 307
     # striped on the same schedule: every sender p1 first (what sends the whole gather one way)
-    striped = prepare(repetition({"trace": trace, "serving": {"decode_tp": 2, "chunk_bytes": 200}}), 16,
+    striped = prepare_plan(repetition({"trace": trace, "serving": {"decode_tp": 2, "chunk_bytes": 200}}), 16,
                       scale.DEFAULT_RATE_BPS, scale.DEFAULT_MTU)
     assert {r["src_ip"].split(".")[1] for r in striped.plan_rows if r["bytes"] == 200} == {"1"}
 
 
 @pytest.mark.parametrize("kind", ["zcube", "roft"])
 def test_prepare_with_adaptive_on_a_trace_window_keeps_every_byte(kind):
-    from testbed.repetition.replay import prepare
+    from testbed.repetition.drivers.plan import prepare_plan
     from tests.support.settings import repetition
 
     f = build_fabric(kind, gpus=16, gpus_per_switch=8)
     cfg = repetition({"trace": {"duration_s": 15}, "serving": {"decode_tp": 2, "policy": "adaptive"}})
-    p = prepare(cfg, 16, scale.DEFAULT_RATE_BPS,
+    p = prepare_plan(cfg, 16, scale.DEFAULT_RATE_BPS,
                 scale.DEFAULT_MTU, f)
     net = [t for t in p.schedule.transfers if t.src_gpu != t.dst_gpu]
     assert len(p.plan_rows) == len(net) > 0
@@ -245,9 +245,9 @@ def test_prepare_with_adaptive_on_a_trace_window_keeps_every_byte(kind):
 
 
 def test_prepare_refuses_adaptive_without_the_fabric_model():
-    from testbed.repetition.replay import prepare
+    from testbed.repetition.drivers.plan import prepare_plan
     from tests.support.settings import repetition
 
     with pytest.raises(TestbedError, match="adaptive"):
-        prepare(repetition({"trace": {"duration_s": 15}, "serving": {"policy": "adaptive"}}), 16,
+        prepare_plan(repetition({"trace": {"duration_s": 15}, "serving": {"policy": "adaptive"}}), 16,
                 scale.DEFAULT_RATE_BPS, scale.DEFAULT_MTU)

@@ -8,7 +8,7 @@ import pytest
 from common.errors import TestbedError
 from fabrics import build_fabric
 from fabrics.zcube import scaled_k
-from testbed.experiment.schema import EXAMPLES_DIR, Override, fabric_args, resolve, validate
+from testbed.experiment.schema import EXAMPLES_DIR, Override, fabric_spec, resolve, validate
 
 
 @pytest.mark.parametrize("n,k,cables,radix", [(32, 8, 2, 16), (64, 16, 4, 32), (128, 16, 2, 32), (256, 32, 4, 64),
@@ -24,7 +24,7 @@ def test_the_rule_gives_non_blocking_zcubes_and_roft_of_the_same_radix(n, k, cab
 
 def test_auto_in_an_experiment_and_its_refusals():
     exp = validate({"gpus": 512, "gpus_per_switch": "auto"}, "t")
-    assert exp.gpus_per_switch == 32 and fabric_args(exp, "zcube")["gpus_per_switch"] == 32
+    assert exp.gpus_per_switch == 32 and fabric_spec(exp, "zcube").args["gpus_per_switch"] == 32
     assert validate({"gpus": 32}, "t").gpus_per_switch == 8  # the default is untouched
     with pytest.raises(TestbedError, match="gpus_per_switch"):
         validate({"gpus": 40, "gpus_per_switch": "auto"}, "t")

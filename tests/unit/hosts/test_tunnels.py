@@ -7,14 +7,14 @@ import pytest
 from common.errors import TestbedError
 from fabrics import build_fabric
 from fabrics.datapath import plan_datapath
-from testbed.emulation.hosts import placement as P
+from testbed.emulation.hosts import assign as P
 from testbed.emulation.hosts import tunnels as T
 
 
 @pytest.fixture(scope="module")
 def zcube32():
     f = build_fabric("zcube", gpus=32, gpus_per_switch=8)
-    p = P.place(f, ["ph1", "ph2"])
+    p = P.assign(f, ["ph1", "ph2"])
     plan = plan_datapath(f)
     return f, p, plan, {h: T.split(plan, p, h) for h in ("ph1", "ph2")}
 
@@ -87,7 +87,7 @@ def test_mtu_check_names_host_and_need():
 
 def test_link_lines_one_key_per_cable():
     f = build_fabric("zcube", gpus=16, gpus_per_switch=8)
-    p = P.place(f, ["a", "b"])
+    p = P.assign(f, ["a", "b"])
     ts = T.tunnels_of(p, "a")
     lines = T.link_lines(ts, "10.250.0.1", {"b": "10.250.0.2"}, 3000, alias="x", group=7)
     assert lines[0] == (f"link add {ts[0].dev} type vxlan id {ts[0].key} local 10.250.0.1 remote 10.250.0.2 "

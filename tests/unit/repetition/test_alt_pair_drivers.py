@@ -10,7 +10,7 @@ from common import scale
 from fabrics import addressing, build_fabric
 from fabrics.describe import path_json
 from testbed.bench import exchange as ex
-from testbed.repetition.replay import prepare
+from testbed.repetition.drivers.plan import prepare_plan
 from tests.support.settings import repetition
 from tests.unit.traffic.runtime.test_coordinator import config
 from traffic.model.serving import Message
@@ -30,7 +30,7 @@ def test_alt_ips_is_the_other_port_of_both_ends():
 
 
 def test_replay_plan_lines_name_the_other_pair_and_the_agent_reads_them():
-    p = prepare(repetition({"trace": {"duration_s": 15}}), 16, scale.DEFAULT_RATE_BPS, scale.DEFAULT_MTU)
+    p = prepare_plan(repetition({"trace": {"duration_s": 15}}), 16, scale.DEFAULT_RATE_BPS, scale.DEFAULT_MTU)
     assert p.plan_rows and all(_is_other_pair(r) for r in p.plan_rows)
     row = p.plan_rows[0]
     t = orders.parse_plan_line("plan:1", json.dumps(row), row["src"])

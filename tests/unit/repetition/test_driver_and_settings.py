@@ -1,5 +1,5 @@
 """testbed.repetition.settings (a repetition's sections as the schema reads them) and
-testbed.repetition.driver (what surrounds a repetition's traffic), directly."""
+testbed.repetition.drivers.base (what surrounds a repetition's traffic), directly."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ import pydantic
 import pytest
 
 from common.paths import DEFAULT_TRACE
-from testbed.repetition import driver, settings
-from testbed.repetition.config import RepetitionConfig
+from testbed.repetition import settings
+from testbed.repetition.drivers import base as driver
+from tests.support.settings import repetition
 
 
 def test_link_values_take_the_command_lines_units():
@@ -52,9 +53,10 @@ def test_a_fault_names_its_target_per_fabric():
 
 
 def test_conditions_carry_the_repetitions_settings():
-    cfg = RepetitionConfig(seed=11, cross_flows=2, faults=({"at": 1.0, "target": "controller", "action": "stop"},),
-                           transfer_timeout_s=30.0)
-    c = driver.conditions(cfg, wall_per_run_s=12.0, cross_s=45.0)
+    spec = repetition({"seed": 10, "cross_flows": 2, "link": {"time_dilation": 12},
+                       "serving": {"driver": "live", "model": "glm-5"},
+                       "faults": [{"at": 1.0, "target": "controller", "action": "stop"}]}, rep=2)
+    c = driver.conditions(spec, cross_s=45.0)
     assert (c.seed, c.cross_flows, c.cross_s, c.wall_per_run_s, c.timeout_s, c.connections) == (
-        11, 2, 45.0, 12.0, 30.0, "persistent")
-    assert c.faults == ({"at": 1.0, "target": "controller", "action": "stop"},)
+        11, 2, 45.0, 12.0, spec.transfer_timeout_s, "persistent")
+    assert c.faults == ({"at": 1.0, "duration": None, "target": "controller", "action": "stop"},)

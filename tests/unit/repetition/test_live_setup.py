@@ -1,10 +1,10 @@
-"""testbed.repetition.live: the coordinator's config and the exchange-vs-ideal figure (no fabric)."""
+"""testbed.repetition.drivers.live: the coordinator's config and the exchange-vs-ideal figure (no fabric)."""
 
 import pytest
 
 from common.paths import AZURE_TRACE
 from fabrics import build_fabric
-from testbed.repetition import live, live_summary
+from testbed.repetition.drivers import live, live_summary
 from tests.support.settings import repetition
 from traffic.runtime import coordinator
 

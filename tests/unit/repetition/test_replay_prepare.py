@@ -7,12 +7,12 @@ import pytest
 
 from common import scale
 from common.errors import TestbedError
-from testbed.repetition.replay import prepare
+from testbed.repetition.drivers.plan import prepare_plan
 from tests.support.settings import repetition
 
 
 def test_plans_carry_every_network_transfer_of_the_schedule():
-    p = prepare(repetition({"trace": {"duration_s": 15}}), 16, scale.DEFAULT_RATE_BPS, scale.DEFAULT_MTU)
+    p = prepare_plan(repetition({"trace": {"duration_s": 15}}), 16, scale.DEFAULT_RATE_BPS, scale.DEFAULT_MTU)
     net = [t for t in p.schedule.transfers if t.src_gpu != t.dst_gpu]
     assert len(p.plan_rows) == len(net) > 0
     assert sum(r["bytes"] for r in p.plan_rows) == sum(t.bytes for t in net)
@@ -22,7 +22,7 @@ def test_plans_carry_every_network_transfer_of_the_schedule():
 
 
 def test_striped_policy_alternates_the_nic_ports_of_a_pair():
-    p = prepare(repetition({"trace": {"duration_s": 15}}), 16, scale.DEFAULT_RATE_BPS, scale.DEFAULT_MTU)
+    p = prepare_plan(repetition({"trace": {"duration_s": 15}}), 16, scale.DEFAULT_RATE_BPS, scale.DEFAULT_MTU)
     by_pair: dict = {}
     for r in sorted(p.plan_rows, key=lambda r: r["id"]):
         by_pair.setdefault((r["src"], r["dst"]), []).append((r["src_ip"].split(".")[1], r["dst_ip"].split(".")[1]))
@@ -32,13 +32,13 @@ def test_striped_policy_alternates_the_nic_ports_of_a_pair():
 
 def test_rail_out_policy_uses_port_1_only():
     cfg = repetition({"trace": {"duration_s": 15}, "serving": {"policy": "rail-out"}})
-    p = prepare(cfg, 16, scale.DEFAULT_RATE_BPS, scale.DEFAULT_MTU)
+    p = prepare_plan(cfg, 16, scale.DEFAULT_RATE_BPS, scale.DEFAULT_MTU)
     assert {r["src_ip"].split(".")[1] for r in p.plan_rows} == {"1"}
 
 
 def test_bytes_are_scaled_by_the_one_scale_model():
-    slow = prepare(repetition({"trace": {"duration_s": 15}}), 16, 3e6, 3000)
-    fast = prepare(repetition({"trace": {"duration_s": 15}}), 16, 6e6, 3000)
+    slow = prepare_plan(repetition({"trace": {"duration_s": 15}}), 16, 3e6, 3000)
+    fast = prepare_plan(repetition({"trace": {"duration_s": 15}}), 16, 6e6, 3000)
     assert sum(r["bytes"] for r in fast.plan_rows) == pytest.approx(2 * sum(r["bytes"] for r in slow.plan_rows),
                                                                       rel=0.01)
 
@@ -59,8 +59,8 @@ def test_bad_replay_settings_are_one_clear_error_at_their_key(doc, key, word):
 
 
 def test_standing_for_a_slower_real_link_puts_more_bytes_on_the_emulated_one():
-    at400 = prepare(repetition({"trace": {"duration_s": 15}}), 16, 3e6, 3000)
-    at100 = prepare(repetition({"trace": {"duration_s": 15}, "link": {"represents": 100e9}}), 16, 3e6, 3000)
+    at400 = prepare_plan(repetition({"trace": {"duration_s": 15}}), 16, 3e6, 3000)
+    at100 = prepare_plan(repetition({"trace": {"duration_s": 15}, "link": {"represents": 100e9}}), 16, 3e6, 3000)
     assert {r["start"] for r in at100.plan_rows} == {r["start"] for r in at400.plan_rows}  # times stay real
     assert sum(r["bytes"] for r in at100.plan_rows) == pytest.approx(4 * sum(r["bytes"] for r in at400.plan_rows),
                                                                      rel=0.02)
@@ -74,9 +74,9 @@ def test_a_non_positive_represents_is_refused_in_one_line():
 def test_an_overloaded_window_is_flagged_and_the_operating_point_is_written(tmp_path):
     from testbed.repetition.writeup import write_operating_point
 
-    hot = prepare(repetition({"trace": {"speed": 2}, "serving": {"decode_tp": 2}}), 32, 3e6, 3000)
+    hot = prepare_plan(repetition({"trace": {"speed": 2}, "serving": {"decode_tp": 2}}), 32, 3e6, 3000)
     assert hot.warnings and hot.warnings[0].startswith("the cluster is overloaded; TTFT measures the queue")
-    kept_up = prepare(repetition({"trace": {"speed": 1.5}, "serving": {"decode_tp": 2}}), 32, 3e6, 3000)
+    kept_up = prepare_plan(repetition({"trace": {"speed": 1.5}, "serving": {"decode_tp": 2}}), 32, 3e6, 3000)
     assert not any("overloaded" in w for w in kept_up.warnings)
     doc = write_operating_point(tmp_path, kept_up.operating_point)
     assert set(doc["prefill_utilization"]) == {"0", "1"}

@@ -21,7 +21,7 @@ from testbed.backends.base import (
     QueueInfo,
 )
 from testbed.repetition import link_traffic
-from testbed.repetition.replay import PlannedDriver, prepare
+from testbed.repetition.drivers.plan import PlanDriver, prepare_plan
 from testbed.repetition.writeup import write_up
 from tests.support.settings import repetition
 
@@ -65,10 +65,10 @@ def test_the_write_up_takes_counters_and_pauses_from_the_backends_objects(tmp_pa
     fabric = build_fabric("zcube", gpus=16, gpus_per_switch=8)
     dp = DatapathConfig().validate()
     cfg = repetition({"trace": {"duration_s": 10}})
-    plan = prepare(cfg, 16, dp.rate_bps, dp.mtu, fabric)
+    plan = prepare_plan(cfg, 16, dp.rate_bps, dp.mtu, fabric)
     carried = _carried(fabric, plan.plan_rows, dp)
     net = Network(fabric, LinkSettings.of(dp, cfg.represents_bps))
-    s = write_up(tmp_path, cfg, PlannedDriver(), plan, carried, net)
+    s = write_up(tmp_path, cfg, PlanDriver(), plan, carried, net)
 
     n_queues = len(carried.counters.queues)
     queues_csv = list(csv.DictReader(open(tmp_path / "queues.csv")))

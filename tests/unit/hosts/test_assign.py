@@ -1,4 +1,4 @@
-"""Placement of a fabric on several hosts: values worked out by hand, and brute force over every
+"""HostAssignment of a fabric on several hosts: values worked out by hand, and brute force over every
 balanced placement where that is small enough to enumerate."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 
 from common.errors import TestbedError
 from fabrics import build_fabric
-from testbed.emulation.hosts import placement as P
+from testbed.emulation.hosts import assign as P
 
 
 def _brute_min(fabric, port=1) -> int:
@@ -36,7 +36,7 @@ def test_zcube_32_on_two_hosts_worked_out():
     each odd switch's 8 GPUs reach each even switch twice by port 2, so GPU cables crossing =
     2 x 2 x (4-a) + 2 x 2 x a = 16. Every balanced placement crosses 32; the cut takes a=2."""
     f = build_fabric("zcube", gpus=32, gpus_per_switch=8)
-    p = P.place(f, ["ph1", "ph2"])
+    p = P.assign(f, ["ph1", "ph2"])
     assert p.switches_on("ph1") == ["sw1", "sw2", "sw3", "sw4"]
     assert p.switches_on("ph2") == ["sw5", "sw6", "sw7", "sw8"]
     assert P.ranges(p.gpus_on("ph1")) == "1-2,5-6,9-10,13-14,17-18,21-22,25-26,29-30"
@@ -53,7 +53,7 @@ def test_roft_32_on_two_hosts_cuts_at_rails():
     leaf-spine pair. Four leaves per host; with s spines on host 1, 2 x (4(4-s) + 4s) = 32 cables
     cross whatever s, and no GPU cable crosses."""
     f = build_fabric("roft", gpus=32, gpus_per_switch=8)
-    p = P.place(f, ["a", "b"])
+    p = P.assign(f, ["a", "b"])
     assert p.switches_on("a") == ["leaf1", "leaf2", "leaf3", "leaf4", "spine1", "spine2"]
     assert P.ranges(p.gpus_on("a")) == "1-4,9-12,17-20,25-28"  # rails 1-4
     assert (len(p.cross), p.cross_fabric, p.cross_host) == (32, 32, 0)
@@ -63,7 +63,7 @@ def test_roft_32_on_two_hosts_cuts_at_rails():
 @pytest.mark.parametrize("n,k", [(16, 4), (16, 8), (24, 4), (32, 4), (48, 8), (64, 8)])
 def test_zcube_cut_is_the_fewest_crossings_of_any_balanced_placement(n, k):
     f = build_fabric("zcube", gpus=n, gpus_per_switch=k)
-    assert len(P.place(f, ["h1", "h2"]).cross) == _brute_min(f)
+    assert len(P.assign(f, ["h1", "h2"]).cross) == _brute_min(f)
 
 
 def test_port_one_keeps_servers_whole_when_n_is_at_least_k_squared():
@@ -72,9 +72,9 @@ def test_port_one_keeps_servers_whole_when_n_is_at_least_k_squared():
     no GPU cable crosses, only the 8 x 8 x 2 = 128 odd-even cables of the cut. Anchored on port 2,
     runs of even switches (servers 1-8 | 9-16) put every odd switch's GPUs on both hosts."""
     f = build_fabric("zcube", gpus=128, gpus_per_switch=8)
-    p1 = P.place(f, ["h1", "h2"], anchor_port=1)
+    p1 = P.assign(f, ["h1", "h2"], anchor_port=1)
     assert (p1.cross_fabric, p1.cross_host) == (128, 0)
-    p2 = P.place(f, ["h1", "h2"], anchor_port=2)
+    p2 = P.assign(f, ["h1", "h2"], anchor_port=2)
     assert (p2.cross_fabric, p2.cross_host) == (128, 64)
 
 
@@ -92,7 +92,7 @@ def test_three_hosts_on_zcube_32():
     keeps 1: at most 2x1 + 1x2 + 1x1 = 5 of the 16 pairs stay, 11 cross, each pair being 2 switch
     cables and 2 GPU cables: 22 + 22."""
     f = build_fabric("zcube", gpus=32, gpus_per_switch=8)
-    p = P.place(f, ["a", "b", "c"])
+    p = P.assign(f, ["a", "b", "c"])
     assert [p.switches_on(h) for h in "abc"] == [["sw1", "sw2", "sw3"], ["sw4", "sw5", "sw6"], ["sw7", "sw8"]]
     assert [len(p.gpus_on(h)) for h in "abc"] == [16, 8, 8]
     assert (p.cross_fabric, p.cross_host) == (22, 22)
@@ -102,30 +102,30 @@ def test_three_hosts_on_zcube_32():
 def test_invariants(kind, n, hosts):
     f = build_fabric(kind, gpus=n, gpus_per_switch=8)
     names = [f"h{i}" for i in range(hosts)]
-    p = P.place(f, names)
+    p = P.assign(f, names)
     assert set(p.switch_host) == set(f.switches)  # every switch on exactly one host
     for g in f.gpus():
         assert p.gpu_host[g] == p.switch_host[f.attachment[(g, 1)][0]]
     counts = [len(p.switches_on(h)) for h in names]
     assert max(counts) - min(counts) <= 1
     assert p.cross == [c for c in f.cables if p.host_of(c.a) != p.host_of(c.b)]
-    assert P.place(f, names).switch_host == p.switch_host  # deterministic
+    assert P.assign(f, names).switch_host == p.switch_host  # deterministic
 
 
 def test_one_host_crosses_nothing():
     f = build_fabric("zcube", gpus=32, gpus_per_switch=8)
-    assert P.place(f, ["only"]).cross == []
+    assert P.assign(f, ["only"]).cross == []
 
 
 def test_more_hosts_than_gpu_switches_is_one_line():
     f = build_fabric("zcube", gpus=16, gpus_per_switch=8)
     with pytest.raises(TestbedError, match=r"at most 2 hosts, not 3"):
-        P.place(f, ["a", "b", "c"])
+        P.assign(f, ["a", "b", "c"])
 
 
 def test_text_names_the_controller_host_and_the_count():
     f = build_fabric("zcube", gpus=32, gpus_per_switch=8)
-    lines = P.text(P.place(f, ["ph1", "ph2"]), {"ph1": "10.250.0.1", "ph2": "10.250.0.2"})
+    lines = P.text(P.assign(f, ["ph1", "ph2"]), {"ph1": "10.250.0.1", "ph2": "10.250.0.2"})
     assert lines[1].startswith("  ph1 10.250.0.1: 4 switches (sw1 sw2 sw3 sw4), 16 GPUs")
     assert lines[1].endswith("controller, coordinator")
     assert lines[-1] == "cross-host cables: 32 of 96 (16 switch-switch, 16 GPU-switch): one tunnel each"

@@ -33,7 +33,7 @@ from fabrics.topology import Cable, Fabric
 
 
 @dataclass
-class Placement:
+class HostAssignment:
     fabric: Fabric
     hosts: list[str]
     switch_host: dict[str, str]
@@ -92,7 +92,7 @@ def anchors(fabric: Fabric, port: int = 1) -> list[str]:
     return [s for s in _switch_order(fabric) if s in used]
 
 
-def place(fabric: Fabric, hosts: list[str], anchor_port: int = 1) -> Placement:
+def assign(fabric: Fabric, hosts: list[str], anchor_port: int = 1) -> HostAssignment:
     """The placement of ``fabric`` on ``hosts`` (in order; the first runs the controller)."""
     if not hosts:
         raise TestbedError("a placement needs at least one host")
@@ -117,7 +117,7 @@ def place(fabric: Fabric, hosts: list[str], anchor_port: int = 1) -> Placement:
     for i in range(len(others) - sum(room)):  # only if a host's anchors overfilled its share
         room[sorted(range(len(hosts)), key=lambda j: (have[j] + room[j], j))[0]] += 1
     switch_host.update(_assign(fabric, others, hosts, room, switch_host, gpu_host))
-    p = Placement(fabric, list(hosts), switch_host, gpu_host, anchor_port)
+    p = HostAssignment(fabric, list(hosts), switch_host, gpu_host, anchor_port)
     p.cross = [c for c in fabric.cables if p.crosses(c)]
     return p
 
@@ -183,7 +183,7 @@ def ranges(nums: list[int]) -> str:
     return ",".join(out)
 
 
-def text(p: Placement, addresses: dict[str, str] | None = None) -> list[str]:
+def text(p: HostAssignment, addresses: dict[str, str] | None = None) -> list[str]:
     """The placement as lines for ``plan --hosts``."""
     s = p.summary()
     lines = [f"{s['fabric']} on {len(p.hosts)} host{'s' if len(p.hosts) > 1 else ''} "

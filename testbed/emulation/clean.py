@@ -67,7 +67,7 @@ def _stop_our_processes() -> list[str]:
     return removed
 
 
-SOCKET_FOLDER_PREFIX = "tb-serving-"  # testbed.repetition.live makes them (mkdtemp: root's, mode 700)
+SOCKET_FOLDER_PREFIX = "tb-serving-"  # testbed.repetition.drivers.live makes them (mkdtemp: root's, mode 700)
 SOCKET_NAME = "control.sock"
 
 

@@ -5,7 +5,7 @@ Where the planned replay computes every transfer's time before the run, here the
 expert-parallel messages: steps wait for their slowest message, so TTFT and output tokens/s move
 when the fabric is slow. This module turns the repetition's settings into the cluster's config
 (``prepare_live``, the coordinator's JSON) and hands it to the backend's ``serve``; its summary is
-``testbed.repetition.live_summary``.
+``testbed.repetition.drivers.live_summary``.
 """
 
 from __future__ import annotations
@@ -14,12 +14,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from common import scale
-from common.errors import TestbedError
 from fabrics import Fabric, addressing
 from fabrics.routing import select_ports
-from testbed.backends.base import Backend, Carried, FabricSpec, LinkSettings, Log, Network, ServingTraffic
-from testbed.repetition.config import RepetitionConfig
-from testbed.repetition.driver import Driver, conditions
+from testbed.backends.base import Backend, Carried, LinkSettings, Log, Network, ServingTraffic
+from testbed.repetition.drivers.base import Driver, conditions
+from testbed.repetition.spec import RepetitionSpec, served_requests
 
 
 @dataclass
@@ -38,48 +37,39 @@ class LiveSetup:
         return self.traffic.config
 
 
-def prepare_live(cfg: RepetitionConfig, n_gpus: int, rate_bps: float) -> LiveSetup:
-    """The coordinator's config from a RepetitionConfig: pure computation, no fabric needed."""
-    from traffic.model import models, placement, serving, traces
+def prepare_live(spec: RepetitionSpec, n_gpus: int, rate_bps: float) -> LiveSetup:
+    """The coordinator's config from a RepetitionSpec: pure computation, no fabric needed."""
+    from traffic.model import models, placement, serving
 
-    tr, s = cfg.trace, cfg.serving
-    read = traces.read_trace(tr.path, tr.format, skip_bad=tr.skip_bad)
-    end = tr.start_s + tr.duration_s
-    if s.arrivals == "closed":  # the trace only supplies request sizes, in order, from the window's start
-        reqs = [r for r in read.requests if r.arrival_s >= tr.start_s][: tr.first_n or None]
-    else:
-        reqs = traces.slice_requests(read.requests, start_s=tr.start_s, end_s=end, first_n=tr.first_n,
-                                     speed=tr.speed)
-    if not reqs:
-        raise TestbedError(f"the trace window from {tr.start_s:g} s of {tr.path} holds no request")
+    s = spec.serving
+    reqs, _ = served_requests(spec)
     model = models.get_model(s.model)
     moe = model.expert is not None
     p_tp, d_tp = (1, 1) if moe else (s.prefill_tp, s.decode_tp)
     if s.layout is not None:  # a named deployment (docs/serving.md, "Layouts")
-        built = placement.layout_engines(s.layout, n_gpus, cfg.gpus_per_server, s.prefill_fraction)
+        built = placement.layout_engines(s.layout, n_gpus, spec.gpus_per_server, s.prefill_fraction)
         prefill, decode = built["prefill"], built["decode"]
     else:
-        place = placement.place(n_gpus, p_tp, d_tp, s.prefill_fraction, gpus_per_server=cfg.gpus_per_server)
+        place = placement.place(n_gpus, p_tp, d_tp, s.prefill_fraction, gpus_per_server=spec.gpus_per_server)
         n_pre = sum(len(i.gpus) for i in place.prefill)
         n_dec = sum(len(i.gpus) for i in place.decode)
         prefill = serving.build_engines("prefill", place.prefill, (s.prefill_ep or n_pre) if moe else None)
         decode = serving.build_engines("decode", place.decode, (s.decode_ep or n_dec) if moe else None)
-    dilation = cfg.link.time_dilation
-    b_scale = scale.bytes_scale(rate_bps, cfg.represents_bps) / dilation
-    duration = tr.duration_s if s.arrivals == "closed" else tr.duration_s / tr.speed
-    spec = dict(model=model.name, dtype=s.dtype, gpus_per_server=cfg.gpus_per_server, bytes_scale=b_scale,
-                chunk_bytes=cfg.chunk_bytes, prefill_chunk_tokens=s.prefill_chunk_tokens,
-                decode_batch=s.decode_batch, decode_step_s=s.decode_step_s, popularity=s.popularity,
-                zipf_s=s.zipf_s, seed=cfg.seed, arrivals=s.arrivals, concurrency=s.concurrency,
-                duration_s=duration, warmup_s=s.warmup_s,
-                prefill=[[list(u.gpus) for u in e] for e in prefill],
-                decode=[[list(u.gpus) for u in e] for e in decode])
+    dilation = spec.time_dilation
+    b_scale = scale.bytes_scale(rate_bps, spec.represents_bps) / dilation
+    cluster = dict(model=model.name, dtype=s.dtype, gpus_per_server=spec.gpus_per_server, bytes_scale=b_scale,
+                   chunk_bytes=spec.chunk_bytes, prefill_chunk_tokens=s.prefill_chunk_tokens,
+                   decode_batch=s.decode_batch, decode_step_s=s.decode_step_s, popularity=s.popularity,
+                   zipf_s=s.zipf_s, seed=spec.seed, arrivals=s.arrivals, concurrency=s.concurrency,
+                   duration_s=spec.run_s, warmup_s=s.warmup_s,
+                   prefill=[[list(u.gpus) for u in e] for e in prefill],
+                   decode=[[list(u.gpus) for u in e] for e in decode])
     serving.ServingSpec(model=model, prefill=prefill, decode=decode,
-                        **{k: v for k, v in spec.items() if k not in ("model", "prefill", "decode")})  # validates
+                        **{k: v for k, v in cluster.items() if k not in ("model", "prefill", "decode")})  # validates
     gpus = range(1, n_gpus + 1)
     choices = {f"{a},{b}": [[c.src_port, c.dst_port] for c in select_ports(a, b, _static(s.policy))]
                for a in gpus for b in gpus if a != b}
-    config = {"spec": spec, "requests": [[r.request_id, r.arrival_s, r.input_tokens, r.output_tokens] for r in reqs],
+    config = {"spec": cluster, "requests": [[r.request_id, r.arrival_s, r.input_tokens, r.output_tokens] for r in reqs],
               "dilation": dilation, "agents": [f"gpu{g}" for g in gpus],
               "ips": {str(g): [addressing.ip_of(g, 1), addressing.ip_of(g, 2)] for g in gpus},
               "choices": choices, "policy": s.policy}
@@ -99,18 +89,16 @@ class LiveDriver(Driver):
 
     name = "live"
 
-    def prepare(self, cfg: RepetitionConfig, net: Network) -> LiveSetup:
-        return prepare_live(cfg, net.model.n_gpus, net.link.rate_bps)
+    def prepare(self, spec: RepetitionSpec, net: Network) -> LiveSetup:
+        return prepare_live(spec, net.model.n_gpus, net.link.rate_bps)
 
-    def run(self, prepared: LiveSetup, backend: Backend, spec: FabricSpec, cfg: RepetitionConfig, run_dir: Path,
-            log: Log) -> Carried:
+    def run(self, prepared: LiveSetup, backend: Backend, spec: RepetitionSpec, run_dir: Path, log: Log) -> Carried:
         traffic = prepared.traffic
-        cond = conditions(cfg, traffic.dilation, traffic.duration_s * traffic.dilation)
-        return backend.serve(spec, traffic, cond, run_dir, log)
+        return backend.serve(spec.fabric, traffic, conditions(spec, spec.wall_s), run_dir, log)
 
     def summarize(self, prepared: LiveSetup, carried: Carried, rows: list[dict], run_dir: Path, fabric: Fabric,
                   link: LinkSettings) -> dict:
-        from testbed.repetition.live_summary import serving_summary
+        from testbed.repetition.drivers.live_summary import serving_summary
 
         return serving_summary(carried.serving, prepared.traffic, prepared.engines, rows, run_dir, link, fabric,
                                prepared.layout)

@@ -1,4 +1,4 @@
-"""``bench replay [zcube|roft]``: does the live replay keep time as the load rises (``testbed.bench.replay``)?"""
+"""``bench lateness [zcube|roft]``: does the live serving keep time as the load rises (``testbed.bench.lateness``)?"""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ def sized(args) -> list:
 
 
 def _check(args) -> None:
-    from testbed.bench.replay import parse_levels
+    from testbed.bench.lateness import parse_levels
     from testbed.cli.outputs import require_dir
 
     parse_levels(args.levels)
@@ -26,20 +26,20 @@ def _check(args) -> None:
 
 def cmd(args) -> int:
     from common.paths import REPORTS
-    from testbed.bench import replay as replay_bench
+    from testbed.bench import lateness as lateness_bench
     from testbed.cli.outputs import out_root, require_dir
 
     preflight(args, check=_check)
-    levels = replay_bench.parse_levels(args.levels)
-    duration = args.duration if args.duration is not None else replay_bench.DURATION_S
+    levels = lateness_bench.parse_levels(args.levels)
+    duration = args.duration if args.duration is not None else lateness_bench.DURATION_S
     root = require_dir(args.logs, "--logs") if args.logs else out_root(REPORTS)
-    status, doc = replay_bench.run_bench(args.fabric, levels, duration, root, sized(args), log=log)
-    print_result(doc, replay_bench.table(doc), doc["dir"], args.json)
+    status, doc = lateness_bench.run_bench(args.fabric, levels, duration, root, sized(args), log=log)
+    print_result(doc, lateness_bench.table(doc), doc["dir"], args.json)
     return status
 
 
 def register(sub) -> None:
-    p = sub.add_parser("replay", help="the default experiment, one short run per level of requests in flight")
+    p = sub.add_parser("lateness", help="the default experiment, one short run per level of requests in flight")
     add_common(p, logs_help="the folder its sweep directory goes in (default reports/)", link=False)
     p.add_argument("--levels", help="requests in flight per level (default 1,64,128,192,256)")
     p.add_argument("--duration", type=float, help="cluster seconds per level (default 8)")

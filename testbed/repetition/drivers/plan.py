@@ -22,15 +22,15 @@ from common import scale
 from common.errors import TestbedError
 from fabrics import Fabric, addressing
 from fabrics.routing import plan_ports
-from testbed.backends.base import Backend, Carried, FabricSpec, LinkSettings, Log, Network, PlannedTraffic
-from testbed.repetition.config import RepetitionConfig
-from testbed.repetition.driver import Driver, conditions
+from testbed.backends.base import Backend, Carried, LinkSettings, Log, Network, PlannedTraffic
+from testbed.repetition.drivers.base import Driver, conditions
+from testbed.repetition.spec import RepetitionSpec, served_requests
 from testbed.repetition.writeup import write_operating_point
 from traffic.runtime.launcher import AGENT_PORT
 
 
 @dataclass
-class ReplayPlan:
+class PlanSetup:
     """The planned replay's traffic: one plan row per transfer that crosses the network."""
 
     schedule: object  # traffic.model.schedule.Schedule
@@ -42,17 +42,13 @@ class ReplayPlan:
     operating_point: object = None  # traffic.model.schedule.OperatingPoint of the replayed window
 
 
-def prepare(cfg: RepetitionConfig, n_gpus: int, rate_bps: float, mtu: int, fabric=None) -> ReplayPlan:
+def prepare_plan(spec: RepetitionSpec, n_gpus: int, rate_bps: float, mtu: int, fabric=None) -> PlanSetup:
     """Everything up to the per-GPU plans: pure computation, no fabric needed. ``fabric``: the
     fabric model (``fabrics.build_fabric``), which the ``adaptive`` port policy needs."""
-    from traffic.model import models, placement, schedule, traces
+    from traffic.model import models, placement, schedule
 
-    tr, s = cfg.trace, cfg.serving
-    read = traces.read_trace(tr.path, tr.format, skip_bad=tr.skip_bad)
-    end = tr.start_s + tr.duration_s
-    reqs = traces.slice_requests(read.requests, start_s=tr.start_s, end_s=end, first_n=tr.first_n, speed=tr.speed)
-    if not reqs:
-        raise TestbedError(f"the trace window {tr.start_s:g} .. {end:g} s of {tr.path} holds no request")
+    cfg, tr, s = spec, spec.trace, spec.serving
+    reqs, skipped = served_requests(spec)
     model = models.get_model(s.model)
     place = placement.place(n_gpus, s.prefill_tp, s.decode_tp, s.prefill_fraction)
     sched = schedule.build_schedule(reqs, place, placement.Scheduler(s.scheduler, cfg.seed), model, s.dtype,
@@ -81,10 +77,10 @@ def prepare(cfg: RepetitionConfig, n_gpus: int, rate_bps: float, mtu: int, fabri
     flag = schedule.overloaded(op)
     if flag:
         warnings.insert(0, flag)
-    return ReplayPlan(sched, rows, offset, len(reqs), read.skipped, warnings, op)
+    return PlanSetup(sched, rows, offset, len(reqs), skipped, warnings, op)
 
 
-def ttft_proxies(plan: ReplayPlan, rows: list[dict]) -> list[float]:
+def ttft_proxies(plan: PlanSetup, rows: list[dict]) -> list[float]:
     """Each request's time to first token as the planned replay has it: its last KV byte's arrival plus
     the decode's first step (``traffic.model.schedule.ttft_proxies``)."""
     from traffic.model import schedule
@@ -96,26 +92,31 @@ def ttft_proxies(plan: ReplayPlan, rows: list[dict]) -> list[float]:
     return list(schedule.ttft_proxies(plan.schedule, ends, allow_missing=True).values())
 
 
-class PlannedDriver(Driver):
+class PlanDriver(Driver):
     """Every KV transfer timed from the trace before the run."""
 
     name = "plan"
 
-    def prepare(self, cfg: RepetitionConfig, net: Network) -> ReplayPlan:
-        return prepare(cfg, net.model.n_gpus, net.link.rate_bps, net.link.mtu, net.model)
+    def prepare(self, spec: RepetitionSpec, net: Network) -> PlanSetup:
+        return prepare_plan(spec, net.model.n_gpus, net.link.rate_bps, net.link.mtu, net.model)
 
-    def run(self, prepared: ReplayPlan, backend: Backend, spec: FabricSpec, cfg: RepetitionConfig, run_dir: Path,
-            log: Log) -> Carried:
+    def run(self, prepared: PlanSetup, backend: Backend, spec: RepetitionSpec, run_dir: Path, log: Log) -> Carried:
         traffic = PlannedTraffic(prepared.plan_rows)
-        return backend.carry(spec, traffic, conditions(cfg, cfg.wall_per_run_s, traffic.last_start_s), run_dir, log)
+        return backend.carry(spec.fabric, traffic, conditions(spec, traffic.last_start_s), run_dir, log)
 
-    def summarize(self, prepared: ReplayPlan, carried: Carried, rows: list[dict], run_dir: Path, fabric: Fabric,
+    def summarize(self, prepared: PlanSetup, carried: Carried, rows: list[dict], run_dir: Path, fabric: Fabric,
                   link: LinkSettings) -> dict:
-        from traffic.model.metrics import rounded_percentiles
+        return plan_summary(prepared, rows, run_dir)
 
-        out = {"requests": prepared.requests,
-               "ttft_ms": rounded_percentiles(ttft_proxies(prepared, rows), ("p50", "p99"), 1e3),
-               "kv_bytes": sum(t.kv_bytes for t in prepared.schedule.requests)}
-        if prepared.operating_point is not None:
-            out |= write_operating_point(run_dir, prepared.operating_point)
-        return out
+
+def plan_summary(prepared: PlanSetup, rows: list[dict], run_dir: Path) -> dict:
+    """The planned replay's entries of summary.json: its requests, their TTFT proxies, the KV bytes and the
+    operating point of the replayed window (operating_point.json)."""
+    from traffic.model.metrics import rounded_percentiles
+
+    out = {"requests": prepared.requests,
+           "ttft_ms": rounded_percentiles(ttft_proxies(prepared, rows), ("p50", "p99"), 1e3),
+           "kv_bytes": sum(t.kv_bytes for t in prepared.schedule.requests)}
+    if prepared.operating_point is not None:
+        out |= write_operating_point(run_dir, prepared.operating_point)
+    return out

@@ -1,11 +1,11 @@
-"""bench replay's figures, from hand-made replay directories (no fabric)."""
+"""bench lateness's figures, from hand-made replay directories (no fabric)."""
 
 import json
 
 import pytest
 
 from common.errors import TestbedError
-from testbed.bench import replay as bench
+from testbed.bench import lateness as bench
 
 HEADER = "id,request_id,src,dst,src_ip,dst_ip,bytes,received_bytes,scheduled_start,start,first_byte,end,sender_end," \
          "verified,error\n"

@@ -1,11 +1,11 @@
-"""``bench replay`` (the experiments layer: it runs a sweep): does the live replay keep time as the load rises?
+"""``bench lateness`` (the experiments layer: it runs a sweep): does the live replay keep time as the load rises?
 
 The default experiment (the live GLM-5 cluster) on one fabric, one short
 replay per level of ``serving.concurrency`` (requests in flight). Per level:
 the bytes the coordinator ordered against the bytes delivered and verified,
 start lateness P99 (real-cluster and wall time), the agents' and the
 coordinator's CPU, the coordinator's lag, and each EP exchange's span against
-its ideal on an otherwise idle fabric (``testbed.repetition.live.exchange_vs_ideal``).
+its ideal on an otherwise idle fabric (``testbed.repetition.drivers.live.exchange_vs_ideal``).
 Level 1 is one request in flight: prefill and decode alternate, so each
 exchange has the fabric to itself and its ratio is the idle-fabric figure.
 
@@ -141,7 +141,7 @@ def table(doc: dict) -> list[str]:
                      f"{f(r['lateness_p99_ms'])} ({f(r['lateness_wall_p99_ms'], 1)})", f(r["control_lag_p99_ms"], 1),
                      f(r["agents_cores"]), f(r["coordinator_cores"]), f"{f(x.get('p50'))} ({f(x.get('p99'), 1)})",
                      "yes" if r["keeps_time"] else "NO"))
-    out = [f"bench replay on {doc['fabric']}: the default experiment, one short replay per {doc['knob']} level; "
+    out = [f"bench lateness on {doc['fabric']}: the default experiment, one short replay per {doc['knob']} level; "
            f"goal: start lateness P99 <= {doc['goal_lateness_p99_ms']:g} ms (real-cluster time), every byte verified"]
     out += run.columns(rows)
     hi = doc["highest_level_keeping_time"]

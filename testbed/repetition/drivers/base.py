@@ -6,9 +6,9 @@ backend (``testbed.backends.base``: ``carry`` for a plan, ``serve`` for a servin
 ``summarize``s what only it knows for summary.json (and its own files); the write-up
 (``testbed.repetition.writeup``) does the rest, the same for every driver.
 
-* ``plan`` (``testbed.repetition.replay.PlannedDriver``): every KV transfer timed from the trace
+* ``plan`` (``testbed.repetition.drivers.plan.PlanDriver``): every KV transfer timed from the trace
   before the run;
-* ``live`` (``testbed.repetition.live.LiveDriver``): the serving cluster runs with the network in
+* ``live`` (``testbed.repetition.drivers.live.LiveDriver``): the serving cluster runs with the network in
   the loop (prefill, decode, KV transfers and expert-parallel exchanges).
 """
 
@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import ClassVar, Protocol
 
 from fabrics import Fabric
-from testbed.backends.base import Backend, Carried, Conditions, FabricSpec, LinkSettings, Log, Network
-from testbed.repetition.config import RepetitionConfig
+from testbed.backends.base import Backend, Carried, Conditions, LinkSettings, Log, Network
+from testbed.repetition.spec import RepetitionSpec
 
 
 class Prepared(Protocol):
@@ -34,12 +34,11 @@ class Driver(abc.ABC):
     name: ClassVar[str]
 
     @abc.abstractmethod
-    def prepare(self, cfg: RepetitionConfig, net: Network) -> Prepared:
+    def prepare(self, spec: RepetitionSpec, net: Network) -> Prepared:
         """The traffic, from the settings and the network it will run on; builds nothing."""
 
     @abc.abstractmethod
-    def run(self, prepared: Prepared, backend: Backend, spec: FabricSpec, cfg: RepetitionConfig, run_dir: Path,
-            log: Log) -> Carried:
+    def run(self, prepared: Prepared, backend: Backend, spec: RepetitionSpec, run_dir: Path, log: Log) -> Carried:
         """Carry the prepared traffic on ``backend``."""
 
     @abc.abstractmethod
@@ -48,9 +47,9 @@ class Driver(abc.ABC):
         """This driver's entries of summary.json (and its own files in ``run_dir``); ``rows``: every merged row."""
 
 
-def conditions(cfg: RepetitionConfig, wall_per_run_s: float, cross_s: float) -> Conditions:
-    """What surrounds a repetition's traffic, from its settings; ``wall_per_run_s``: wall seconds per run
-    second (the driver's clock), ``cross_s``: how long cross traffic runs."""
-    return Conditions(seed=cfg.seed, cross_flows=cfg.cross_flows, cross_s=cross_s, faults=tuple(cfg.faults),
-                      wall_per_run_s=wall_per_run_s, timeout_s=cfg.transfer_timeout_s,
-                      connections=cfg.serving.connections)
+def conditions(spec: RepetitionSpec, cross_s: float = 0.0) -> Conditions:
+    """What surrounds a repetition's traffic, from its spec; ``cross_s``: how long cross traffic runs (wall
+    seconds)."""
+    return Conditions(seed=spec.seed, cross_flows=spec.cross_flows, cross_s=cross_s, faults=tuple(spec.faults),
+                      wall_per_run_s=spec.wall_per_run_s, timeout_s=spec.transfer_timeout_s,
+                      connections=spec.serving.connections)

@@ -1,0 +1,111 @@
+"""One repetition's settings, typed and frozen: what a repetition on one fabric runs with.
+
+The experiment file is checked and converted once (``testbed.experiment.schema.repetition_spec``); every
+layer below takes this object as it is and converts nothing again: the fabric (``FabricSpec``: its kind and
+size, the datapath's link settings, PFC, the real link one link stands for), the trace and the serving
+deployment (the schema's own sections, ``testbed.repetition.settings``), the time dilation, the seed, what
+surrounds the traffic, and where it runs (the backend and a hosts file, by name: the experiment resolves the
+backend object once and passes it down beside the spec).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from testbed.backends.base import FabricSpec
+from testbed.repetition.settings import Serving, Trace
+from traffic.runtime.agent import DEFAULT_TRANSFER_TIMEOUT_S
+
+# config.json's "replay" record: every setting under the flat name it always had (the report and older run
+# directories read these names), in the order it always had -> a function of the spec
+RECORD: tuple[tuple[str, object], ...] = (
+    ("trace", lambda s: s.trace.path), ("trace_format", lambda s: s.trace.format),
+    ("skip_bad", lambda s: s.trace.skip_bad), ("start_s", lambda s: s.trace.start_s),
+    ("duration_s", lambda s: s.trace.duration_s), ("first_n", lambda s: s.trace.first_n),
+    ("speed", lambda s: s.trace.speed), ("model", lambda s: s.serving.model), ("dtype", lambda s: s.serving.dtype),
+    ("prefill_tp", lambda s: s.serving.prefill_tp), ("decode_tp", lambda s: s.serving.decode_tp),
+    ("prefill_fraction", lambda s: s.serving.prefill_fraction), ("scheduler", lambda s: s.serving.scheduler),
+    ("seed", lambda s: s.seed), ("mode", lambda s: s.serving.mode), ("chunk_bytes", lambda s: s.chunk_bytes),
+    ("policy", lambda s: s.serving.policy), ("transfer_timeout_s", lambda s: s.transfer_timeout_s),
+    ("cross_flows", lambda s: s.cross_flows), ("represents_bps", lambda s: s.represents_bps),
+    ("connections", lambda s: s.serving.connections), ("driver", lambda s: s.serving.driver),
+    ("arrivals", lambda s: s.serving.arrivals), ("concurrency", lambda s: s.serving.concurrency),
+    ("prefill_ep", lambda s: s.serving.prefill_ep), ("layout", lambda s: s.serving.layout),
+    ("decode_ep", lambda s: s.serving.decode_ep), ("decode_batch", lambda s: s.serving.decode_batch),
+    ("decode_step_s", lambda s: s.serving.decode_step_s),
+    ("prefill_chunk_tokens", lambda s: s.serving.prefill_chunk_tokens),
+    ("popularity", lambda s: s.serving.popularity), ("zipf_s", lambda s: s.serving.zipf_s),
+    ("time_dilation", lambda s: s.time_dilation), ("warmup_s", lambda s: s.serving.warmup_s),
+    ("gpus_per_server", lambda s: s.gpus_per_server), ("faults", lambda s: list(s.faults)),
+)
+
+
+@dataclass(frozen=True)
+class RepetitionSpec:
+    """Everything one repetition runs with (see the module docstring)."""
+
+    fabric: FabricSpec
+    trace: Trace
+    serving: Serving
+    time_dilation: float = 1.0  # live driver: wall seconds of the emulated world per cluster second
+    seed: int = 0  # the experiment's seed + repetition - 1 (scheduler, expert routing, cross traffic)
+    rep: int = 1  # 1-based
+    cross_flows: int = 0  # background bulk flows (random GPU pairs, seeded) for the whole repetition
+    gpus_per_server: int = 8  # servers are whole groups of this many GPUs (NVLink inside)
+    faults: tuple[dict, ...] = ()  # {at, duration, target, action} on this fabric (the schema checked them)
+    backend: str = "emulated"  # what carries the messages (testbed.backends)
+    hosts: str | None = None  # a hosts file: the emulated fabric spread over those machines
+    transfer_timeout_s: float = DEFAULT_TRANSFER_TIMEOUT_S  # a message not delivered by then has failed
+
+    @property
+    def kind(self) -> str:
+        return self.fabric.kind
+
+    @property
+    def chunk_bytes(self) -> int | None:
+        """Slice size in emulated bytes; None: no slicing (the file's 0 or null)."""
+        return self.serving.chunk_bytes or None
+
+    @property
+    def represents_bps(self) -> float:
+        return self.fabric.represents_bps
+
+    @property
+    def live(self) -> bool:
+        return self.serving.driver == "live"
+
+    @property
+    def run_s(self) -> float:
+        """Seconds of the run's own clock it covers: cluster seconds (live: the closed loop's duration, or the
+        trace window sped up by the trace's speed), or the planned replay's trace seconds."""
+        if self.live and self.serving.arrivals != "closed":
+            return self.trace.duration_s / self.trace.speed
+        return self.trace.duration_s
+
+    @property
+    def wall_per_run_s(self) -> float:
+        """Wall seconds per second of the run's own clock: the live driver's time dilation (per cluster second),
+        the planned replay's 1 / speed (per trace second: it replays the slice sped up). The one formula:
+        summary.json records it (``wall_per_run_s``) and everything after the run reads it from there."""
+        return self.time_dilation if self.live else 1 / self.trace.speed
+
+    @property
+    def wall_s(self) -> float:
+        """Wall seconds the traffic itself takes (set-up not counted)."""
+        return self.run_s * self.wall_per_run_s
+
+    def record(self) -> dict:
+        """As config.json's "replay" records it (``RECORD``)."""
+        return {name: get(self) for name, get in RECORD}
+
+
+def served_requests(spec: RepetitionSpec) -> tuple[list, int]:
+    """(the requests the repetition serves, trace rows skipped as bad): ``traffic.model.traces.served_requests``
+    on the spec's trace, the one rule for the drivers and the run's own count."""
+    from traffic.model import traces
+
+    tr = spec.trace
+    read = traces.read_trace(tr.path, tr.format, skip_bad=tr.skip_bad)
+    closed = spec.live and spec.serving.arrivals == "closed"
+    return traces.served_requests(read.requests, tr.start_s, tr.duration_s, tr.first_n, tr.speed, closed,
+                                  label=tr.path), read.skipped
