@@ -175,7 +175,8 @@ def test_one_request_on_an_idle_single_node_cluster_takes_prefill_kv_and_one_ste
     c = serving.run_ideal(serving.Cluster(layout_spec("single-node", 16), [Request(7, 0.0, 1000, 3)]), 100e9)
     r = c.requests[7]
     kv = 1000 * GLM5_KV_PER_TOKEN * 8 / 200e9
-    assert r.parts() == pytest.approx({"prefill_queue": 0.0, "prefill_compute": 0.025, "prefill_exchange": 0.0,
+    assert r.parts() == pytest.approx({"decode_memory": 0.0,
+                                       "prefill_queue": 0.0, "prefill_compute": 0.025, "prefill_exchange": 0.0,
                                        "kv_transfer": kv, "decode_wait": 0.0, "decode_compute": 0.030,
                                        "decode_exchange": 0.0}, abs=1e-12)
     assert r.ttft_s == pytest.approx(0.025 + 0.00359424 + 0.030, abs=1e-12)
@@ -191,12 +192,14 @@ def test_a_request_left_out_of_a_full_step_waits_in_the_queue_and_behind_a_decod
     c = serving.run_ideal(serving.Cluster(spec, [Request(1, 0.0, 8192, 5), Request(2, 0.1, 1000, 5)]), 100e9)
     a, b = c.requests[1], c.requests[2]
     kv_a = 8192 * GLM5_KV_PER_TOKEN * 8 / 200e9
-    assert a.parts() == pytest.approx({"prefill_queue": 0.0, "prefill_compute": 0.2048, "prefill_exchange": 0.0,
+    assert a.parts() == pytest.approx({"decode_memory": 0.0,
+                                       "prefill_queue": 0.0, "prefill_compute": 0.2048, "prefill_exchange": 0.0,
                                        "kv_transfer": kv_a, "decode_wait": 0.0, "decode_compute": 0.030,
                                        "decode_exchange": 0.0}, abs=1e-9)
     kv_end_b = 0.2048 + kv_a + 1000 * GLM5_KV_PER_TOKEN * 8 / 200e9
     a_step_end = 0.2048 + kv_a + 0.030
-    assert b.parts() == pytest.approx({"prefill_queue": 0.1048, "prefill_compute": 0.025, "prefill_exchange": 0.0,
+    assert b.parts() == pytest.approx({"decode_memory": 0.0,
+                                       "prefill_queue": 0.1048, "prefill_compute": 0.025, "prefill_exchange": 0.0,
                                        "kv_transfer": kv_end_b - 0.2298, "decode_wait": a_step_end - kv_end_b,
                                        "decode_compute": 0.030, "decode_exchange": 0.0}, abs=1e-9)
     assert b.ttft_s == pytest.approx(0.2048 + kv_a + 0.060 - 0.1, abs=1e-9)
