@@ -205,3 +205,61 @@ def test_the_kv_pools_come_from_the_gpu_memory_unless_given_in_tokens():
     c = serving.Cluster(given, [Request(1, 0.0, 10, 1)])
     assert {cache.capacity for cache in c.caches.values()} == {8}
     assert {p.capacity for p in c.pools.values()} == {8192}
+
+
+# ------------------------------------------------------------ a small agentic cluster, ideally
+@pytest.mark.parametrize("delta", [False, True])
+def test_an_agentic_cluster_conserves_kv_and_never_overfills_a_cache_or_a_pool(delta):
+    # glm5-recipe on 32 GPUs, FP8 KV, agentic-coding sessions in a closed loop of 128: the prefill caches from the
+    # H200's memory (~597k tokens a TP8 instance: ~9 sessions' contexts, so they evict), decode pools cut to
+    # 262,144 tokens a GPU and 5 ms decode steps, so that decode memory holds requests back and frees them
+    from traffic.model import workloads
+
+    reqs = workloads.agentic_coding(800, seed=1)
+    spec = layout_spec("glm5-recipe", 32, dtype="fp8", arrivals="closed", concurrency=128, duration_s=16.0,
+                       warmup_s=0.0, decode_step_s=0.005, prefix_cache=True, decode_memory=True,
+                       decode_kv_tokens=262_144, decode_prefix_cache=delta)
+    c = serving.run_ideal(serving.Cluster(spec, reqs), 200e9)
+    served = [r for r in c.requests.values() if r.first_token_s is not None]
+    assert len(served) > 128
+    per_token = models.kv_bytes_per_token(GLM5, "fp8")  # 61,464 B: each decode unit is one GPU
+    delivered: dict[int, int] = {}
+    for m in c.messages.values():
+        if m.kind == "kv" and m.id in c.delivered_at:
+            delivered[m.request_id] = delivered.get(m.request_id, 0) + m.bytes
+    for r in served:
+        assert r.kv_tokens == r.input_tokens - r.decode_cached_tokens  # its whole context, or the delta
+        assert r.kv_bytes == per_token * r.kv_tokens == delivered[r.id]
+        assert sum(r.parts().values()) == pytest.approx(r.ttft_s, abs=1e-9)
+        assert r.cached_tokens < r.input_tokens
+    assert any(r.cached_tokens for r in served)  # later turns hit their session's earlier prompt
+    assert any(r.decode_memory_s > 0 for r in served)  # decode memory held some back, then let them in
+    assert (max(r.decode_cached_tokens for r in served) > 0) == delta
+    for pool in c.pools.values():
+        assert 0 < pool.peak <= pool.capacity
+    for cache in c.caches.values():
+        assert cache.peak <= cache.capacity
+    assert sum(cache.evictions for cache in c.caches.values()) > 0
+    assert c.results()["prefix"]["hit_rate"] > 0.3
+
+
+def test_the_breakdown_names_the_p50_and_p99_requests_cached_tokens_and_kv_bytes():
+    from traffic.model import breakdown
+
+    spec = layout_spec("single-node", 16, prefix_cache=True, prefix_cache_tokens=8192)
+    reqs = [Request(i, 0.2 * i, 1024 * (1 + i % 3), 2, tuple(range(2 * (1 + i % 3)))) for i in range(12)]
+    c = serving.run_ideal(serving.Cluster(spec, reqs), 100e9)
+    rows = c.request_rows()
+    got = breakdown.ttft_breakdown(rows, 0.0, 10.0)
+    by_id = {str(r["request_id"]): r for r in rows}
+    for which in ("p50", "p99"):
+        row = by_id[got[which]["request_id"]]
+        assert {k: got[which][k] for k in ("input_tokens", "cached_tokens", "kv_bytes")} == \
+               {k: row[k] for k in ("input_tokens", "cached_tokens", "kv_bytes")}
+        assert sum(got[which][k] for k in serving.TTFT_PARTS) == pytest.approx(got[which]["ttft"], abs=0.01)
+    assert any(r["cached_tokens"] for r in rows)
+    # requests.csv of a run from before: no decode_memory_s, no sizes; its wait counts as 0, sizes unknown
+    old = [{k: v for k, v in r.items() if k not in ("decode_memory_s", "cached_tokens")} for r in rows]
+    then = breakdown.ttft_breakdown(old, 0.0, 10.0)
+    assert then["requests"] == got["requests"] and then["p50"]["decode_memory"] == 0.0
+    assert then["p50"]["cached_tokens"] is None
