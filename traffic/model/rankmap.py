@@ -19,8 +19,10 @@ every decode rank. ``mla_sender="rank0"`` (default) uses prefill rank 0,
 ``"rotate"`` uses rank request_id mod p to spread the sending NICs.
 DP-attention (one GPU to one GPU) is modelled with TP-1 instances.
 
-All input tokens are transferred: prefix-cache hits (``hash_ids``) are not
-subtracted.
+``tokens`` is what the caller moves: ``traffic.model.serving`` passes a
+request's whole input (a prefill prefix-cache hit saves compute, not
+transfer: the decode side has none of the KV), or with a decode-side prefix
+cache only the tokens past the decode unit's hit.
 """
 
 from __future__ import annotations

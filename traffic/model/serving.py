@@ -24,9 +24,10 @@ as its slowest unit) -> KV transfer to its decode unit (``rankmap`` pairs, cut
 into ``chunk_bytes`` slices) -> joins the decode batch at the next step ->
 one output token per decode step (compute = ``decode_step_s``, flat: decode is
 memory-bound at these batch sizes) -> done after its output tokens.
-TTFT = first token - arrival = prefill queue + prefill + KV transfer + wait for
-a step + the first step. Each request records these parts as they happen
-(``RequestState``: the prefill queue, the compute and the EP exchange of the
+TTFT = first token - arrival = wait for decode memory (``decode_memory`` only)
++ prefill queue + prefill + KV transfer + wait for a step + the first step.
+Each request records these parts as they happen (``RequestState``: the wait
+for decode memory, the prefill queue, the compute and the EP exchange of the
 prefill steps it was in, the KV transfer, the wait for a decode step and that
 step's compute and exchange), so they add up to its TTFT exactly;
 ``traffic.model.breakdown`` summarizes them for a run.
@@ -38,7 +39,9 @@ Prefix caching, KV memory and sessions (all off by default; docs/serving.md,
   blocks (its KV pool, ``traffic.model.memory``). A request's hit, the
   longest cached prefix of its ``hash_ids`` (capped to leave one token), is
   taken when it enters its first prefill step (its blocks pinned until its
-  prefill ends, when all its blocks go in); prefill computes only the rest.
+  prefill ends, when all its blocks go in); prefill computes only the rest,
+  at the same tokens/s (the cached prefix's attention is not charged: GLM-5's
+  sparse attention reads 2,048 selected tokens a query, ``index_topk``).
   A request without ``hash_ids`` takes ``prefix_hit`` of its input instead
   (whole blocks; also without ``prefix_cache``).
 * Routing to a prefill unit (``prefill_routing``): ``kv`` (default) picks
