@@ -136,10 +136,9 @@ class ServingTraffic:
     def cluster(self):
         """A fresh ``traffic.model.serving.Cluster`` of this config."""
         from traffic.model import serving
-        from traffic.model.traces import Request
-        from traffic.runtime.coordinator import spec_from_config
+        from traffic.runtime.coordinator import requests_from_config, spec_from_config
 
-        return serving.Cluster(spec_from_config(self.config), [Request(*r) for r in self.config["requests"]])
+        return serving.Cluster(spec_from_config(self.config), requests_from_config(self.config))
 
 
 @dataclass(frozen=True)

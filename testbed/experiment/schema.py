@@ -469,6 +469,9 @@ def semantic_check(exp: Experiment) -> None:
     if s.driver == "plan" and s.arrivals != "trace":
         raise _Problem("serving.arrivals", "closed-loop arrivals need serving.driver live: the planned replay "
                                            "times every transfer from the trace")
+    if exp.trace.generated and not (s.driver == "live" and s.arrivals == "closed"):
+        raise _Problem("trace.workload", f"{exp.trace.workload} is generated sessions without arrival times: "
+                                         "expected serving.driver live with serving.arrivals closed")
     if s.driver == "plan" and exp.link.time_dilation != 1:
         raise _Problem("link.time_dilation", "time dilation needs serving.driver live: the planned replay times "
                                              "every transfer from the trace")

@@ -10,16 +10,26 @@ import os
 from pathlib import Path
 from typing import Annotated, Any, Literal, Optional, Union
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, WithJsonSchema, field_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
 
 from common import scale
 from common.errors import TestbedError
-from common.paths import DEFAULT_TRACE
+from common.paths import DEFAULT_TRACE, REPO
 from common.units import parse_rate, parse_seconds, parse_size
 from fabrics.routing import DEFAULT_POLICY, POLICIES
 from pfc import policy as pfc_policy
 from testbed import backends
-from traffic.model import models, placement, schedule, traces
+from traffic.model import memory, models, placement, rankmap, schedule, traces, workloads
+from traffic.model import serving as serving_model
 from traffic.runtime.agent import CONNECTION_MODES
 
 FABRIC_NAMES = ("zcube", "roft")
@@ -130,6 +140,13 @@ class Trace(_Section):
     first_n: Optional[int] = Field(None, ge=1, description="at most this many requests of the slice")
     speed: float = Field(1.5, gt=0, description="replay the slice this many times faster")
     skip_bad: bool = False
+    workload: Optional[Literal[tuple(workloads.WORKLOADS)]] = Field(
+        None, description="a named workload (docs/serving.md, Workloads) instead of `path`: a shipped trace "
+                          "(its file becomes `path`) or generated sessions (agentic-coding: closed loop only; "
+                          "`first_n` requests, 10,000 by default, drawn from `workload_seed`); null: `path`")
+    workload_seed: int = Field(0, ge=0, description="the seed a generated workload is drawn from (fixed, not the "
+                                                    "repetition's: every repetition and fabric serves the same "
+                                                    "requests, as with a trace file)")
 
     @field_validator("path")
     @classmethod
@@ -146,6 +163,22 @@ class Trace(_Section):
         if not p.is_file():
             raise ValueError(f"trace {p} does not exist: {expected}")
         return str(p)
+
+    @model_validator(mode="after")
+    def _workload_path(self) -> "Trace":
+        """A shipped trace's workload names its file; a generated one has none."""
+        if self.workload is None:
+            return self
+        w = workloads.WORKLOADS[self.workload]
+        path = str(REPO / w.path) if w.path else None
+        if path != self.path:
+            object.__setattr__(self, "path", path)
+        return self
+
+    @property
+    def generated(self) -> bool:
+        """Requests drawn by a generator (no trace file)."""
+        return self.workload is not None and workloads.WORKLOADS[self.workload].kind == "generated"
 
 
 class Serving(_Section):
@@ -184,6 +217,30 @@ class Serving(_Section):
     popularity: Popularity = Field("uniform", description="live, MoE: expert popularity (zipf: skewed)")
     zipf_s: float = Field(1.0, ge=0, description="live, MoE: Zipf exponent with popularity zipf")
     warmup_s: Seconds = Field(0.0, ge=0, description="live: requests arriving earlier are not measured")
+    prefix_cache: bool = Field(False, description="live: a prefix cache per prefill unit over the requests' "
+                                                  "hash_ids (512-token blocks, LRU; its size from the GPU's memory); "
+                                                  "a hit saves prefill compute, not KV transfer")
+    prefix_hit: Optional[float] = Field(None, ge=0, le=1, description="live: the cached share of a request "
+                                        "without hash_ids (whole blocks); null: none")
+    prefill_routing: Literal[tuple(serving_model.ROUTINGS)] = Field(
+        "kv", description="live: kv (the unit with the least prefill work left there, cache hits counted: "
+                          "Dynamo's KV router) or least-loaded")
+    decode_prefix_cache: bool = Field(False, description="live: decode units cache blocks too and only the delta's "
+                                                         "KV moves (SGLang's decode radix cache); false: the whole "
+                                                         "context moves")
+    decode_memory: bool = Field(False, description="live: a decode GPU holds its requests' KV; a request waits for "
+                                                   "memory (a TTFT part of its own)")
+    gpu: Literal[tuple(memory.GPUS)] = Field("h200", description="live: the GPU whose memory sizes the prefix "
+                                                                 "cache and the decode KV pool")
+    weights_dtype: DType = Field("fp8", description="live: bytes a weight takes (the model's parameters per GPU)")
+    prefill_mem_fraction: float = Field(0.92, gt=0, le=1, description="live: share of a prefill GPU's memory for "
+                                        "weights + KV (SGLang's mem_fraction_static)")
+    decode_mem_fraction: float = Field(0.95, gt=0, le=1, description="live: the same for a decode GPU")
+    think_s: Seconds = Field(0.0, ge=0, description="live, closed loop with sessions: from a turn's last token to "
+                                                    "its session's next turn")
+    mla_sender: Literal[tuple(rankmap.MLA_SENDERS)] = Field(
+        "rank0", description="MLA models: which prefill ranks send a request's KV: rank0 (SGLang: one rank), "
+                             "rotate (rank request_id mod TP), layersplit (every rank its layers: Z.ai's LayerSplit)")
 
     @field_validator("model")
     @classmethod

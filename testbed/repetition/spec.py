@@ -102,10 +102,13 @@ class RepetitionSpec:
 def served_requests(spec: RepetitionSpec) -> tuple[list, int]:
     """(the requests the repetition serves, trace rows skipped as bad): ``traffic.model.traces.served_requests``
     on the spec's trace, the one rule for the drivers and the run's own count."""
-    from traffic.model import traces
+    from traffic.model import traces, workloads
 
     tr = spec.trace
-    read = traces.read_trace(tr.path, tr.format, skip_bad=tr.skip_bad)
     closed = spec.live and spec.serving.arrivals == "closed"
+    if tr.generated:  # drawn, not read: first_n is how many
+        drawn = workloads.workload_requests(tr.workload, seed=tr.workload_seed, n_requests=tr.first_n)
+        return traces.served_requests(drawn, 0.0, tr.duration_s, None, 1.0, closed, label=tr.workload), 0
+    read = traces.read_trace(tr.path, tr.format, skip_bad=tr.skip_bad)
     return traces.served_requests(read.requests, tr.start_s, tr.duration_s, tr.first_n, tr.speed, closed,
                                   label=tr.path), read.skipped

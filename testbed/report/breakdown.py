@@ -19,14 +19,16 @@ from testbed.report.load import ExperimentRun  # noqa: E402
 from testbed.report.plots import colour, name, save, style  # noqa: E402
 from traffic.model.serving import STEP_PARTS, TTFT_PARTS  # noqa: E402
 
-LABELS = {"prefill_queue": "prefill queue", "prefill_compute": "prefill compute",
+LABELS = {"decode_memory": "wait for decode KV memory", "prefill_queue": "prefill queue",
+          "prefill_compute": "prefill compute",
           "prefill_exchange": "prefill EP exchange", "kv_transfer": "KV transfer",
           "decode_wait": "wait for a decode step",
           "decode_compute": "first decode step: compute", "decode_exchange": "first decode step: EP exchange",
           "compute": "compute", "dispatch": "dispatch", "combine": "combine"}
 # network parts hatched, so the part the fabric decides stands out in any colour scheme
 NETWORK = {"prefill_exchange", "kv_transfer", "decode_exchange", "dispatch", "combine"}
-PART_COLOURS = {"prefill_queue": "#bbbbbb", "prefill_compute": "#7f7f7f", "prefill_exchange": "#D55E00",
+PART_COLOURS = {"decode_memory": "#F0E442", "prefill_queue": "#bbbbbb", "prefill_compute": "#7f7f7f",
+                "prefill_exchange": "#D55E00",
                 "kv_transfer": "#E69F00", "decode_wait": "#dddddd", "decode_compute": "#56B4E9",
                 "decode_exchange": "#CC79A7", "compute": "#56B4E9", "dispatch": "#D55E00", "combine": "#CC79A7"}
 GROUPS = (("p50", "P50 request"), ("p99", "P99 request"), ("tail_mean", "tail mean (P99 and slower)"))

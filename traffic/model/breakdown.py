@@ -17,31 +17,43 @@ def _num(v) -> float | None:
     return float(v)
 
 
+def _int(v) -> int | None:
+    """A whole number from a row (None: not recorded, e.g. a run from before cached tokens were)."""
+    n = _num(v)
+    return None if n is None else int(n)
+
+
 def _ms(seconds: float) -> float:
     return round(seconds * 1e3, 3)
 
 
 def ttft_breakdown(rows: Sequence[dict], warmup_s: float, end_s: float) -> dict:
     """Where the measured requests' TTFT went: for the nearest-rank P50 and P99 request (by TTFT), its
-    TTFT and its parts (TTFT_PARTS) in ms, and the parts' means over the tail (the P99 request and every
-    slower one). ``rows``: ``Cluster.request_rows()`` or requests.csv's rows (text cells); measured = arrived
-    in [warmup, end) with a first token by ``end``, as ``Cluster.results`` counts them."""
+    TTFT and its parts (TTFT_PARTS) in ms with its size (``input_tokens``, ``cached_tokens``: those its
+    prefill unit had cached, ``kv_bytes``: what moved to its decode unit; None in rows from before they were
+    recorded), and the parts' means over the tail (the P99 request and every slower one); rows from before
+    decode memory was modelled count its wait as 0. ``rows``: ``Cluster.request_rows()`` or requests.csv's rows
+    (text cells); measured = arrived in [warmup, end) with a first token by ``end``, as ``Cluster.results``
+    counts them."""
     measured = []
     for r in rows:
         arrival, first = _num(r.get("arrival_s")), _num(r.get("first_token_s"))
         if arrival is None or first is None or not warmup_s <= arrival < end_s or first > end_s:
             continue
         parts = {k: _num(r.get(f"{k}_s")) for k in TTFT_PARTS}
+        if "decode_memory_s" not in r:
+            parts["decode_memory"] = 0.0  # a run from before decode memory was modelled: no such wait
         if any(v is None for v in parts.values()):
             continue  # a run from before the parts were recorded
-        measured.append((first - arrival, str(r.get("request_id")), parts))
+        sizes = {k: _int(r.get(k)) for k in ("input_tokens", "cached_tokens", "kv_bytes")}
+        measured.append((first - arrival, str(r.get("request_id")), parts, sizes))
     if not measured:
         return {"requests": 0, "p50": None, "p99": None, "tail_mean": None}
     measured.sort(key=lambda m: (m[0], m[1]))
     n = len(measured)
 
     def one(m) -> dict:
-        return {"request_id": m[1], "ttft": _ms(m[0]), **{k: _ms(v) for k, v in m[2].items()}}
+        return {"request_id": m[1], "ttft": _ms(m[0]), **{k: _ms(v) for k, v in m[2].items()}, **m[3]}
 
     p99 = metrics.nearest_rank_index(n, 99)
     tail = measured[p99:]

@@ -8,6 +8,27 @@ model shape:
   each head is replicated on tp // kv_heads ranks, as vLLM and SGLang do).
 * MLA: layers x (kv_lora_rank + rope_dim) x bytes per value, and every TP rank
   holds the full copy. ``kv_heads``/``head_dim`` are unused (0 in the table).
+* MLA with DeepSeek Sparse Attention (DSA: GLM-5; ``index_head_dim`` > 0) in
+  FP8: the published cache layout, per layer ``dsa_fp8_layer_bytes``: the
+  "FP8 with scale" latent of FlashMLA's sparse kernels (deepseek-ai/FlashMLA
+  README: "each token's KV cache is 656 Bytes ... First 512 bytes: the
+  quantized NoPE part, 512 float8_e4m3 values. Next 16 bytes: scale factors,
+  4 float32 values ... Last 128 bytes: the RoPE part, 64 bfloat16 values"; the
+  same comment in vLLM's ``flashmla_sparse.py``; SGLang's ``NSATokenToKVPool``
+  takes that width as ``override_kv_cache_dim`` when the KV dtype is FP8), plus
+  the indexer's key, which SGLang keeps FP8 with one float32 scale per 128
+  values whatever the KV dtype (``sglang/srt/mem_cache/memory_pool.py``:
+  ``index_k_with_scale_buffer``, uint8, ``index_head_dim + index_head_dim //
+  quant_block_size * 4`` bytes a token and layer, ``quant_block_size`` 128;
+  its pool sizing adds the same ``indexer_size_per_token`` to the cell size).
+  GLM-5: (512 + 16 + 128) + (128 + 4) = 788 B a layer x 78 layers = 61,464 B.
+  In BF16 the table keeps the MLA latent and rope alone, 78 x 576 x 2 B =
+  89,856 B, SGLang's BF16 ``MLATokenToKVPool`` width (``kv_cache_dim =
+  kv_lora_rank + qk_rope_head_dim``, 576, in the model dtype): what the
+  default experiment has always used. SGLang's BF16 pool also holds the FP8
+  indexer keys, 78 x 132 B = 10,296 B more (100,152 B a token,
+  ``dsa_bf16_pool_bytes_per_token``); they are not counted in ``kv_bytes_per_token``
+  for bf16 so that the bf16 results stay as they were.
 
 ``prefill_tokens_per_s_per_gpu`` figures are ROUGH ASSUMPTIONS for H100-class
 GPUs, not measurements of ours: a TP-t instance is assumed to prefill
@@ -71,6 +92,9 @@ class ExpertSpec:
     shared_experts: int
     moe_layers: int
     dispatch_dtype: str = "fp8"
+    # config.json's moe_intermediate_size: the width of one routed expert's FFN (0: not in the table); with it
+    # ``routed_params`` sizes the expert weights an EP group shards (traffic.model.memory)
+    moe_intermediate_size: int = 0
     combine_dtype: str = "bf16"
     scale_channels: int = 128
 
@@ -83,6 +107,7 @@ class ExpertSpec:
         one_of("dispatch dtype", self.dispatch_dtype, DTYPE_BYTES)
         one_of("combine dtype", self.combine_dtype, DTYPE_BYTES)
         int_at_least("scale_channels", self.scale_channels, 1)
+        int_at_least("moe_intermediate_size", self.moe_intermediate_size, 0)
         if self.experts_per_token > self.routed_experts:
             raise TrafficError(f"experts_per_token {self.experts_per_token} is more than the "
                                f"{self.routed_experts} routed experts; expected 1..{self.routed_experts}")
@@ -103,6 +128,15 @@ class ExpertSpec:
         """Bytes one token's expert output takes in one combine message."""
         return self.hidden_size * DTYPE_BYTES[self.combine_dtype]
 
+    @property
+    def routed_params(self) -> int:
+        """Parameters of the routed experts: MoE layers x routed experts x 3 matrices (gate, up, down) of
+        hidden_size x moe_intermediate_size each."""
+        if not self.moe_intermediate_size:
+            raise TrafficError("moe_intermediate_size is not in the table for this model; expected it to size "
+                               "the routed experts' weights")
+        return self.moe_layers * self.routed_experts * 3 * self.hidden_size * self.moe_intermediate_size
+
 
 @dataclass(frozen=True)
 class ModelSpec:
@@ -117,6 +151,8 @@ class ModelSpec:
     rope_dim: int = 0
     prefill_tokens_per_s_per_gpu: float = 10_000.0
     expert: ExpertSpec | None = None
+    index_head_dim: int = 0  # DSA indexer key width (MLA only; 0: no indexer)
+    params: float | None = None  # total parameters, published (None: not in the table); weights per GPU
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
@@ -139,6 +175,12 @@ class ModelSpec:
             int_at_least(f"model {self.name} rope_dim", self.rope_dim, 0)
             int_at_least(f"model {self.name} kv_heads", self.kv_heads, 0)
             int_at_least(f"model {self.name} head_dim", self.head_dim, 0)
+        int_at_least(f"model {self.name} index_head_dim", self.index_head_dim, 0)
+        if self.index_head_dim and self.attention != "mla":
+            raise TrafficError(f"model {self.name}: index_head_dim {self.index_head_dim!r} given for a "
+                               f"{self.attention} model; expected 0 (DSA indexers go with MLA)")
+        if self.params is not None:
+            real_positive(f"model {self.name} params", self.params)
 
     @property
     def is_moe(self) -> bool:
@@ -156,16 +198,18 @@ class ModelSpec:
 #   n_activated_experts 8): hidden_size 7168, n_routed_experts 256,
 #   num_experts_per_tok 8, n_shared_experts 1, num_hidden_layers 61,
 #   first_k_dense_replace 3 -> 58 MoE layers.
+#   moe_intermediate_size 2048 (config_671B.json: moe_inter_dim 2048).
 _DEEPSEEK_V3_EP = ExpertSpec(hidden_size=7168, routed_experts=256, experts_per_token=8,
-                             shared_experts=1, moe_layers=61 - 3)
+                             shared_experts=1, moe_layers=61 - 3, moe_intermediate_size=2048)
 # Kimi-K2 (config.json of moonshotai/Kimi-K2-Instruct, model_type kimi_k2, as
 #   quoted field by field in a Kimi-K2 config walk-through and in the
 #   text_config of Kimi-K2.5 copies; NVIDIA Megatron-Bridge KimiK2Provider: 61
 #   layers, hidden 7168, 384 experts, top-8; model card: 61 layers, 1 dense):
 #   hidden_size 7168, n_routed_experts 384, num_experts_per_tok 8,
 #   n_shared_experts 1, num_hidden_layers 61, first_k_dense_replace 1 -> 60.
+#   moe_intermediate_size 2048 (the kimi_k2 text_config as quoted in Kimi-K2.x copies).
 _KIMI_K2_EP = ExpertSpec(hidden_size=7168, routed_experts=384, experts_per_token=8,
-                         shared_experts=1, moe_layers=61 - 1)
+                         shared_experts=1, moe_layers=61 - 1, moe_intermediate_size=2048)
 # GLM-4.5 (NVIDIA Megatron-Bridge GLM 4.5 page for zai-org/GLM-4.5: "92
 #   transformer layers (first 3 dense, remaining 89 MoE)", 5120 hidden, 160
 #   experts, top-8, a shared expert; zai-org/GLM-4.7's config.json, the same
@@ -173,8 +217,9 @@ _KIMI_K2_EP = ExpertSpec(hidden_size=7168, routed_experts=384, experts_per_token
 #   8, n_shared_experts 1, first_k_dense_replace 3, num_hidden_layers 92; the
 #   GLM-5 technical report's table: GLM-4.5 3 dense + 89 MoE layers, 1 shared
 #   expert) -> 89 MoE layers.
+#   MoE FFN hidden size 1536 (Megatron-Bridge's GLM 4.5 page: "MoE FFN hidden size: 1536").
 _GLM_45_EP = ExpertSpec(hidden_size=5120, routed_experts=160, experts_per_token=8,
-                        shared_experts=1, moe_layers=92 - 3)
+                        shared_experts=1, moe_layers=92 - 3, moe_intermediate_size=1536)
 # GLM-5 (config.json of zai-org/GLM-5, model_type glm_moe_dsa, as mirrored by
 #   huggingface.co/unsloth/GLM-5: hidden_size 6144, first_k_dense_replace 3;
 #   NVIDIA NeMo AutoModel / Megatron-Bridge GLM-5 pages: 78 layers, hidden
@@ -182,22 +227,32 @@ _GLM_45_EP = ExpertSpec(hidden_size=5120, routed_experts=160, experts_per_token=
 #   GLM-5 technical report's table: 3 dense + 75 MoE layers): hidden_size
 #   6144, n_routed_experts 256, num_experts_per_tok 8, n_shared_experts 1,
 #   num_hidden_layers 78, first_k_dense_replace 3 -> 75 MoE layers.
+#   moe_intermediate_size 2048 (glm_moe_dsa config.json, 78 layers, as quoted in vLLM's and other
+#   repositories' GLM-5 test configs; DeepSeek-style GLM-5 inference config: moe_inter_dim 2048). The
+#   routed experts are then 75 x 256 x 3 x 6144 x 2048 = 724.8 B of GLM-5's 744 B parameters.
 _GLM_5_EP = ExpertSpec(hidden_size=6144, routed_experts=256, experts_per_token=8,
-                       shared_experts=1, moe_layers=78 - 3)
+                       shared_experts=1, moe_layers=78 - 3, moe_intermediate_size=2048)
 
 
+# ``params``: total parameters as the models are published and named (Llama 3.1 8B / 70B; Qwen3-32B's model
+# card, 32.8B; GLM-4.5's README, "355 billion total parameters with 32 billion active"; DeepSeek-V3, 671B
+# total, 37B active; GLM-5's README (zai-org/GLM-5): "744B parameters (40B active)", 744B-A40B for the BF16
+# and FP8 checkpoints alike; Kimi-K2, "1 T-parameter MoE with 32 B activation"). They size the weights each
+# GPU holds (traffic.model.memory), which only the KV-memory features use.
 MODELS: dict[str, ModelSpec] = {m.name: m for m in (
-    ModelSpec("llama-3.1-8b", "gqa", 32, 8, 128, prefill_tokens_per_s_per_gpu=40_000.0),
-    ModelSpec("llama-3.1-70b", "gqa", 80, 8, 128, prefill_tokens_per_s_per_gpu=5_000.0),
-    ModelSpec("qwen3-32b", "gqa", 64, 8, 128, prefill_tokens_per_s_per_gpu=10_000.0),
+    ModelSpec("llama-3.1-8b", "gqa", 32, 8, 128, prefill_tokens_per_s_per_gpu=40_000.0, params=8e9),
+    ModelSpec("llama-3.1-70b", "gqa", 80, 8, 128, prefill_tokens_per_s_per_gpu=5_000.0, params=70e9),
+    ModelSpec("qwen3-32b", "gqa", 64, 8, 128, prefill_tokens_per_s_per_gpu=10_000.0, params=32.8e9),
     # GLM-4.5: 355B MoE with 32B active parameters.
-    ModelSpec("glm-4.5", "gqa", 92, 8, 128, prefill_tokens_per_s_per_gpu=8_000.0, expert=_GLM_45_EP),
+    ModelSpec("glm-4.5", "gqa", 92, 8, 128, prefill_tokens_per_s_per_gpu=8_000.0, expert=_GLM_45_EP,
+              params=355e9),
     # DeepSeek-V3: 671B MoE, 37B active.
     ModelSpec("deepseek-v3", "mla", 61, 0, 0, kv_lora_rank=512, rope_dim=64,
-              prefill_tokens_per_s_per_gpu=6_500.0, expert=_DEEPSEEK_V3_EP),
-    # GLM-5: MLA, 78 layers; sparse-attention indexer keys not counted.
+              prefill_tokens_per_s_per_gpu=6_500.0, expert=_DEEPSEEK_V3_EP, params=671e9),
+    # GLM-5: MLA with a DSA indexer (index_head_dim 128, config.json), 78 layers; FP8 KV in the published
+    # DSA layout (module docstring), BF16 the latent and rope alone.
     ModelSpec("glm-5", "mla", 78, 0, 0, kv_lora_rank=512, rope_dim=64,
-              prefill_tokens_per_s_per_gpu=5_000.0, expert=_GLM_5_EP),
+              prefill_tokens_per_s_per_gpu=5_000.0, expert=_GLM_5_EP, index_head_dim=128, params=744e9),
 )}
 
 # Models ``get_model`` knows that are not (yet) in MODELS: MODELS is the
@@ -208,7 +263,7 @@ EXTRA_MODELS: dict[str, ModelSpec] = {m.name: m for m in (
     # kv_lora_rank 512, qk_rope_head_dim 64). Prefill figure: DeepSeek-V3's
     # 6.5k scaled by active parameters (37B / 32B), an assumption like the rest.
     ModelSpec("kimi-k2", "mla", 61, 0, 0, kv_lora_rank=512, rope_dim=64,
-              prefill_tokens_per_s_per_gpu=7_500.0, expert=_KIMI_K2_EP),
+              prefill_tokens_per_s_per_gpu=7_500.0, expert=_KIMI_K2_EP, params=1e12),
 )}
 
 ALL_MODELS: dict[str, ModelSpec] = {**MODELS, **EXTRA_MODELS}
@@ -230,10 +285,12 @@ def moe_models() -> list[str]:
 def custom_model(name: str, attention: str, layers: int, kv_heads: int = 0, head_dim: int = 0,
                  kv_lora_rank: int = 0, rope_dim: int = 0,
                  prefill_tokens_per_s_per_gpu: float = 10_000.0,
-                 expert: ExpertSpec | None = None) -> ModelSpec:
-    """Build a validated model not in the table (GQA: kv_heads, head_dim; MLA: lora, rope; MoE: expert)."""
+                 expert: ExpertSpec | None = None, index_head_dim: int = 0,
+                 params: float | None = None) -> ModelSpec:
+    """Build a validated model not in the table (GQA: kv_heads, head_dim; MLA: lora, rope, a DSA indexer's
+    index_head_dim; MoE: expert; params: total parameters, for the weights per GPU)."""
     return ModelSpec(name, attention, layers, kv_heads, head_dim, kv_lora_rank, rope_dim,
-                     prefill_tokens_per_s_per_gpu, expert)
+                     prefill_tokens_per_s_per_gpu, expert, index_head_dim, params)
 
 
 def dtype_bytes(dtype: str) -> int:
@@ -248,10 +305,37 @@ def bytes_per_head_per_token(model: ModelSpec, dtype: str) -> int:
     return 2 * model.layers * model.head_dim * dtype_bytes(dtype)
 
 
+# The DSA cache's quantization groups (module docstring): FlashMLA's FP8 latent has one float32 scale per 128
+# NoPE values and keeps the rope part in BF16; SGLang's indexer keys one float32 scale per 128 values.
+DSA_QUANT_GROUP = 128
+DSA_ROPE_BYTES = 2  # the rope part stays BF16 in the FP8 layout
+
+
+def dsa_fp8_layer_bytes(model: ModelSpec) -> dict[str, int]:
+    """One token's FP8 DSA cache in one layer, by part (module docstring): the FP8 NoPE latent, its float32
+    scales, the BF16 rope part, the FP8 indexer key and its float32 scale."""
+    if model.attention != "mla" or not model.index_head_dim:
+        raise TrafficError(f"model {model.name} has no DSA indexer; expected an MLA model with index_head_dim")
+    return {"nope": model.kv_lora_rank, "nope_scales": model.kv_lora_rank // DSA_QUANT_GROUP * FP8_SCALE_BYTES,
+            "rope": model.rope_dim * DSA_ROPE_BYTES, "index_k": model.index_head_dim,
+            "index_k_scales": model.index_head_dim // DSA_QUANT_GROUP * FP8_SCALE_BYTES}
+
+
+def dsa_bf16_pool_bytes_per_token(model: ModelSpec) -> int:
+    """What SGLang's BF16 pool holds a token of a DSA model: the BF16 latent and rope plus the FP8 indexer key
+    with its scale, every layer (GLM-5: 78 x (1,152 + 132) = 100,152 B). Not what ``kv_bytes_per_token`` gives
+    for bf16 (module docstring)."""
+    parts = dsa_fp8_layer_bytes(model)
+    return model.layers * ((model.kv_lora_rank + model.rope_dim) * DTYPE_BYTES["bf16"] + parts["index_k"]
+                           + parts["index_k_scales"])
+
+
 def kv_bytes_per_token(model: ModelSpec, dtype: str) -> int:
     """KV bytes one token adds to the whole model (one copy, no replication)."""
     if model.attention == "gqa":
         return bytes_per_head_per_token(model, dtype) * model.kv_heads
+    if model.index_head_dim and dtype_bytes(dtype) == 1:  # FP8 DSA: the published layout
+        return model.layers * sum(dsa_fp8_layer_bytes(model).values())
     return model.layers * (model.kv_lora_rank + model.rope_dim) * dtype_bytes(dtype)
 
 
@@ -288,6 +372,7 @@ def kv_bytes_per_token_per_rank(model: ModelSpec, dtype: str, tp: int) -> int:
 
 
 __all__ = ["ModelSpec", "ExpertSpec", "MODELS", "EXTRA_MODELS", "ALL_MODELS", "DTYPE_BYTES",
-           "FP8_SCALE_BYTES", "get_model", "moe_models", "custom_model", "dtype_bytes",
+           "FP8_SCALE_BYTES", "DSA_QUANT_GROUP", "dsa_fp8_layer_bytes", "dsa_bf16_pool_bytes_per_token",
+           "get_model", "moe_models", "custom_model", "dtype_bytes",
            "kv_bytes_per_token", "kv_bytes_per_token_per_rank", "heads_per_rank", "rank_heads",
            "bytes_per_head_per_token", "check_tp"]

@@ -15,12 +15,16 @@ Thus the bytes a decode rank receives always equal
 ``kv_bytes_per_token_per_rank(model, dtype, d) * tokens``.
 
 MLA: the KV is identical on every rank; one prefill rank sends a full copy to
-every decode rank. ``mla_sender="rank0"`` (default) uses prefill rank 0,
-``"rotate"`` uses rank request_id mod p to spread the sending NICs.
+every decode rank. ``mla_sender="rank0"`` (default) uses prefill rank 0 (SGLang with MLA: the KV is
+retrieved "from only one prefill rank"), ``"rotate"`` uses rank request_id mod p to spread the sending
+NICs over requests, ``"layersplit"`` has every prefill rank send its share of the layers of every
+request (Z.ai's LayerSplit: each GPU keeps only some layers' KV, so each rank's NIC carries 1/p).
 DP-attention (one GPU to one GPU) is modelled with TP-1 instances.
 
-All input tokens are transferred: prefix-cache hits (``hash_ids``) are not
-subtracted.
+``tokens`` is what the caller moves: ``traffic.model.serving`` passes a
+request's whole input (a prefill prefix-cache hit saves compute, not
+transfer: the decode side has none of the KV), or with a decode-side prefix
+cache only the tokens past the decode unit's hit.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from traffic.model.errors import TrafficError
 from traffic.model.models import ModelSpec, bytes_per_head_per_token, check_tp, kv_bytes_per_token, rank_heads
 from traffic.model.placement import Instance
 
-MLA_SENDERS = ("rank0", "rotate")
+MLA_SENDERS = ("rank0", "rotate", "layersplit")
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,8 +77,12 @@ def kv_transfers(tokens: int, model: ModelSpec, dtype: str, prefill: Instance, d
     if tokens == 0:
         return []
     if model.attention == "mla":
-        sender = 0 if mla_sender == "rank0" else request_id % p
         full = kv_bytes_per_token(model, dtype) * tokens
+        if mla_sender == "layersplit":  # rank r holds and sends layers [L*r/p, L*(r+1)/p) of every token
+            shares = [(model.layers * (r + 1)) // p - (model.layers * r) // p for r in range(p)]
+            return [Transfer(prefill.gpus[r], dst, full * n // model.layers) for dst in decode.gpus
+                    for r, n in enumerate(shares) if n]
+        sender = 0 if mla_sender == "rank0" else request_id % p
         return [Transfer(prefill.gpus[sender], dst, full) for dst in decode.gpus]
     per_head = bytes_per_head_per_token(model, dtype) * tokens
     out: list[Transfer] = []

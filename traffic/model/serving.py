@@ -24,12 +24,58 @@ as its slowest unit) -> KV transfer to its decode unit (``rankmap`` pairs, cut
 into ``chunk_bytes`` slices) -> joins the decode batch at the next step ->
 one output token per decode step (compute = ``decode_step_s``, flat: decode is
 memory-bound at these batch sizes) -> done after its output tokens.
-TTFT = first token - arrival = prefill queue + prefill + KV transfer + wait for
-a step + the first step. Each request records these parts as they happen
-(``RequestState``: the prefill queue, the compute and the EP exchange of the
+TTFT = first token - arrival = wait for decode memory (``decode_memory`` only)
++ prefill queue + prefill + KV transfer + wait for a step + the first step.
+Each request records these parts as they happen (``RequestState``: the wait
+for decode memory, the prefill queue, the compute and the EP exchange of the
 prefill steps it was in, the KV transfer, the wait for a decode step and that
 step's compute and exchange), so they add up to its TTFT exactly;
 ``traffic.model.breakdown`` summarizes them for a run.
+
+Prefix caching, KV memory and sessions (all off by default; docs/serving.md,
+"Prefix caching, KV memory and sessions" and "Workloads"):
+
+* ``prefix_cache``: each prefill unit keeps a ``PrefixCache`` of 512-token
+  blocks (its KV pool, ``traffic.model.memory``). A request's hit, the
+  longest cached prefix of its ``hash_ids`` (capped to leave one token), is
+  taken when it enters its first prefill step (its blocks pinned until its
+  prefill ends, when all its blocks go in); prefill computes only the rest,
+  at the same tokens/s (the cached prefix's attention is not charged: GLM-5's
+  sparse attention reads 2,048 selected tokens a query, ``index_topk``).
+  A request without ``hash_ids`` takes ``prefix_hit`` of its input instead
+  (whole blocks; also without ``prefix_cache``).
+* Routing to a prefill unit (``prefill_routing``): ``kv`` (default) picks
+  the unit with the fewest tokens to prefill there, the request's uncached
+  tokens plus those queued (NVIDIA Dynamo's KV router's prefill cost: "Active
+  prompt work already assigned to the worker plus the incoming request's
+  uncached prompt work"; its decode term is left out, a prefill unit holding
+  no decode sequences). Without a cache every unit's uncached tokens are the
+  request's input, so ``kv`` picks what ``least-loaded`` (queued tokens) does.
+* KV transfer: the whole input's KV (cached tokens too: the decode side has
+  none of it; SGLang's prefill sends from ``decode_prefix_len``, 0 unless the
+  decode side runs its own radix cache). ``decode_prefix_cache``: each decode
+  unit caches finished requests' blocks, and only the tokens past its hit
+  move (SGLang's ``--disaggregation-decode-enable-radix-cache``: "if decode
+  has a cached prefix, we need to send the delta indices; otherwise, send the
+  entire request").
+* ``decode_memory``: each decode unit (a GPU of an EP group, or a TP
+  instance) holds its requests' KV, input + output tokens, in a ``KVPool``
+  of the GPU's memory. As SGLang's decode pre-allocates a request's KV
+  before its prefill may run (``disaggregation/decode.py``: "pre-allocate kv
+  once there is available kv"; ``prefill.py``'s bootstrap queue holds a
+  request until "handshake and preallocation" finish), the decode unit is
+  chosen at arrival (fewest tokens allocated and waiting there; with
+  ``decode_prefix_cache`` plus the request's tokens not cached there) and
+  the request waits, first come first served, until its KV fits: the TTFT
+  part ``decode_memory``. Memory returns when its last token is out. Without
+  ``decode_memory`` the decode unit is chosen when the prefill ends, fewest
+  requests, as before.
+* Sessions: a closed loop's ``concurrency`` slots each run one session at a
+  time (``Request.session``, its turns in order): a turn arrives when the
+  session's previous turn has its last token, after ``think_s``; a finished
+  session makes way for the next of the workload. Requests without a session
+  are sessions of one turn (the trace in order, as before). Trace-timed
+  arrivals ignore sessions.
 
 The core is clock-free and network-free: ``start``, ``timer`` and
 ``delivered`` take the current time in real-cluster seconds and return
@@ -42,214 +88,32 @@ from __future__ import annotations
 
 import heapq
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Sequence
 
 import numpy as np
 
-from traffic.model._check import int_at_least, one_of, real_at_least, real_positive
+from traffic.model._check import real_positive
 from traffic.model.errors import TrafficError
 from traffic.model.expert import ep_traffic, expert_owners, expert_popularity
-from traffic.model.models import ModelSpec
+from traffic.model.memory import KVPool, kv_pool_tokens
 from traffic.model.placement import Instance, gpu_server
+from traffic.model.prefix_cache import BLOCK_TOKENS, PrefixCache, assumed_cached_tokens, cached_tokens
 from traffic.model.rankmap import kv_transfers
+from traffic.model.serving_events import (
+    KINDS,
+    STEP_PARTS,
+    TTFT_PARTS,
+    Message,
+    RequestState,
+    Send,
+    StepRecord,
+    Timer,
+)
+from traffic.model.serving_spec import ARRIVALS, ROUTINGS, ServingSpec, build_engines, layout_summary
 from traffic.model.traces import Request
 
-ARRIVALS = ("trace", "closed")
-KINDS = ("kv", "dispatch", "combine")
-# the parts of a request's TTFT, in the order they happen (RequestState's *_s fields of the same names)
-TTFT_PARTS = ("prefill_queue", "prefill_compute", "prefill_exchange", "kv_transfer", "decode_wait",
-              "decode_compute", "decode_exchange")
-STEP_PARTS = ("compute", "dispatch", "combine")  # a decode step's parts
 _PROBE_TOKENS = 4096  # tokens per GPU routed once to estimate each pair's share (see _HitTable)
-
-
-@dataclass(frozen=True)
-class ServingSpec:
-    """Everything the cluster model needs; times in real-cluster seconds, bytes real unless named."""
-
-    model: ModelSpec
-    prefill: tuple[tuple[Instance, ...], ...]  # engines, each a tuple of units (TP instances)
-    decode: tuple[tuple[Instance, ...], ...]
-    dtype: str = "bf16"
-    gpus_per_server: int = 8
-    bytes_scale: float = 1.0  # real bytes per emulated byte
-    chunk_bytes: int | None = 65_536  # emulated bytes per slice
-    prefill_chunk_tokens: int = 8192  # per unit and step
-    decode_batch: int = 256  # requests per unit and step
-    decode_step_s: float = 0.030
-    prefill_tokens_per_s_per_gpu: float | None = None  # None: the model's figure
-    popularity: str = "uniform"
-    zipf_s: float = 1.0
-    seed: int = 0
-    arrivals: str = "trace"
-    concurrency: int = 64  # closed loop: requests in flight in the whole cluster
-    duration_s: float = 60.0  # no arrival and no step starts after this
-    warmup_s: float = 0.0  # requests arriving earlier are not measured
-
-    def __post_init__(self) -> None:
-        if not self.prefill or not self.decode:
-            raise TrafficError("a serving cluster needs at least one prefill and one decode engine")
-        real_positive("bytes_scale", self.bytes_scale)
-        if self.chunk_bytes is not None:
-            int_at_least("chunk_bytes", self.chunk_bytes, 1)
-        int_at_least("prefill_chunk_tokens", self.prefill_chunk_tokens, 1)
-        int_at_least("decode_batch", self.decode_batch, 1)
-        real_at_least("decode_step_s", self.decode_step_s, 0.0)
-        one_of("arrivals", self.arrivals, ARRIVALS)
-        int_at_least("concurrency", self.concurrency, 1)
-        real_positive("duration_s", self.duration_s)
-        real_at_least("warmup_s", self.warmup_s, 0.0)
-        if self.warmup_s >= self.duration_s:
-            raise TrafficError(f"warmup {self.warmup_s:g} s is not shorter than the duration "
-                               f"{self.duration_s:g} s; expected warmup < duration")
-
-    @property
-    def prefill_rate(self) -> float:
-        """Prefill tokens/s of one GPU."""
-        return self.prefill_tokens_per_s_per_gpu or self.model.prefill_tokens_per_s_per_gpu
-
-    @property
-    def expert_parallel(self) -> bool:
-        return self.model.expert is not None
-
-
-def build_engines(kind: str, instances: Sequence[Instance], ep: int | None) -> tuple[tuple[Instance, ...], ...]:
-    """Engines of one kind from placed TP instances: each instance alone (dense), or EP groups of
-    ``ep`` consecutive GPUs whose units are single GPUs (MoE, data-parallel attention)."""
-    if ep is None:
-        return tuple((inst,) for inst in instances)
-    gpus = [g for inst in instances for g in inst.gpus]
-    int_at_least(f"{kind} EP size", ep, 1)
-    if len(gpus) % ep:
-        raise TrafficError(f"{kind} EP size {ep} does not divide the {len(gpus)} {kind} GPUs; expected a divisor "
-                           f"of {len(gpus)}")
-    return tuple(tuple(Instance(kind, i * ep + j, (g,)) for j, g in enumerate(gpus[i * ep:(i + 1) * ep]))
-                 for i in range(len(gpus) // ep))
-
-
-def layout_summary(name: str | None, prefill: Sequence[Sequence[Instance]],
-                   decode: Sequence[Sequence[Instance]]) -> dict:
-    """What the engines are, for summaries and reports: {"name", "prefill": {"engines", "gpus", "form"},
-    "decode": ...}; form "ep" is an EP group of single-GPU units, "tp" one instance (no all-to-all)."""
-    out: dict = {"name": name}
-    for kind, engines in (("prefill", prefill), ("decode", decode)):
-        sizes = sorted({sum(len(u.gpus) for u in e) for e in engines})
-        forms = sorted({"ep" if len(e) > 1 else "tp" for e in engines})
-        out[kind] = {"engines": len(engines), "gpus": sizes[0] if len(sizes) == 1 else sizes,
-                     "form": forms[0] if len(forms) == 1 else forms}
-    return out
-
-
-@dataclass(frozen=True, slots=True)
-class Message:
-    """One message the network must carry: emulated ``bytes`` from src to dst GPU."""
-
-    id: int
-    kind: str  # kv | dispatch | combine
-    src_gpu: int
-    dst_gpu: int
-    bytes: int
-    real_bytes: int
-    request_id: int | None
-    engine: str  # e.g. "decode0"
-    step: int | None
-    slice_index: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class Send:
-    message: Message
-
-
-@dataclass(frozen=True, slots=True)
-class Timer:
-    at: float
-    key: tuple
-
-
-@dataclass
-class RequestState:
-    """One request's life; times in real-cluster seconds, None until they happen."""
-
-    id: int
-    arrival_s: float
-    input_tokens: int
-    output_tokens: int
-    prefill_unit: tuple[int, int] | None = None  # (engine, unit)
-    decode_unit: tuple[int, int] | None = None
-    prefilled_tokens: int = 0
-    prefill_start_s: float | None = None
-    prefill_end_s: float | None = None
-    kv_bytes: int = 0
-    kv_pending: int = 0
-    kv_end_s: float | None = None
-    first_token_s: float | None = None
-    done_s: float | None = None
-    tokens_out: int = 0
-    # TTFT's parts (TTFT_PARTS), attributed as they happen: every moment from arrival to the end of
-    # prefill is the queue or a prefill step the request was in (its compute, then its exchange)
-    prefill_queue_s: float = 0.0
-    prefill_compute_s: float = 0.0
-    prefill_exchange_s: float = 0.0
-    decode_wait_s: float | None = None
-    decode_compute_s: float | None = None
-    decode_exchange_s: float | None = None
-    attributed_to_s: float | None = None  # the time up to which the prefill parts account for it
-
-    @property
-    def ttft_s(self) -> float | None:
-        return None if self.first_token_s is None else self.first_token_s - self.arrival_s
-
-    @property
-    def kv_transfer_s(self) -> float | None:
-        return None if self.kv_end_s is None or self.prefill_end_s is None else self.kv_end_s - self.prefill_end_s
-
-    def parts(self) -> dict[str, float] | None:
-        """TTFT_PARTS in seconds (None before the first token); they add up to ``ttft_s``."""
-        if self.first_token_s is None:
-            return None
-        return {"prefill_queue": self.prefill_queue_s, "prefill_compute": self.prefill_compute_s,
-                "prefill_exchange": self.prefill_exchange_s, "kv_transfer": self.kv_transfer_s,
-                "decode_wait": self.decode_wait_s, "decode_compute": self.decode_compute_s,
-                "decode_exchange": self.decode_exchange_s}
-
-    def row(self) -> dict:
-        return {"request_id": self.id, "arrival_s": self.arrival_s, "input_tokens": self.input_tokens,
-                "output_tokens": self.output_tokens, "tokens_out": self.tokens_out,
-                "prefill_engine": None if self.prefill_unit is None else self.prefill_unit[0],
-                "decode_engine": None if self.decode_unit is None else self.decode_unit[0],
-                "prefill_start_s": self.prefill_start_s, "prefill_end_s": self.prefill_end_s,
-                "kv_bytes": self.kv_bytes, "kv_end_s": self.kv_end_s, "first_token_s": self.first_token_s,
-                "done_s": self.done_s, "ttft_s": self.ttft_s,
-                **{f"{k}_s": v for k, v in (self.parts() or dict.fromkeys(TTFT_PARTS)).items()}}
-
-
-@dataclass
-class StepRecord:
-    """One engine step: when its phases ended and what it carried."""
-
-    engine: str
-    step: int
-    start_s: float
-    tokens: int
-    requests: int
-    compute_end_s: float | None = None
-    dispatch_end_s: float | None = None
-    end_s: float | None = None
-    ep_bytes: int = 0  # real bytes on the fabric
-    nvlink_bytes: int = 0  # real bytes between GPUs of one server (not emulated)
-    messages: int = 0
-    dispatch_last_id: int | None = None  # the message whose arrival ended the dispatch (the phase's slowest)
-    combine_last_id: int | None = None
-
-    def row(self) -> dict:
-        exchange = None if self.end_s is None or self.compute_end_s is None else self.end_s - self.compute_end_s
-        return {"engine": self.engine, "step": self.step, "start_s": self.start_s,
-                "compute_end_s": self.compute_end_s, "dispatch_end_s": self.dispatch_end_s, "end_s": self.end_s,
-                "exchange_s": exchange, "tokens": self.tokens, "requests": self.requests,
-                "ep_bytes": self.ep_bytes, "nvlink_bytes": self.nvlink_bytes, "messages": self.messages,
-                "dispatch_last_id": self.dispatch_last_id, "combine_last_id": self.combine_last_id}
 
 
 class _HitTable:
@@ -319,6 +183,22 @@ class _Engine:
         return tuple(g for u in self.units for g in u.gpus)
 
 
+def _sessions(requests: Sequence[Request]) -> list[tuple[Request, ...]]:
+    """The workload as sessions in order of their first request: a session's turns sorted by turn; a request
+    without a session is a session of its own."""
+    out: list[list[Request]] = []
+    index: dict[int, int] = {}
+    for r in requests:
+        if r.session is None:
+            out.append([r])
+        elif r.session in index:
+            out[index[r.session]].append(r)
+        else:
+            index[r.session] = len(out)
+            out.append([r])
+    return [tuple(sorted(turns, key=lambda r: r.turn)) for turns in out]
+
+
 class Cluster:
     """The event machine (see module docstring)."""
 
@@ -350,6 +230,35 @@ class Cluster:
                 engines.append(_Engine(kind, i, units, hits, [[] for _ in units], batch=[[] for _ in units]))
             self.engines[kind] = engines
         self.stopped = False
+        # closed loop: the workload as sessions, each a tuple of turns in order (a request without a session
+        # is a session of one turn), drawn in order of their first request
+        self._sessions = _sessions(self.source)
+        self._next_turns: dict[int, tuple[Request, ...]] = {}  # request id -> its session's later turns
+        self._waiting_turn: dict[int, tuple[Request, tuple[Request, ...]]] = {}  # think_s timers
+        # prefix caches (prefill units), KV pools (decode units) and the requests waiting for one
+        self.caches: dict[tuple[int, int], PrefixCache] = {}
+        self.pools: dict[tuple[int, int], KVPool] = {}
+        self.decode_caches: dict[tuple[int, int], PrefixCache] = {}
+        self._alloc_queue: dict[tuple[int, int], list[RequestState]] = {}
+        if spec.prefix_cache:
+            for eng in self.engines["prefill"]:
+                for u, unit in enumerate(eng.units):
+                    tokens = spec.prefix_cache_tokens or kv_pool_tokens(
+                        spec.model, spec.dtype, spec.weights_dtype, spec.gpu, spec.prefill_mem_fraction,
+                        len(unit.gpus), len(eng.gpus))
+                    self.caches[(eng.index, u)] = PrefixCache(tokens // BLOCK_TOKENS)
+        if spec.decode_memory or spec.decode_prefix_cache:
+            for eng in self.engines["decode"]:
+                for u, unit in enumerate(eng.units):
+                    tokens = spec.decode_kv_tokens or kv_pool_tokens(
+                        spec.model, spec.dtype, spec.weights_dtype, spec.gpu, spec.decode_mem_fraction,
+                        len(unit.gpus), len(eng.gpus))
+                    cache = PrefixCache(tokens // BLOCK_TOKENS) if spec.decode_prefix_cache else None
+                    if cache is not None:
+                        self.decode_caches[(eng.index, u)] = cache
+                    if spec.decode_memory:
+                        self.pools[(eng.index, u)] = KVPool(tokens, cache)
+                        self._alloc_queue[(eng.index, u)] = []
 
     # -- events -----------------------------------------------------------------------------
     def start(self, now: float = 0.0) -> list:
@@ -357,7 +266,7 @@ class Cluster:
         out: list = [Timer(self.spec.duration_s, ("end",))]
         if self.spec.arrivals == "closed":
             for _ in range(self.spec.concurrency):
-                out += self._arrive(self._draw(), now)
+                out += self._start_session(now)
         else:
             base = min(r.arrival_s for r in self.source)
             for r in self.source:
@@ -373,6 +282,9 @@ class Cluster:
             return []
         if key[0] == "arrive":
             return [] if self.stopped else self._arrive(self._by_id[key[1]], now)
+        if key[0] == "turn":  # a session's next turn, after think_s
+            r, later = self._waiting_turn.pop(key[1])
+            return [] if self.stopped else self._arrive(r, now, later)
         if key[0] == "compute":
             kind, index = key[1], key[2]
             return self._compute_done(self.engines[kind][index], now)
@@ -412,26 +324,109 @@ class Cluster:
                                                          for e in es)
 
     # -- requests ---------------------------------------------------------------------------
-    def _draw(self) -> Request:
-        """The next request of the trace for the closed loop (the trace again from its start when used up)."""
-        r = self.source[self.next_source % len(self.source)]
-        rounds = self.next_source // len(self.source)
+    def _draw(self) -> tuple[Request, ...]:
+        """The next session of the workload for the closed loop (the workload again from its start when used
+        up: request ids, and session ids, + round x 10^9; hash ids unchanged, so a workload should be long
+        enough not to come round again when caches matter)."""
+        turns = self._sessions[self.next_source % len(self._sessions)]
+        rounds = self.next_source // len(self._sessions)
         self.next_source += 1
         if rounds:
-            r = Request(r.request_id + rounds * 10 ** 9, r.arrival_s, r.input_tokens, r.output_tokens)
-        return r
+            turns = tuple(replace(r, request_id=r.request_id + rounds * 10 ** 9,
+                                  session=None if r.session is None else r.session + rounds * 10 ** 9)
+                          for r in turns)
+        return turns
 
-    def _arrive(self, r: Request, now: float) -> list:
+    def _start_session(self, now: float) -> list:
+        turns = self._draw()
+        return self._arrive(turns[0], now, turns[1:])
+
+    def _arrive(self, r: Request, now: float, later: tuple[Request, ...] = ()) -> list:
         if r.request_id in self.requests:
             raise TrafficError(f"request_id {r.request_id} arrived twice; expected unique request ids")
-        req = RequestState(r.request_id, now, max(1, r.input_tokens), max(1, r.output_tokens))
+        req = RequestState(r.request_id, now, max(1, r.input_tokens), max(1, r.output_tokens), r.hash_ids,
+                           r.session, r.turn)
         req.attributed_to_s = now
         self.requests[req.id] = req
-        eng, unit = self._least_loaded("prefill", lambda e, u: sum(x.input_tokens - x.prefilled_tokens
-                                                                   for x in e.queue[u]))
+        self._next_turns[req.id] = later
+        if not req.hash_ids and self.spec.prefix_hit:
+            req.cached_tokens = assumed_cached_tokens(self.spec.prefix_hit, req.input_tokens)
+        if self.spec.decode_memory:  # SGLang: decode pre-allocates the KV before the prefill may run
+            eng, unit = self._least_loaded("decode", lambda e, u: self._decode_commit_cost(req, e, u))
+            req.decode_unit = (eng.index, unit)
+            pool = self.pools[req.decode_unit]
+            if req.input_tokens + req.output_tokens > pool.capacity:
+                raise TrafficError(f"request {req.id} needs {req.input_tokens + req.output_tokens} tokens of KV, "
+                                   f"more than a decode unit holds ({pool.capacity}); expected shorter requests "
+                                   "or a larger decode_kv_tokens / gpu")
+            self._alloc_queue[req.decode_unit].append(req)
+            return self._admit(req.decode_unit, now)
+        return self._to_prefill(req, now)
+
+    def _decode_hit(self, req: RequestState, key: tuple[int, int]) -> int:
+        """Blocks of ``req``'s chain decode unit ``key`` has cached (decode_prefix_cache)."""
+        cache = self.decode_caches.get(key)
+        return cache.match(req.hash_ids) if cache is not None and req.hash_ids else 0
+
+    def _decode_need(self, req: RequestState, key: tuple[int, int]) -> int:
+        """Tokens of a decode unit's KV pool ``req`` would take there: input + output, less its cached prefix."""
+        return req.input_tokens + req.output_tokens - cached_tokens(self._decode_hit(req, key), req.input_tokens)
+
+    def _decode_commit_cost(self, req: RequestState, eng: _Engine, u: int) -> int:
+        key = (eng.index, u)
+        return (self.pools[key].committed + sum(self._decode_need(x, key) for x in self._alloc_queue[key])
+                + self._decode_need(req, key))
+
+    def _admit(self, key: tuple[int, int], now: float) -> list:
+        """Allocate decode KV to the requests waiting at decode unit ``key``, first come first served, as long
+        as the next one fits; each then goes to its prefill."""
+        out = []
+        queue = self._alloc_queue[key]
+        pool = self.pools[key]
+        while queue and not self.stopped:
+            req = queue[0]
+            hit = self._decode_hit(req, key)
+            need = req.input_tokens + req.output_tokens - cached_tokens(hit, req.input_tokens)
+            if not pool.try_allocate(need):
+                break
+            queue.pop(0)
+            req.kv_alloc_tokens = need
+            self._take_decode_hit(req, key, hit)
+            req.decode_memory_s = now - req.arrival_s
+            req.attributed_to_s = now
+            out += self._to_prefill(req, now)
+        return out
+
+    def _take_decode_hit(self, req: RequestState, key: tuple[int, int], hit: int) -> None:
+        if hit:
+            self.decode_caches[key].acquire(req.hash_ids, hit)
+            req.decode_pinned_blocks = hit
+            req.decode_cached_tokens = cached_tokens(hit, req.input_tokens)
+
+    def _prefill_left(self, x: RequestState) -> int:
+        """Tokens still to prefill for a queued request (before its first step: as the router expected)."""
+        cached = x.cached_tokens if x.prefill_start_s is not None else max(x.cached_tokens, x.cache_estimate)
+        return x.input_tokens - cached - x.prefilled_tokens
+
+    def _to_prefill(self, req: RequestState, now: float) -> list:
+        def queued(e: _Engine, u: int) -> int:
+            return sum(self._prefill_left(x) for x in e.queue[u])
+
+        if self.spec.prefill_routing == "least-loaded":
+            eng, unit = self._least_loaded("prefill", queued)
+        else:  # kv: the tokens to prefill there, the request's uncached ones and those queued
+            eng, unit = self._least_loaded("prefill", lambda e, u: queued(e, u) + req.input_tokens
+                                           - max(req.cached_tokens, self._prefill_hit_tokens(req, (e.index, u))))
         req.prefill_unit = (eng.index, unit)
+        req.cache_estimate = self._prefill_hit_tokens(req, req.prefill_unit)
         eng.queue[unit].append(req)
         return self._maybe_step(eng, now)
+
+    def _prefill_hit_tokens(self, req: RequestState, key: tuple[int, int]) -> int:
+        cache = self.caches.get(key)
+        if cache is None or not req.hash_ids:
+            return 0
+        return cached_tokens(cache.match(req.hash_ids), req.input_tokens)
 
     def _least_loaded(self, kind: str, load) -> tuple[_Engine, int]:
         best = None
@@ -448,12 +443,18 @@ class Cluster:
     def _send_kv(self, req: RequestState, now: float) -> list:
         peng = self.engines["prefill"][req.prefill_unit[0]]
         src = peng.units[req.prefill_unit[1]]
-        deng, du = self._least_loaded("decode", self._decode_load)
-        req.decode_unit = (deng.index, du)
-        dst = deng.units[du]
+        if req.decode_unit is None:  # no decode memory: chosen now, the unit with the fewest requests
+            deng, du = self._least_loaded("decode", self._decode_load)
+            req.decode_unit = (deng.index, du)
+            if req.decode_unit in self.decode_caches:
+                self._take_decode_hit(req, req.decode_unit, self._decode_hit(req, req.decode_unit))
+        deng = self.engines["decode"][req.decode_unit[0]]
+        dst = deng.units[req.decode_unit[1]]
+        req.kv_tokens = req.input_tokens - req.decode_cached_tokens  # the whole context, or the delta
         out = []
-        pairs = kv_transfers(req.input_tokens, self.spec.model, self.spec.dtype,
-                             Instance("prefill", 0, src.gpus), Instance("decode", 0, dst.gpus), req.id)
+        pairs = kv_transfers(req.kv_tokens, self.spec.model, self.spec.dtype,
+                             Instance("prefill", 0, src.gpus), Instance("decode", 0, dst.gpus), req.id,
+                             self.spec.mla_sender)
         for tr in pairs:
             req.kv_bytes += tr.bytes
             if tr.src_gpu == tr.dst_gpu:
@@ -473,9 +474,29 @@ class Cluster:
 
     def _finish(self, req: RequestState, now: float) -> list:
         req.done_s = now
+        out = []
+        key = req.decode_unit
+        cache = self.decode_caches.get(key)
+        if cache is not None and req.decode_pinned_blocks:
+            cache.release(req.hash_ids, req.decode_pinned_blocks)
+            req.decode_pinned_blocks = 0
+        if key in self.pools:
+            pool = self.pools[key]
+            pool.free(req.kv_alloc_tokens)
+            if req.hash_ids:
+                pool.insert(req.hash_ids)  # its KV stays as cached blocks (decode_prefix_cache)
+            out += self._admit(key, now)
+        elif cache is not None and req.hash_ids:
+            cache.insert(req.hash_ids)
+        later = self._next_turns.pop(req.id, ())
         if self.spec.arrivals == "closed" and not self.stopped:
-            return self._arrive(self._draw(), now)
-        return []
+            if not later:
+                return out + self._start_session(now)
+            if self.spec.think_s > 0:
+                self._waiting_turn[later[0].request_id] = (later[0], later[1:])
+                return out + [Timer(now + self.spec.think_s, ("turn", later[0].request_id))]
+            return out + self._arrive(later[0], now, later[1:])
+        return out
 
     # -- steps ------------------------------------------------------------------------------
     def _maybe_step(self, eng: _Engine, now: float) -> list:
@@ -496,9 +517,10 @@ class Cluster:
             for req in eng.queue[u]:
                 if budget == 0:
                     break
-                n = min(budget, req.input_tokens - req.prefilled_tokens)
                 if req.prefill_start_s is None:
                     req.prefill_start_s = now
+                    self._take_prefill_hit(req, (eng.index, u))
+                n = min(budget, req.input_tokens - req.cached_tokens - req.prefilled_tokens)
                 req.prefill_queue_s += now - req.attributed_to_s  # waited since arrival or its last step
                 took[req.id] = n
                 budget -= n
@@ -508,6 +530,17 @@ class Cluster:
             eng.work_s += need
             compute = max(compute, need)
         return self._begin(eng, now, compute, tokens, sum(len(t) for t in eng.taken))
+
+    def _take_prefill_hit(self, req: RequestState, key: tuple[int, int]) -> None:
+        """The request's hit on its prefill unit's cache, taken (and pinned) as its first step starts."""
+        cache = self.caches.get(key)
+        if cache is None or not req.hash_ids:
+            return
+        blocks = cache.match(req.hash_ids)
+        if blocks:
+            cache.acquire(req.hash_ids, blocks)
+            req.pinned_blocks = blocks
+        req.cached_tokens = cached_tokens(blocks, req.input_tokens)
 
     def _start_decode(self, eng: _Engine, now: float) -> list:
         for u in range(len(eng.units)):
@@ -581,9 +614,14 @@ class Cluster:
                     req.prefill_exchange_s += now - step.compute_end_s
                     req.attributed_to_s = now
                     req.prefilled_tokens += n
-                    if req.prefilled_tokens >= req.input_tokens:
+                    if req.prefilled_tokens >= req.input_tokens - req.cached_tokens:
                         req.prefill_end_s = now
                         eng.queue[u].remove(req)
+                        cache = self.caches.get((eng.index, u))
+                        if cache is not None and req.hash_ids:  # its blocks' KV exists now
+                            cache.insert(req.hash_ids)
+                            cache.release(req.hash_ids, req.pinned_blocks)
+                            req.pinned_blocks = 0
                         if not self.stopped:
                             out += self._send_kv(req, now)
         else:
@@ -645,6 +683,9 @@ class Cluster:
         exchanges = [s.end_s - s.compute_end_s for s in self.steps
                      if s.end_s is not None and s.compute_end_s is not None and s.messages]
         decode_steps = [s for s in self.steps if s.engine.startswith("decode") and s.end_s is not None]
+        prefilled = [r for r in measured if r.prefill_end_s is not None and r.prefill_end_s <= end]
+        inputs = sum(r.input_tokens for r in prefilled)
+        cached = sum(r.cached_tokens for r in prefilled)
         return {
             "measured_requests": len(measured),
             "first_token_missing": sum(1 for r in measured if r.first_token_s is None or r.first_token_s > end),
@@ -661,7 +702,26 @@ class Cluster:
             # prefill compute the requests needed / what the units could do in the run: under 1 keeps up
             "prefill_token_utilization": {e.name: round(e.work_s / (end * len(e.units)), 4)
                                           for e in self.engines["prefill"]},
+            # the measured requests prefilled by the end: their prompt tokens, those their prefill unit had
+            # cached, and the tokens whose KV moved to decode (the whole context, or the decode side's delta)
+            "prefix": {"input_tokens": inputs, "cached_tokens": cached,
+                       "hit_rate": round(cached / inputs, 4) if inputs else None,
+                       "kv_tokens": sum(r.kv_tokens for r in prefilled if r.kv_end_s is not None)},
+            "kv_memory": self.kv_memory(),
         }
+
+    def kv_memory(self) -> dict:
+        """The prefix caches' and KV pools' sizes and the most they held (None where not modelled)."""
+        caches = list(self.caches.values())
+        pools = list(self.pools.values())
+        dcaches = list(self.decode_caches.values())
+        return {"prefill_cache_blocks": max((c.capacity for c in caches), default=None),
+                "prefill_cache_peak_blocks": max((c.peak for c in caches), default=None),
+                "prefill_cache_evictions": sum(c.evictions for c in caches) if caches else None,
+                "decode_pool_tokens": max((p.capacity for p in pools), default=None),
+                "decode_pool_peak_tokens": max((p.peak for p in pools), default=None),
+                "decode_cache_evictions": sum(c.evictions for c in dcaches) if dcaches else None,
+                "waiting_for_decode_memory": sum(len(q) for q in self._alloc_queue.values()) if pools else None}
 
 
 def run_ideal(cluster: Cluster, port_bps: float, ports: int = 2, latency_s: float = 0.0,
@@ -700,4 +760,4 @@ def run_ideal(cluster: Cluster, port_bps: float, ports: int = 2, latency_s: floa
 
 
 __all__ = ["ServingSpec", "Cluster", "Message", "Send", "Timer", "build_engines", "run_ideal", "ARRIVALS", "KINDS",
-           "TTFT_PARTS", "STEP_PARTS", "layout_summary"]
+           "ROUTINGS", "TTFT_PARTS", "STEP_PARTS", "layout_summary"]

@@ -48,15 +48,54 @@ _TS_RE = re.compile(r"^(\d{4}-\d{2}-\d{2})[ T](\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}))
 _EPOCH = datetime(1970, 1, 1)
 
 
+ROW_FIELDS = ("request_id", "arrival_s", "input_tokens", "output_tokens", "hash_ids", "session", "turn")
+
+
 @dataclass(frozen=True, slots=True)
 class Request:
-    """One inference request: when it arrives and how many tokens it has."""
+    """One inference request: when it arrives and how many tokens it has.
+
+    ``hash_ids``: ids of its 512-token prefix blocks (Mooncake's ``hash_ids``; the same id in two requests is
+    the same reusable block). ``session`` / ``turn``: a multi-turn (agentic) session it is turn ``turn`` (0
+    first) of; a closed loop runs a session's turns one after the other (``traffic.model.serving``). None: a
+    request of its own.
+    """
 
     request_id: int
     arrival_s: float
     input_tokens: int
     output_tokens: int
     hash_ids: tuple[int, ...] = ()
+    session: int | None = None
+    turn: int = 0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.hash_ids, tuple):  # a JSON row's list
+            object.__setattr__(self, "hash_ids", tuple(self.hash_ids))
+
+    def to_row(self) -> list:
+        """The JSON row form: [request_id, arrival_s, input_tokens, output_tokens], and [hash_ids, session,
+        turn] after them only when it has hash ids or a session (so plain requests stay four numbers, as the
+        configs always wrote them). ``from_row`` reads it back."""
+        row = [self.request_id, self.arrival_s, self.input_tokens, self.output_tokens]
+        if self.hash_ids or self.session is not None:
+            row += [list(self.hash_ids), self.session, self.turn]
+        return row
+
+    @classmethod
+    def from_row(cls, row) -> Request:
+        """A request from its JSON row: a list of 4 to 7 values in ``ROW_FIELDS`` order (``to_row``), or an
+        object with those keys (the first four required)."""
+        if isinstance(row, dict):
+            unknown = sorted(set(row) - set(ROW_FIELDS))
+            if unknown or any(k not in row for k in ROW_FIELDS[:4]):
+                raise TrafficError(f"request row keys {sorted(row)} are not allowed; expected "
+                                   f"{', '.join(ROW_FIELDS[:4])} and optionally {', '.join(ROW_FIELDS[4:])}")
+            return cls(**row)
+        if not isinstance(row, (list, tuple)) or not 4 <= len(row) <= len(ROW_FIELDS):
+            raise TrafficError(f"request row {row!r} is not allowed; expected a list of 4 to {len(ROW_FIELDS)} "
+                               f"values ({', '.join(ROW_FIELDS)})")
+        return cls(*row)
 
 
 @dataclass(frozen=True)
@@ -332,4 +371,4 @@ def served_requests(requests: Sequence[Request], start_s: float, duration_s: flo
 
 
 __all__ = ["Request", "TraceReadResult", "read_trace", "detect_format", "slice_requests", "served_requests",
-           "FORMATS", "AZURE_HEADER", "MOONCAKE_KEYS"]
+           "FORMATS", "AZURE_HEADER", "MOONCAKE_KEYS", "ROW_FIELDS"]

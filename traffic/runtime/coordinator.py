@@ -46,8 +46,15 @@ class _Peer:
     writer: asyncio.StreamWriter
 
 
+def requests_from_config(cfg: dict) -> list[Request]:
+    """The requests of a config's ``requests`` list, each a row ``Request.to_row`` wrote: [id, arrival_s,
+    input_tokens, output_tokens], then optionally [hash_ids, session, turn] (or an object with those keys)."""
+    return [Request.from_row(r) for r in cfg["requests"]]
+
+
 def spec_from_config(cfg: dict) -> serving.ServingSpec:
-    """The ServingSpec a config's ``spec`` object describes (engines as lists of unit GPU lists)."""
+    """The ServingSpec a config's ``spec`` object describes (engines as lists of unit GPU lists; every other
+    key is a ServingSpec field of the same name, e.g. ``prefix_cache``, ``decode_memory``, ``gpu``)."""
     s = dict(cfg["spec"])
     model = models.get_model(s.pop("model"))
 
@@ -65,7 +72,7 @@ class Coordinator:
     def __init__(self, cfg: dict) -> None:
         self.cfg = cfg
         self.spec = spec_from_config(cfg)
-        self.requests = [Request(*r) for r in cfg["requests"]]
+        self.requests = requests_from_config(cfg)
         self.cluster = serving.Cluster(self.spec, self.requests)
         self.dilation = float(cfg.get("dilation", 1.0))
         self.agents: list[str] = cfg["agents"]

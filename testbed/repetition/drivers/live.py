@@ -37,6 +37,11 @@ class LiveSetup:
         return self.traffic.config
 
 
+# the serving section's keys the cluster model takes under the same name (traffic.model.serving.ServingSpec)
+CLUSTER_KEYS = ("prefix_cache", "prefix_hit", "prefill_routing", "decode_prefix_cache", "decode_memory", "gpu",
+                "weights_dtype", "prefill_mem_fraction", "decode_mem_fraction", "think_s", "mla_sender")
+
+
 def prepare_live(spec: RepetitionSpec, n_gpus: int, rate_bps: float) -> LiveSetup:
     """The coordinator's config from a RepetitionSpec: pure computation, no fabric needed."""
     from traffic.model import models, placement, serving
@@ -62,6 +67,7 @@ def prepare_live(spec: RepetitionSpec, n_gpus: int, rate_bps: float) -> LiveSetu
                    decode_batch=s.decode_batch, decode_step_s=s.decode_step_s, popularity=s.popularity,
                    zipf_s=s.zipf_s, seed=spec.seed, arrivals=s.arrivals, concurrency=s.concurrency,
                    duration_s=spec.run_s, warmup_s=s.warmup_s,
+                   **{k: getattr(s, k) for k in CLUSTER_KEYS},
                    prefill=[[list(u.gpus) for u in e] for e in prefill],
                    decode=[[list(u.gpus) for u in e] for e in decode])
     serving.ServingSpec(model=model, prefill=prefill, decode=decode,
@@ -69,7 +75,7 @@ def prepare_live(spec: RepetitionSpec, n_gpus: int, rate_bps: float) -> LiveSetu
     gpus = range(1, n_gpus + 1)
     choices = {f"{a},{b}": [[c.src_port, c.dst_port] for c in select_ports(a, b, _static(s.policy))]
                for a in gpus for b in gpus if a != b}
-    config = {"spec": cluster, "requests": [[r.request_id, r.arrival_s, r.input_tokens, r.output_tokens] for r in reqs],
+    config = {"spec": cluster, "requests": [r.to_row() for r in reqs],
               "dilation": dilation, "agents": [f"gpu{g}" for g in gpus],
               "ips": {str(g): [addressing.ip_of(g, 1), addressing.ip_of(g, 2)] for g in gpus},
               "choices": choices, "policy": s.policy}

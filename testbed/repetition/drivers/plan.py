@@ -53,7 +53,7 @@ def prepare_plan(spec: RepetitionSpec, n_gpus: int, rate_bps: float, mtu: int, f
     place = placement.place(n_gpus, s.prefill_tp, s.decode_tp, s.prefill_fraction)
     sched = schedule.build_schedule(reqs, place, placement.Scheduler(s.scheduler, cfg.seed), model, s.dtype,
                                     s.mode, cfg.chunk_bytes, scale.bytes_scale(rate_bps, cfg.represents_bps),
-                                    mtu_bytes=mtu)
+                                    mtu_bytes=mtu, mla_sender=s.mla_sender)
     if not sched.transfers:
         raise TestbedError("the schedule has no transfer: every request is empty")
     offset = min(t.scheduled_start_s for t in sched.transfers)

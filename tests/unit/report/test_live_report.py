@@ -15,7 +15,7 @@ import pytest
 from testbed.report import build_report, confidence
 from testbed.report.load import load_experiment
 from tests.support.report_fixture import live_experiment_doc, write_live_experiment
-from traffic.model.serving import TTFT_PARTS
+from traffic.model.serving_events import TTFT_PARTS
 
 
 def section(html: str, sid: str) -> str:

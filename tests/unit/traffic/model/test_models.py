@@ -10,6 +10,8 @@ from common.errors import TestbedError
 from traffic.model.models import (
     MODELS,
     custom_model,
+    dsa_bf16_pool_bytes_per_token,
+    dsa_fp8_layer_bytes,
     get_model,
     kv_bytes_per_token,
     kv_bytes_per_token_per_rank,
@@ -25,8 +27,12 @@ SHAPES = {"llama-3.1-8b": ("gqa", 32, 8, 128), "llama-3.1-70b": ("gqa", 80, 8, 1
           "deepseek-v3": ("mla", 61, 512, 64), "glm-5": ("mla", 78, 512, 64)}
 
 
-@pytest.mark.parametrize("name", sorted(README_BF16))
-@pytest.mark.parametrize("dtype,width", [("bf16", 2), ("fp8", 1)])
+# GLM-5's FP8 cache is the published DSA layout, not latent x 1 B (its own test below)
+FORMULA_CASES = [(name, dtype, width) for name in sorted(README_BF16) for dtype, width in (("bf16", 2), ("fp8", 1))
+                 if (name, dtype) != ("glm-5", "fp8")]
+
+
+@pytest.mark.parametrize("name,dtype,width", FORMULA_CASES)
 def test_kv_bytes_match_readme_and_formula(name, dtype, width):
     model = get_model(name)
     kind, layers, a, b = SHAPES[name]
@@ -34,6 +40,33 @@ def test_kv_bytes_match_readme_and_formula(name, dtype, width):
     formula = 2 * layers * a * b * width if kind == "gqa" else layers * (a + b) * width
     assert kv_bytes_per_token(model, dtype) == formula
     assert kv_bytes_per_token(model, dtype) == README_BF16[name] * width // 2
+
+
+def test_glm5_fp8_kv_is_the_published_dsa_layout_summed_from_its_parts():
+    # FlashMLA's "FP8 with scale" latent: 512 FP8 NoPE values (1 B each), one float32 scale per 128 of them,
+    # 64 rope values kept BF16; SGLang's indexer key: 128 FP8 values and one float32 scale. Every layer.
+    glm5 = get_model("glm-5")
+    latent = 512 * 1 + (512 // 128) * 4 + 64 * 2
+    indexer = 128 * 1 + (128 // 128) * 4
+    assert (latent, indexer) == (656, 132)
+    assert dsa_fp8_layer_bytes(glm5) == {"nope": 512, "nope_scales": 16, "rope": 128, "index_k": 128,
+                                         "index_k_scales": 4}
+    assert kv_bytes_per_token(glm5, "fp8") == 78 * (latent + indexer) == 61_464
+    assert kv_bytes_per_token_per_rank(glm5, "fp8", 8) == 61_464  # MLA: every TP rank holds the full copy
+    # bf16 keeps the latent and rope alone (what the default experiment always used); SGLang's BF16 pool adds
+    # the FP8 indexer keys beside it
+    assert kv_bytes_per_token(glm5, "bf16") == 78 * (512 + 64) * 2 == 89_856
+    assert dsa_bf16_pool_bytes_per_token(glm5) == 78 * ((512 + 64) * 2 + indexer) == 100_152
+    # models without an indexer are unchanged in either dtype
+    assert kv_bytes_per_token(get_model("deepseek-v3"), "fp8") == 61 * 576
+    assert kv_bytes_per_token(get_model("kimi-k2"), "fp8") == 61 * 576
+
+
+def test_routed_expert_parameters_come_from_the_config_shape():
+    glm5 = get_model("glm-5")
+    assert glm5.expert.routed_params == 75 * 256 * 3 * 6144 * 2048 == 724_775_731_200
+    assert glm5.params == 744e9 and glm5.expert.routed_params < glm5.params
+    assert get_model("deepseek-v3").expert.routed_params == 58 * 256 * 3 * 7168 * 2048
 
 
 @pytest.mark.parametrize("tp,heads", [(1, 8), (2, 4), (4, 2), (8, 1), (16, 1), (32, 1)])

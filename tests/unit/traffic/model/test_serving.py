@@ -4,6 +4,7 @@ import pytest
 
 from traffic.model import breakdown, models, placement, serving
 from traffic.model.errors import TrafficError
+from traffic.model.serving_spec import ServingSpec
 from traffic.model.traces import Request
 
 GLM5 = models.get_model("glm-5")
@@ -15,7 +16,7 @@ def moe_spec(**kw) -> serving.ServingSpec:
     base = dict(model=GLM5, prefill=serving.build_engines("prefill", pl.prefill, 16),
                 decode=serving.build_engines("decode", pl.decode, 16), bytes_scale=1e4, chunk_bytes=None,
                 arrivals="closed", concurrency=32, duration_s=5.0, warmup_s=1.0)
-    return serving.ServingSpec(**(base | kw))
+    return ServingSpec(**(base | kw))
 
 
 def dense_spec(**kw) -> serving.ServingSpec:
@@ -23,7 +24,7 @@ def dense_spec(**kw) -> serving.ServingSpec:
     base = dict(model=DENSE, prefill=serving.build_engines("prefill", pl.prefill, None),
                 decode=serving.build_engines("decode", pl.decode, None), bytes_scale=1.0, chunk_bytes=None,
                 prefill_tokens_per_s_per_gpu=1000.0, decode_step_s=0.02, duration_s=10.0)
-    return serving.ServingSpec(**(base | kw))
+    return ServingSpec(**(base | kw))
 
 
 def requests(n: int, tokens_in: int = 1000, tokens_out: int = 20) -> list[Request]:
@@ -165,7 +166,7 @@ def layout_spec(name: str, n: int, **kw) -> serving.ServingSpec:
     e = placement.layout_engines(name, n)
     base = dict(model=GLM5, prefill=e["prefill"], decode=e["decode"], bytes_scale=1.0, chunk_bytes=None,
                 prefill_chunk_tokens=8192, arrivals="trace", duration_s=10.0)
-    return serving.ServingSpec(**(base | kw))
+    return ServingSpec(**(base | kw))
 
 
 def test_one_request_on_an_idle_single_node_cluster_takes_prefill_kv_and_one_step():
@@ -175,7 +176,8 @@ def test_one_request_on_an_idle_single_node_cluster_takes_prefill_kv_and_one_ste
     c = serving.run_ideal(serving.Cluster(layout_spec("single-node", 16), [Request(7, 0.0, 1000, 3)]), 100e9)
     r = c.requests[7]
     kv = 1000 * GLM5_KV_PER_TOKEN * 8 / 200e9
-    assert r.parts() == pytest.approx({"prefill_queue": 0.0, "prefill_compute": 0.025, "prefill_exchange": 0.0,
+    assert r.parts() == pytest.approx({"decode_memory": 0.0,
+                                       "prefill_queue": 0.0, "prefill_compute": 0.025, "prefill_exchange": 0.0,
                                        "kv_transfer": kv, "decode_wait": 0.0, "decode_compute": 0.030,
                                        "decode_exchange": 0.0}, abs=1e-12)
     assert r.ttft_s == pytest.approx(0.025 + 0.00359424 + 0.030, abs=1e-12)
@@ -191,12 +193,14 @@ def test_a_request_left_out_of_a_full_step_waits_in_the_queue_and_behind_a_decod
     c = serving.run_ideal(serving.Cluster(spec, [Request(1, 0.0, 8192, 5), Request(2, 0.1, 1000, 5)]), 100e9)
     a, b = c.requests[1], c.requests[2]
     kv_a = 8192 * GLM5_KV_PER_TOKEN * 8 / 200e9
-    assert a.parts() == pytest.approx({"prefill_queue": 0.0, "prefill_compute": 0.2048, "prefill_exchange": 0.0,
+    assert a.parts() == pytest.approx({"decode_memory": 0.0,
+                                       "prefill_queue": 0.0, "prefill_compute": 0.2048, "prefill_exchange": 0.0,
                                        "kv_transfer": kv_a, "decode_wait": 0.0, "decode_compute": 0.030,
                                        "decode_exchange": 0.0}, abs=1e-9)
     kv_end_b = 0.2048 + kv_a + 1000 * GLM5_KV_PER_TOKEN * 8 / 200e9
     a_step_end = 0.2048 + kv_a + 0.030
-    assert b.parts() == pytest.approx({"prefill_queue": 0.1048, "prefill_compute": 0.025, "prefill_exchange": 0.0,
+    assert b.parts() == pytest.approx({"decode_memory": 0.0,
+                                       "prefill_queue": 0.1048, "prefill_compute": 0.025, "prefill_exchange": 0.0,
                                        "kv_transfer": kv_end_b - 0.2298, "decode_wait": a_step_end - kv_end_b,
                                        "decode_compute": 0.030, "decode_exchange": 0.0}, abs=1e-9)
     assert b.ttft_s == pytest.approx(0.2048 + kv_a + 0.060 - 0.1, abs=1e-9)

@@ -9,6 +9,7 @@ import pytest
 
 from common.errors import TestbedError
 from common.paths import TRACES_DIR
+from traffic.model.errors import TrafficError
 from traffic.model.traces import AZURE_HEADER, Request, detect_format, read_trace, slice_requests
 
 
@@ -250,3 +251,33 @@ def test_a_message_names_the_file_and_the_reason_never_a_piece_of_it(tmp_path, l
     text = str(info.value)
     assert text.startswith(f"{path}:") and reason in text
     assert SECRET not in text and "root:" not in text and "\n" not in text
+
+
+# ------------------------------------------------------------ the JSON row form
+def test_a_plain_request_row_is_four_numbers_and_reads_back():
+    r = Request(3, 1.5, 1000, 20)
+    assert r.to_row() == [3, 1.5, 1000, 20]
+    assert Request.from_row(r.to_row()) == r == Request.from_row([3, 1.5, 1000, 20])
+
+
+def test_a_session_turn_row_carries_its_hash_ids_session_and_turn():
+    r = Request(7, 0.0, 1200, 30, (4, 5, 6), session=2, turn=1)
+    row = r.to_row()
+    assert row == [7, 0.0, 1200, 30, [4, 5, 6], 2, 1]
+    assert json.loads(json.dumps(row)) == row  # plain JSON
+    back = Request.from_row(json.loads(json.dumps(row)))
+    assert back == r and isinstance(back.hash_ids, tuple)
+    assert Request.from_row({"request_id": 7, "arrival_s": 0.0, "input_tokens": 1200, "output_tokens": 30,
+                             "hash_ids": [4, 5, 6], "session": 2, "turn": 1}) == r
+    assert Request(*row) == r  # what older readers (Request(*r)) do with it
+    assert Request(1, 0.0, 600, 5, (9, 10)).to_row() == [1, 0.0, 600, 5, [9, 10], None, 0]  # hash ids, no session
+
+
+@pytest.mark.parametrize("row, text", [
+    ([1, 0.0, 10], "expected a list of 4 to 7 values"),
+    ({"request_id": 1, "arrival_s": 0.0, "input_tokens": 5}, "expected request_id, arrival_s"),
+    ({"request_id": 1, "arrival_s": 0.0, "input_tokens": 5, "output_tokens": 1, "colour": 2}, "colour"),
+])
+def test_a_bad_request_row_is_refused_in_one_line(row, text):
+    with pytest.raises(TrafficError, match=text):
+        Request.from_row(row)

@@ -128,3 +128,21 @@ def test_a_tensor_parallel_prefill_instance_sends_only_kv_and_every_ttft_adds_up
     for r in served:
         assert sum(float(r[k]) for k in parts) == pytest.approx(float(r["ttft_s"]), abs=1e-9)
         assert float(r["prefill_exchange_s"]) == 0.0
+
+
+def test_the_config_carries_sessions_hash_ids_and_the_cache_and_memory_settings(tmp_path):
+    """What prepare_live writes for an agentic run: request rows from Request.to_row and the spec's new keys,
+    read back into the same requests and ServingSpec fields (no agents needed)."""
+    from traffic.model import workloads
+
+    cfg = config(tmp_path)
+    reqs = workloads.agentic_coding(30, seed=2)
+    cfg["requests"] = json.loads(json.dumps([r.to_row() for r in reqs]))
+    cfg["spec"] |= {"dtype": "fp8", "prefix_cache": True, "prefix_hit": 0.9, "decode_prefix_cache": True,
+                    "decode_memory": True, "gpu": "h200", "decode_kv_tokens": 262_144, "think_s": 0.0}
+    assert coordinator.requests_from_config(cfg) == reqs
+    spec = coordinator.spec_from_config(cfg)
+    assert (spec.prefix_cache, spec.prefix_hit, spec.decode_prefix_cache, spec.decode_memory, spec.gpu,
+            spec.decode_kv_tokens) == (True, 0.9, True, True, "h200", 262_144)
+    old_rows = {**cfg, "requests": [[1, 0.0, 100, 5], [2, 0.5, 200, 6]]}  # the four-number rows of before
+    assert [r.session for r in coordinator.requests_from_config(old_rows)] == [None, None]

@@ -1,0 +1,151 @@
+"""A prefix cache over 512-token KV blocks: LRU eviction with radix semantics.
+
+Requests name their prompt's KV blocks by ``hash_ids`` (Mooncake's trace
+format: one id per 512-token block, the same id in two requests the same
+reusable prefix block; kvcache-ai/Mooncake, FAST'25 traces). A cache holds
+blocks by id, up to ``capacity`` blocks (None: unbounded):
+
+* **hit** (``match``): the longest prefix of a request's block chain that is
+  present, as a radix tree matches (SGLang's RadixCache, vLLM's prefix
+  caching): the chain stops at its first missing block, whatever lies beyond.
+* **insert**: a request's blocks go in when its prefill ends (its KV exists
+  from then on). Blocks are added in chain order; when the cache is full the
+  least recently used unpinned block not of this chain is evicted, and when
+  none can be the rest of the chain is left out (a radix tree grows from the
+  root: a block after a missing one could never be matched).
+* **eviction order** is leaf first, as SGLang's radix cache evicts leaves by
+  last access time: every use touches the chain's blocks from the last to the
+  first, so a block is always at least as recent as any block after it in a
+  chain and the least recently used block is never one another cached block
+  depends on.
+* **pins** (``acquire`` / ``release``): blocks a running request uses cannot
+  be evicted (SGLang locks the matched nodes of a running request).
+
+``cached_tokens`` turns a match into tokens: whole blocks, capped at the
+request's input minus one token, so at least one token is always computed
+(a prefill must produce the first token's logits; SGLang and vLLM both leave
+the last prompt token uncached on a full hit).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from typing import Sequence
+
+from traffic.model._check import int_at_least, real_at_least
+from traffic.model.errors import TrafficError
+
+BLOCK_TOKENS = 512  # Mooncake's hash_ids block size
+
+
+def cached_tokens(blocks: int, input_tokens: int) -> int:
+    """Tokens a match of ``blocks`` whole blocks saves a request of ``input_tokens``: blocks x 512, at most
+    input - 1 (at least one token is computed)."""
+    return max(0, min(blocks * BLOCK_TOKENS, input_tokens - 1))
+
+
+def assumed_cached_tokens(fraction: float, input_tokens: int) -> int:
+    """The cached tokens of a request without ``hash_ids`` under an assumed hit fraction: floor(fraction x
+    input) rounded down to whole 512-token blocks (as a block cache can only hold whole blocks, and as the
+    ``hash_ids`` path counts), at most input - 1."""
+    real_at_least("prefix_hit", fraction, 0.0)
+    if fraction > 1:
+        raise TrafficError(f"prefix_hit {fraction!r} is not allowed; expected a fraction in [0, 1]", key="prefix_hit")
+    return cached_tokens(math.floor(fraction * input_tokens) // BLOCK_TOKENS, input_tokens)
+
+
+class PrefixCache:
+    """LRU block cache with radix semantics (module docstring)."""
+
+    def __init__(self, capacity: int | None) -> None:
+        if capacity is not None:
+            int_at_least("prefix cache capacity (blocks)", capacity, 0)
+        self.capacity = capacity
+        self._lru: OrderedDict[int, None] = OrderedDict()  # oldest first
+        self._pins: dict[int, int] = {}
+        self.evictions = 0
+        self.peak = 0  # the most blocks ever held
+
+    def __len__(self) -> int:
+        return len(self._lru)
+
+    def __contains__(self, block: int) -> bool:
+        return block in self._lru
+
+    @property
+    def pinned(self) -> int:
+        """Blocks pinned by running requests (not evictable)."""
+        return len(self._pins)
+
+    def blocks(self) -> list[int]:
+        """The cached block ids, least recently used first."""
+        return list(self._lru)
+
+    def match(self, chain: Sequence[int]) -> int:
+        """How many leading blocks of ``chain`` are cached (no side effect)."""
+        n = 0
+        for b in chain:
+            if b not in self._lru:
+                break
+            n += 1
+        return n
+
+    def _touch(self, chain: Sequence[int]) -> None:
+        for b in reversed(chain):  # the first block ends most recent: leaf-first eviction
+            self._lru.move_to_end(b)
+
+    def acquire(self, chain: Sequence[int], n: int) -> None:
+        """Pin (and touch) the first ``n`` blocks of ``chain``, which must be cached."""
+        head = list(chain[:n])
+        if len(head) != n or any(b not in self._lru for b in head):
+            raise TrafficError(f"acquire of {n} blocks that are not all cached; expected a matched prefix")
+        for b in head:
+            self._pins[b] = self._pins.get(b, 0) + 1
+        self._touch(head)
+
+    def release(self, chain: Sequence[int], n: int) -> None:
+        """Unpin the first ``n`` blocks of ``chain`` (pinned by ``acquire``)."""
+        for b in chain[:n]:
+            left = self._pins.get(b, 0) - 1
+            if left < 0:
+                raise TrafficError(f"release of block {b} that is not pinned; expected acquire first")
+            if left:
+                self._pins[b] = left
+            else:
+                del self._pins[b]
+
+    def _evict_one(self, keep: set[int]) -> bool:
+        for b in self._lru:
+            if b not in self._pins and b not in keep:
+                del self._lru[b]
+                self.evictions += 1
+                return True
+        return False
+
+    def trim(self, capacity: int) -> bool:
+        """Evict unpinned blocks, least recently used first, until at most ``capacity`` remain; False if the
+        pinned blocks alone are more (then nothing is evicted)."""
+        if self.pinned > capacity:
+            return False
+        while len(self._lru) > capacity:
+            self._evict_one(set())
+        return True
+
+    def insert(self, chain: Sequence[int]) -> int:
+        """Add ``chain``'s blocks (module docstring); returns how many were new."""
+        keep = set(chain)
+        added = 0
+        for b in chain:
+            if b in self._lru:
+                continue
+            if self.capacity is not None and len(self._lru) >= self.capacity and not self._evict_one(keep):
+                break
+            self._lru[b] = None
+            added += 1
+        self._touch(chain[:self.match(chain)])
+        self.peak = max(self.peak, len(self._lru))
+        return added
+
+
+__all__ = ["PrefixCache", "BLOCK_TOKENS", "cached_tokens", "assumed_cached_tokens"]
