@@ -35,6 +35,7 @@ from typing import Callable
 from testbed.errors import EnvironmentProblem, TestbedError
 from testbed.experiment.schema import Resolved, datapath_config, fabric_args, pfc_settings, repetition_config
 from testbed.paths import REPO
+from testbed.report import headline as keys
 
 HEADLINE_KEYS = ("goodput_bps", "fct_p99_ms", "ttft_p99_ms", "ttft_p50_ms", "throughput_tokens_per_s", "pauses",
                  "drops", "kv_slowdown_p99")
@@ -261,18 +262,6 @@ def execute(resolved: Resolved, run_dir: Path, repetition_fn: Callable, log: Log
 
 
 # ------------------------------------------------------------- results
-def _pauses(s: dict):
-    """PFC pauses, under whichever key the PFC datapath's summary uses (None before it exists)."""
-    for key in ("pfc_pauses", "pauses"):
-        v = s.get(key)
-        if isinstance(v, (int, float)) and not isinstance(v, bool):
-            return v
-        if isinstance(v, dict):
-            return v.get("total")
-    pfc = s.get("pfc")
-    return pfc.get("pauses") if isinstance(pfc, dict) else None
-
-
 def headline(run_dir: Path) -> dict:
     """The headline numbers of one repetition's directory, from its summary.json ({} if it has none)."""
     try:
@@ -284,7 +273,7 @@ def headline(run_dir: Path) -> dict:
             "ttft_p50_ms": (s.get("ttft_ms") or {}).get("p50"),
             "kv_slowdown_p99": (s.get("slowdown") or {}).get("p99"),
             "throughput_tokens_per_s": s.get("throughput_tokens_per_s"),
-            "pauses": _pauses(s), "drops": s.get("queue_drops"), "transfers": s.get("transfers"),
+            "pauses": keys.pfc_pauses(s), "drops": keys.queue_drops(s), "transfers": s.get("transfers"),
             "verified": s.get("verified")}
 
 
