@@ -81,8 +81,8 @@ def table(head: list[str], rows: list[list[str]], left: int | set[int] = 1, cls:
 
 
 def headline_table(summary: dict, fabrics: list[str]) -> str:
-    """Metrics x fabrics (median [min, max]) and the ZCube/ROFT ratio, coloured by who is better; a live run
-    adds each ratio's 95% confidence interval and the verdict it allows (testbed.report.confidence)."""
+    """Metrics x fabrics (median [min, max]) and the ZCube/ROFT ratio, coloured by who is better; the headline's
+    figures add their ratio's 95% interval over the repetitions and its verdict (testbed.report.confidence)."""
     reps = summary.get("reps", 1)
     both = "zcube" in summary and "roft" in summary
     conf = ((summary.get("confidence") or {}).get("ratios")) or {}
@@ -103,11 +103,10 @@ def headline_table(summary: dict, fabrics: list[str]) -> str:
             row.append(f'<td class="{cls}">{escape(ratio_text(r))}</td>')
         if both and conf:
             c = conf.get(key)
-            if c and c.get("ci95"):
-                lo, hi = c["ci95"]
+            if c and c.get("verdict"):
                 cls = {"better": "good", "worse": "bad"}.get(c["verdict"], "")
-                text = f"{lo:.3f}..{hi:.3f}: {c['verdict']}"
-                row.append(f'<td class="{cls} l">{escape(text)}</td>')
+                where = f"{c['ci95'][0]:.3f}..{c['ci95'][1]:.3f}" if c.get("ci95") else "no interval over repetitions"
+                row.append(f'<td class="{cls} l">{escape(where + ": " + c["verdict"])}</td>')
             else:
                 row.append("")
         rows.append(row)

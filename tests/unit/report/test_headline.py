@@ -28,3 +28,15 @@ def test_the_report_reads_the_counts_from_the_summary_not_a_second_count(tmp_pat
     (rep / "summary.json").write_text(json.dumps(s))
     m = stats.rep_metrics(load_experiment(root).reps["zcube"][0])
     assert (m["queue_drops"], m["pfc_pauses"]) == (5, 11)
+
+
+# ------------------------------------------------------------------ the verdict rule, one repetition
+def test_one_repetition_resolves_nothing_and_says_the_between_run_spread_is_unknown(tmp_path):
+    from testbed.report.build import summarize
+
+    doc = summarize(load_experiment(write_experiment(tmp_path / "one", reps=1)))  # TTFT proxy P99 900 vs 1000
+    p99 = doc["confidence"]["ratios"]["ttft_ms.p99"]
+    assert (p99["ratio"], p99["ci95"], p99["pairs"], p99["verdict"]) == (0.9, None, 1, headline.SPREAD_UNKNOWN)
+    assert doc["ratios"]["ttft_ms.p99"] == 0.9 and doc["confidence"]["between_run"] is False
+    seed = next(c for c in doc["seed_comparison"] if c["figure"] == "ttft_ms.p99")
+    assert seed["status"] == "not reproduced" and "between-run spread is unknown" in seed["sentence"]
