@@ -10,7 +10,7 @@ by side. Layout (what ``testbed.report`` reads):
       versions.json      project, git, OVS, os-ken, kernel, python
       plan/<fabric>.png, plan/<fabric>.json, plan/cost.json
       runs/<fabric>/rep<k>/   one repetition's run directory each (summary.json, ...) or error.txt
-      headline.json      per fabric: headline numbers of every repetition and their spread
+      headline.json      per fabric: every repetition's figures and their spread (testbed.report.headline)
       report.html, summary.json   written by testbed.report.build_report
 
 The repetition function is a parameter (default: ``testbed.repetition.orchestrate.run_repetition`` after a
@@ -23,7 +23,6 @@ import json
 import os
 import platform
 import shutil
-import statistics
 import subprocess
 import sys
 import time
@@ -35,10 +34,7 @@ from typing import Callable
 from testbed.errors import EnvironmentProblem, TestbedError
 from testbed.experiment.schema import Resolved, datapath_config, fabric_args, pfc_settings, repetition_config
 from testbed.paths import REPO
-from testbed.report import headline as keys
-
-HEADLINE_KEYS = ("goodput_bps", "fct_p99_ms", "ttft_p99_ms", "ttft_p50_ms", "throughput_tokens_per_s", "pauses",
-                 "drops", "kv_slowdown_p99")
+from testbed.report import headline
 
 Log = Callable[[str], None]
 
@@ -262,66 +258,6 @@ def execute(resolved: Resolved, run_dir: Path, repetition_fn: Callable, log: Log
 
 
 # ------------------------------------------------------------- results
-def headline(run_dir: Path) -> dict:
-    """The headline numbers of one repetition's directory, from its summary.json ({} if it has none)."""
-    try:
-        s = json.loads((Path(run_dir) / "summary.json").read_text())
-    except (OSError, json.JSONDecodeError):
-        return {}
-    return {"goodput_bps": s.get("goodput_bps"), "goodput_real_equivalent_bps": s.get("goodput_real_equivalent_bps"),
-            "fct_p99_ms": (s.get("fct_ms") or {}).get("p99"), "ttft_p99_ms": (s.get("ttft_ms") or {}).get("p99"),
-            "ttft_p50_ms": (s.get("ttft_ms") or {}).get("p50"),
-            "kv_slowdown_p99": (s.get("slowdown") or {}).get("p99"),
-            "throughput_tokens_per_s": s.get("throughput_tokens_per_s"),
-            "pauses": keys.pfc_pauses(s), "drops": keys.queue_drops(s), "transfers": s.get("transfers"),
-            "verified": s.get("verified")}
-
-
-def spread(values: list) -> dict | None:
-    """mean, min, max and sample stdev of the numbers among ``values`` (None: no number)."""
-    nums = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
-    if not nums:
-        return None
-    return {"mean": round(statistics.fmean(nums), 6), "min": min(nums), "max": max(nums),
-            "stdev": round(statistics.stdev(nums), 6) if len(nums) > 1 else 0.0, "n": len(nums)}
-
-
-def fabric_headlines(exp, run_dir: Path) -> dict:
-    """Per fabric: every repetition's headline (or error) and the spread of each headline number."""
-    out = {}
-    for kind in exp.fabrics:
-        reps = []
-        for t in (t for t in targets(exp) if t.fabric == kind):
-            d = run_dir / t.rel
-            err = d / "error.txt"
-            reps.append(t.as_dict() | headline(d) | {
-                "error": err.read_text().splitlines()[0] if err.is_file() else None})
-        ok = [r for r in reps if r.get("goodput_bps") is not None]
-        out[kind] = {"runs": len(reps), "ok": len(ok),
-                     "unverified": sum(1 for r in ok if r.get("verified") != r.get("transfers")),
-                     **{k: spread([r.get(k) for r in ok]) for k in HEADLINE_KEYS + ("goodput_real_equivalent_bps",)},
-                     "repetitions": reps}
-    return out
-
-
-def _fmt(stats: dict | None, scale: float = 1.0, digits: int = 2) -> str:
-    if stats is None:
-        return "-"
-    text = f"{stats['mean'] / scale:.{digits}f}"
-    if stats["n"] > 1:
-        text += f" ({stats['min'] / scale:.{digits}f}..{stats['max'] / scale:.{digits}f})"
-    return text
-
-
-def headline_table(heads: dict) -> list[str]:
-    """A few lines for the terminal: mean over repetitions, (min..max) when there are several."""
-    rows = [("fabric", "runs ok", "goodput Mbit/s", "FCT p99 ms", "TTFT p99 ms", "pauses", "drops")]
-    for kind, h in heads.items():
-        rows.append((kind, f"{h['ok']}/{h['runs']}", _fmt(h["goodput_bps"], 1e6, 3), _fmt(h["fct_p99_ms"], digits=1),
-                     _fmt(h["ttft_p99_ms"], digits=1), _fmt(h["pauses"], digits=0), _fmt(h["drops"], digits=0)))
-    return columns(rows)
-
-
 def columns(rows: list[tuple[str, ...]]) -> list[str]:
     """Rows of cells as left-aligned text columns two spaces apart (the terminal tables of run, sweep
     and calibrate)."""
@@ -334,6 +270,16 @@ def report_builder() -> Callable:
     from testbed.report import build_report as build
 
     return build
+
+
+def report_headline(run_dir: Path) -> list[str]:
+    """The report's headline of the finished run directory, as text (``testbed.report.headline_lines``: the same
+    figures as report.html); one line when testbed.report is not available."""
+    try:
+        from testbed.report import headline_lines
+    except ImportError as exc:
+        return [f"no headline: testbed.report is not available ({exc})"]
+    return headline_lines(run_dir)
 
 
 def build_report(run_dir: Path, log: Log) -> bool | None:
@@ -357,7 +303,7 @@ def build_report(run_dir: Path, log: Log) -> bool | None:
 def finish(resolved: Resolved, run_dir: Path, outcomes: list[dict], log: Log) -> tuple[int, dict]:
     """headline.json, the report; exit status 1 if a repetition failed, lost transfers or the report failed."""
     exp = resolved.experiment
-    heads = fabric_headlines(exp, run_dir)
+    heads = headline.fabric_headlines(run_dir, [t.as_dict() for t in targets(exp)])
     _write_json(run_dir / "headline.json", {"fabrics": heads, "outcomes": outcomes})
     report = build_report(run_dir, log)
     failed = [o for o in outcomes if o["status"] != "ok"]
@@ -439,7 +385,8 @@ def mark_killed_runs(out_root: Path) -> list[Path]:
 
 def run_experiment(resolved: Resolved, out_root: Path, repetition_fn: Callable | None = None, log: Log = stderr_log,
                    out: Log = print) -> int:
-    """The ``run`` verb: check, estimate, run everything, print the headline table and the run directory last."""
+    """The ``run`` verb: check, estimate, run everything, print the report's headline (``report_headline``) and
+    the run directory last."""
     exp = resolved.experiment
     n = slice_requests(exp)
     log(f"experiment {exp.name}: {', '.join(exp.fabrics)} with {exp.gpus} GPUs, {n} requests of "
@@ -449,8 +396,8 @@ def run_experiment(resolved: Resolved, out_root: Path, repetition_fn: Callable |
     repetition_fn = repetition_fn or real_repetition(exp.backend)
     run_dir = new_run_dir(Path(out_root), exp.name)
     log(f"run directory {run_dir}")
-    status, heads = run_into(resolved, run_dir, repetition_fn, log, collect_versions())
-    for line in headline_table(heads):
+    status, _ = run_into(resolved, run_dir, repetition_fn, log, collect_versions())
+    for line in report_headline(run_dir):
         out(line)
     out(str(run_dir))
     return status

@@ -2,7 +2,8 @@
 
 ``build_report(run_dir)`` turns an experiment run directory (``reports/<run-id>/``
 with ``runs/<fabric>/rep<k>/`` replay run directories) into report.html,
-figures/*.png, summary.json and headline.csv, from the saved data alone.
+figures/*.png, summary.json and headline.csv, from the saved data alone; ``headline_lines(run_dir)`` is its
+headline as ``testbed run`` prints it.
 ``compare(run_a, run_b)`` puts two experiments' headline numbers side by side.
 
 The functions import pandas and matplotlib only when called: the verbs
@@ -22,6 +23,19 @@ def build_report(run_dir: Path | str) -> Path:
     return build(run_dir)
 
 
+def headline_lines(run_dir: Path | str) -> list[str]:
+    """The headline of a finished run directory as the terminal prints it (``testbed.report.headline.lines`` of the
+    summary.json the report wrote, else of the figures computed again from the saved files); one line saying why
+    when there is none (no repetition finished, unreadable files), so a run never fails on its headline."""
+    try:
+        from testbed.report.build import summary_of
+        from testbed.report.headline import lines
+
+        return lines(summary_of(run_dir)["headline"])
+    except Exception as exc:  # noqa: BLE001 - the repetitions' results are kept; say why there is no headline
+        return [f"no headline: {type(exc).__name__}: {exc}"]
+
+
 def compare(run_a: Path | str, run_b: Path | str) -> str:
     """A plain-text table of both runs' headline numbers and ZCube/ROFT ratios."""
     from testbed.report.side_by_side import compare as text
@@ -36,4 +50,4 @@ def compare_html(run_a: Path | str, run_b: Path | str, out: Path | str) -> Path:
     return page(run_a, run_b, out)
 
 
-__all__ = ["build_report", "compare", "compare_html"]
+__all__ = ["build_report", "headline_lines", "compare", "compare_html"]

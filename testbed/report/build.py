@@ -15,6 +15,7 @@ from testbed.report import (
     breakdown,
     confidence,
     faults,
+    headline,
     hot_links,
     plots,
     plots_net,
@@ -26,7 +27,8 @@ from testbed.report import (
 )
 from testbed.report import html as H
 from testbed.report import load_curve_section as curve
-from testbed.report.fmt import headline_rows, num
+from testbed.report.fmt import num
+from testbed.report.headline import headline_rows
 from testbed.report.load import ExperimentRun, load_experiment
 from testbed.report.plots import name
 from testbed.report.serving import calibration_applies, calibration_differences  # noqa: F401 (re-exported)
@@ -58,7 +60,21 @@ def summarize(exp: ExperimentRun) -> dict:
     doc["run_id"] = exp.run_id
     doc["notes"] = list(exp.notes)
     doc["calibration"] = calibration_of(exp)
+    doc["headline"] = headline.summary_keys(doc)  # what the terminal and the page's headline show
     return doc
+
+
+def summary_of(run_dir: Path | str, fresh: bool = False) -> dict:
+    """The report's summary document of a run directory: the summary.json its report wrote (unless ``fresh``, or
+    it predates the ``headline`` key), else computed again from the saved files (``summarize``, no figures)."""
+    if not fresh:
+        try:
+            doc = json.loads((Path(run_dir) / "summary.json").read_text())
+            if isinstance(doc, dict) and isinstance(doc.get("headline"), dict):
+                return doc
+        except (OSError, ValueError):
+            pass
+    return summarize(load_experiment(run_dir))
 
 
 def calibration_of(exp: ExperimentRun) -> dict | None:
@@ -146,6 +162,8 @@ def _headline_section(doc: dict, exp: ExperimentRun) -> str:
     sentence = serving.live_traffic_sentence(exp.config, live[0].summary) if live else traffic_sentence(exp.config)
     if sentence:
         parts.append(f"<p>{H.escape(sentence)}</p>")
+    parts.append(H.headline_block(doc["headline"]))
+    parts.append("<h3>Every figure</h3>")
     parts.append(H.headline_table(doc, exp.fabrics))
     conf = doc.get("confidence")
     spread = (f"Medians over {reps} repetitions, [min, max] in brackets. " if reps > 1 else
@@ -681,11 +699,11 @@ def build_report(run_dir: Path | str) -> Path:
         ("fidelity", "Fidelity", _fidelity_section(doc, exp)),
         ("config", "Versions and configuration", _config_section(doc, exp)),
     ]
-    headline = doc["verdict"][:1].upper() + doc["verdict"][1:]
+    title_verdict = doc["verdict"][:1].upper() + doc["verdict"][1:]
     alert = overload_alert(doc, exp)
     nav = [item for item in NAV if (item[0] != "loadcurve" or load_curve) and (item[0] != "faults" or fault_docs)
            and (item[0] != "breakdown" or taken_apart) and (item[0] != "sensitivity" or sensitivity)]
-    page = H.page(title, headline, _subtitle(exp, doc), doc["fidelity_problems"], nav, sections,
+    page = H.page(title, title_verdict, _subtitle(exp, doc), doc["fidelity_problems"], nav, sections,
                   alerts=[alert] if alert else [])
     out = exp.path / "report.html"
     out.write_text(page, encoding="utf-8")

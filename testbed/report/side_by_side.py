@@ -10,7 +10,8 @@ from pathlib import Path
 
 from testbed.report import html as H
 from testbed.report.build import summarize
-from testbed.report.fmt import cell_text, headline_rows, ratio_text
+from testbed.report.fmt import cell_text, ratio_text
+from testbed.report.headline import headline_rows
 from testbed.report.load import load_experiment
 from testbed.report.plots import name
 

@@ -17,6 +17,7 @@ import math
 import statistics
 
 from testbed.report import headline
+from testbed.report.fmt import flat_get
 from testbed.report.load import ExperimentRun, Rep
 from traffic.model import metrics
 
@@ -62,16 +63,6 @@ def fct_ci_ms(reps: list[Rep]) -> dict:
         if ci:
             out[key] = [None if v is None else round(v, 3) for v in ci]
     return out
-
-
-def flat_get(doc: dict, key: str):
-    """``doc["fct_ms"]["p99"]`` for key "fct_ms.p99" (None when absent)."""
-    cur = doc
-    for part in key.split("."):
-        if not isinstance(cur, dict):
-            return None
-        cur = cur.get(part)
-    return cur
 
 
 def _flat_set(doc: dict, key: str, value) -> None:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 
 from testbed.report import headline
-from testbed.report.stats import flat_get
+from testbed.report.fmt import flat_get
 
 SEED_FIGURES = {
     "goodput_bps": {"ratio": 1.15, "claim": "+15% throughput", "name": "goodput", "higher_is_better": True},
