@@ -1,17 +1,22 @@
 """One headline (testbed.report.headline): the terminal prints the report's own headline, PFC pauses and queue
-drops have one key each, and one repetition says the between-run spread is unknown."""
+drops have one key each, one repetition says the between-run spread is unknown, and ``testbed compare`` sets
+several runs' headlines side by side and says whether they agree."""
 
 from __future__ import annotations
 
 import json
 import re
+import shutil
 import statistics
 from html import unescape
 
 import pytest
 
+from testbed.cli import main
+from testbed.errors import TestbedError
 from testbed.report import build_report, headline, headline_lines, stats
 from testbed.report.build import summarize
+from testbed.report.comparison import agreement, compare_runs, differences, lines
 from testbed.report.fmt import num
 from testbed.report.load import load_experiment
 from tests.support.report_fixture import write_experiment, write_live_experiment
@@ -133,3 +138,101 @@ def test_the_report_reads_the_counts_from_the_summary_not_a_second_count(tmp_pat
     z = heads["zcube"]["repetitions"][0]
     assert (z["queue_drops"], z["pfc_pauses"]) == (5, 11) and "pauses" not in z and "drops" not in z
     assert heads["zcube"]["queue_drops"]["median"] == 5 and set(headline.HEADLINE_KEYS) <= set(heads["zcube"])
+
+
+# ------------------------------------------------------------------ compare
+def _run(root, tokens: dict[str, list[float]], ttft_p99: dict[str, list[float]], rate: str = "3mbit",
+         commit: str = "abc1234"):
+    """A run directory of len(tokens['zcube']) repetitions whose summaries carry the given output tokens/s and
+    TTFT P99 per repetition (a live run's keys), and an experiment.json with an experiment mapping."""
+    reps = len(tokens["zcube"])
+    write_experiment(root, reps=reps)
+    for f in ("zcube", "roft"):
+        for k in range(1, reps + 1):
+            path = root / "runs" / f / f"rep{k}" / "summary.json"
+            s = json.loads(path.read_text())
+            s |= {"driver": "live", "throughput_tokens_per_s": tokens[f][k - 1],
+                  "ttft_ms": {"p50": ttft_p99[f][k - 1] / 3, "p99": ttft_p99[f][k - 1]}}
+            path.write_text(json.dumps(s))
+    (root / "experiment.json").write_text(json.dumps({"experiment": {
+        "name": "default", "repetitions": reps, "link": {"rate": rate, "represents": "200gbit"},
+        "trace": {"path": f"/somewhere/{root.name}/azure.csv.gz"}}}))
+    (root / "versions.json").write_text(json.dumps({"git": commit}))
+    return root
+
+
+ROFT = {"tokens": [1000.0, 1000.0, 1000.0], "ttft": [500.0, 500.0, 500.0]}
+
+
+def _pair(root, tok_ratios, ttft_ratios, **kw):
+    return _run(root, {"zcube": [1000.0 * q for q in tok_ratios], "roft": ROFT["tokens"]},
+                {"zcube": [500.0 * q for q in ttft_ratios], "roft": ROFT["ttft"]}, **kw)
+
+
+def test_two_runs_that_agree(tmp_path):
+    a = _pair(tmp_path / "a", [1.05, 1.04, 1.06], [0.9, 1.1, 1.0])
+    b = _pair(tmp_path / "b", [1.06, 1.05, 1.04], [1.0, 0.9, 1.1], rate="4mbit", commit="def5678")
+    doc = compare_runs([a, b])
+    assert doc["agree"] is True
+    ra, rb = doc["runs"]
+    assert (ra["label"], ra["commit"], rb["commit"]) == ("A", "abc1234", "def5678")
+    assert ra["reps"] == {"zcube": 3, "roft": 3} and ra["pairs"] == 3 and ra["fidelity_ok"] is True
+    tok = ra["figures"]["throughput_tokens_per_s"]
+    assert tok["verdict"] == "better" and tok["per_rep"] == [1.05, 1.04, 1.06]
+    assert ra["figures"]["ttft_ms.p99"]["verdict"] == "not resolved at this sample size"
+    # the same trace file in another folder is the same trace; the link rate differs
+    assert doc["differences"] == [{"key": "link.rate", "values": ["3mbit", "4mbit"]}]
+    text = lines(doc)
+    assert text[0].split()[:3] == ["run", "commit", "reps"] and "link.rate: 3mbit vs 4mbit" in " ".join(text)
+    assert text[-1] == "the runs agree"
+
+
+def test_two_runs_that_disagree_contradict_and_do_not_cover_each_other(tmp_path):
+    a = _pair(tmp_path / "a", [1.05, 1.04, 1.06], [1.0, 1.0, 1.0])
+    c = _pair(tmp_path / "c", [0.95, 0.94, 0.96], [1.0, 1.0, 1.0])
+    doc = compare_runs([a, c])
+    tok = doc["figures"]["throughput_tokens_per_s"]
+    assert doc["agree"] is False and tok["agree"] is False and tok["contradicting"] == [["A", "B"]]
+    assert {(x["run"], x["other"]) for x in tok["not_covered"]} == {("A", "B"), ("B", "A")}
+    assert doc["figures"]["ttft_ms.p99"]["agree"] is True
+    assert doc["differences"] == [] and lines(doc)[-1] == "the runs DISAGREE"
+
+
+def test_overlapping_intervals_that_miss_a_ratio_disagree_and_one_repetition_cannot_tell(tmp_path):
+    runs = [{"label": "A", "figures": {"k": {"ratio": 1.02, "ci95": [1.01, 1.03], "verdict": "better"}}},
+            {"label": "B", "figures": {"k": {"ratio": 1.05, "ci95": [1.00, 1.10], "verdict": "not resolved"}}}]
+    got = agreement(runs, "k")  # B covers A's 1.02, A does not cover B's 1.05: no contradiction, still apart
+    assert got["agree"] is False and got["not_covered"] == [{"run": "A", "ci95": [1.01, 1.03], "other": "B",
+                                                             "ratio": 1.05}]
+    runs[0]["figures"]["k"] = {"ratio": 1.06, "ci95": None, "verdict": headline.SPREAD_UNKNOWN}
+    got = agreement(runs, "k")
+    assert got["agree"] is None and got["without_interval"] == ["A"] and "cannot tell" in got["why"]
+    assert differences([{"a": {"b": 1}}, None, {"a": {"b": 1, "c": 2}}]) == [{"key": "a.c",
+                                                                          "values": ["(absent)", 2]}]
+
+
+def test_the_verb_prints_json_and_refuses_bad_input_in_one_line(tmp_path, capsys):
+    a = _pair(tmp_path / "a", [1.05, 1.04, 1.06], [1.0, 1.0, 1.0])
+    b = _pair(tmp_path / "b", [0.95, 0.94, 0.96], [1.0, 1.0, 1.0])
+    assert main(["compare", str(a), str(b), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert set(doc) == {"runs", "differences", "experiment_missing", "figures", "agree"} and doc["agree"] is False
+    assert set(doc["runs"][0]) == {"label", "dir", "run_id", "commit", "reps", "pairs", "requests_measured",
+                                   "fidelity_ok", "fidelity_problems", "figures"}
+    nothing = tmp_path / "nothing"
+    nothing.mkdir()
+    for argv, named in ((["compare", str(a), str(nothing)], str(nothing)), (["compare", str(a)], str(a)),
+                        (["compare", str(a), str(tmp_path / "a")], str(a))):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and named in err and err.startswith("testbed: error: ")
+    with pytest.raises(TestbedError, match="only one run directory"):
+        compare_runs([a])
+
+
+def test_a_copied_run_compares_equal_to_itself(tmp_path):
+    a = _pair(tmp_path / "a", [1.05, 1.04, 1.06], [1.0, 1.1, 0.9])
+    b = shutil.copytree(a, tmp_path / "b")
+    doc = compare_runs([a, b])
+    assert doc["agree"] is True and doc["differences"] == []
+    assert doc["runs"][0]["figures"] == doc["runs"][1]["figures"]
