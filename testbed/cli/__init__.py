@@ -1,8 +1,8 @@
 """Command line: `python -m testbed <verb> ...`.
 
 This package holds the verbs, one module per group (``plan``, ``fabric``, ``fault``, ``bench``,
-``replay``, ``run``, ``sensitivity``, ``report``, ``crosscheck``; shared flags in ``options``); this module only
-assembles the parser and runs a verb. Library code never imports from here.
+``replay``, ``run``, ``sensitivity``, ``report``, ``compare``, ``crosscheck``; shared flags in ``options``); this
+module only assembles the parser and runs a verb. Library code never imports from here.
 
 Every verb is a function taking the parsed arguments and returning an exit
 status. A ``TestbedError`` becomes one line on stderr (exit 2, or the error's
@@ -28,7 +28,7 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from testbed.cli import bench, crosscheck, fabric, fault, hosts, plan, replay, report, run, sensitivity
+    from testbed.cli import bench, compare, crosscheck, fabric, fault, hosts, plan, replay, report, run, sensitivity
 
     parser = OneLineParser(prog="testbed", description="ZCube vs rail-optimized fat-tree testbed")
     sub = parser.add_subparsers(dest="verb", required=True, parser_class=OneLineParser)
@@ -41,7 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
     replay.register(sub)  # replay
     run.register(sub)  # run, sweep, calibrate
     sensitivity.register(sub)  # sensitivity
-    report.register(sub)  # report, compare
+    report.register(sub)  # report
+    compare.register(sub)  # compare (several runs' headlines: do they agree?)
     crosscheck.register(sub)  # crosscheck (the ns-3 twin beside the emulator)
     hosts.register(sub)  # hosts pseudo|check (several machines)
     return parser

@@ -34,6 +34,7 @@ import yaml
 from common.errors import TestbedError
 from testbed.experiment import run, sweep
 from testbed.experiment.schema import Override, resolve
+from testbed.report import headline
 
 SEED = {"throughput_ratio": 1.19, "ttft_ratio": 0.78}
 KNOB = "serving.concurrency"
@@ -164,12 +165,7 @@ def run_calibration(path, overrides: list[Override], levels: list[int], out_root
 def points_of(sweep_dir: Path) -> list[dict]:
     """The sweep's points with every repetition's headline read again from its run directory."""
     doc = json.loads((sweep_dir / "sweep.json").read_text())
-    out = []
-    for p in doc["points"]:
-        point_dir = sweep_dir / p["dir"]
-        exp = resolve(point_dir / "experiment.json").experiment
-        out.append(p | {"fabrics": run.fabric_headlines(exp, point_dir)})
-    return out
+    return [p | {"fabrics": headline.fabric_headlines(sweep_dir / p["dir"])} for p in doc["points"]]
 
 
 def write_calibration(sweep_dir: Path, levels: list[int], experiment: dict) -> dict:

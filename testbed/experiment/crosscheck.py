@@ -24,9 +24,10 @@ import statistics
 from pathlib import Path
 
 from common.errors import TestbedError
+from testbed.report import headline
 
 FIGURES = ("throughput_tokens_per_s", "ttft_p50_ms", "ttft_p99_ms", "kv_fct_p50_ms", "kv_fct_p99_ms",
-           "ep_exchange_p99_ms", "pauses")
+           "ep_exchange_p99_ms", "pfc_pauses")
 GOALS = {"link_bytes": 0.05, "throughput": 0.10, "ratio_throughput": 0.10, "ratio_ttft_p99": 0.10}
 LINK_FLOOR = 0.01
 FABRICS = ("zcube", "roft")
@@ -43,12 +44,11 @@ def figures(rep_dir: Path) -> dict:
         s = json.loads((rep_dir / "summary.json").read_text())
     except (OSError, ValueError):
         raise TestbedError(f"{rep_dir}: no summary.json: expected a finished repetition's directory") from None
-    pfc = s.get("pfc") or {}
     out = {"throughput_tokens_per_s": s.get("throughput_tokens_per_s"),
            "ttft_p50_ms": _p(s.get("ttft_ms"), "p50"), "ttft_p99_ms": _p(s.get("ttft_ms"), "p99"),
            "kv_fct_p50_ms": _p(s.get("fct_ms"), "p50"), "kv_fct_p99_ms": _p(s.get("fct_ms"), "p99"),
            "ep_exchange_p99_ms": _p(s.get("ep_exchange_ms"), "p99"),
-           "pauses": pfc.get("pauses") if pfc.get("enabled") else None}
+           "pfc_pauses": headline.pfc_pauses(s) if headline.pfc_enabled(s) else None}
     links = {}
     try:
         with open(rep_dir / "links.csv", newline="") as fh:

@@ -8,8 +8,8 @@ one line per fabric (HPCC's slowdown-vs-load plots), so a reader sees at which l
      "fabrics": {fabric: [{"level": 64, "ttft_p99_ms": spread, "ttft_p50_ms": spread,
                            "kv_slowdown_p99": spread, "throughput_tokens_per_s": spread}, ...]}}
 
-where a spread is ``testbed.experiment.run.spread`` over the repetitions that produced a summary (mean, min, max,
-stdev, n; None when none did). Levels that all read as numbers are sorted numerically, others keep the
+where a spread is ``testbed.report.headline.spread`` over the repetitions that produced a summary (mean, min, max,
+stdev, n, median; None when none did). Levels that all read as numbers are sorted numerically, others keep the
 sweep's order. ``plot(doc, out_png)`` draws it (``testbed.report.load_curve_section``, so a run's report can
 draw the same figure from the copied load_curve.json). ``testbed sweep`` writes load_curve.json and
 load_curve.png whenever it swept one key; an experiment's ``load_curve:`` key puts it in its report.
@@ -23,6 +23,7 @@ from pathlib import Path
 
 from common.errors import TestbedError
 from testbed.experiment import run
+from testbed.report import headline
 
 METRICS = ("ttft_p99_ms", "ttft_p50_ms", "kv_slowdown_p99", "throughput_tokens_per_s")
 JSON_NAME, PNG_NAME = "load_curve.json", "load_curve.png"
@@ -58,21 +59,20 @@ def _read_json(path: Path, what: str) -> dict:
 
 
 def _point_reps(point_dir: Path) -> dict[str, list[dict]] | None:
-    """fabric -> the headline (testbed.experiment.run.headline) of every repetition that produced a summary; None when
-    the point never started (no experiment.json). The planned runs come from experiment.json, so a
+    """fabric -> the figures (testbed.report.headline.rep_headline) of every repetition that produced a summary;
+    None when the point never started (no experiment.json). The planned runs come from experiment.json, so a
     repetition that failed (error.txt, no summary.json) or never ran is left out of its spread."""
     try:
         planned = json.loads((point_dir / "experiment.json").read_text()).get("runs")
     except (OSError, json.JSONDecodeError):
         return None
     if not isinstance(planned, list):  # not written by testbed.experiment.run: every rep<k> folder there
-        planned = [{"fabric": d.parent.name, "dir": str(d.relative_to(point_dir))}
-                   for d in sorted(point_dir.glob("runs/*/rep*")) if d.name[3:].isdigit()]
+        planned = headline.planned_runs(point_dir)
     out: dict[str, list[dict]] = {}
     for r in planned:
-        head = run.headline(point_dir / r["dir"])
+        head = headline.rep_headline(point_dir / r["dir"])
         reps = out.setdefault(r["fabric"], [])
-        if head.get("goodput_bps") is not None:  # what run.fabric_headlines counts as a finished replay
+        if head.get("goodput_bps") is not None:  # what headline.fabric_headlines counts as a finished replay
             reps.append(head)
     return out
 
@@ -98,7 +98,7 @@ def build(sweep_dir: Path | str) -> dict:
     for level in ordered_levels(values):
         for fabric, reps in (by_level.get(level) or {}).items():
             fabrics.setdefault(fabric, []).append(
-                {"level": level, **{k: run.spread([r.get(k) for r in reps]) for k in METRICS}})
+                {"level": level, **{k: headline.spread([r.get(k) for r in reps]) for k in METRICS}})
     return {"knob": knob, "fabrics": fabrics, "dir": str(sweep_dir.resolve()),
             "created": doc.get("created") or time.strftime("%Y-%m-%dT%H:%M:%S%z"), "source": doc.get("source")}
 

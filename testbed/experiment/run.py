@@ -6,7 +6,7 @@ repetitions, the resolved config and the versions side by side (``testbed.experi
 before the first repetition and its lifecycle). Besides those, ``run`` writes:
 
       runs/<fabric>/rep<k>/   one repetition's run directory each (summary.json, ...) or error.txt
-      headline.json      per fabric: headline numbers of every repetition and their spread
+      headline.json      per fabric: every repetition's figures and their spread (testbed.report.headline)
       report.html, summary.json   written by testbed.report.build_report
 
 The backend is resolved once (``Resolved.backend``) and passed down as an object; each repetition gets its
@@ -17,7 +17,6 @@ The backend is resolved once (``Resolved.backend``) and passed down as an object
 from __future__ import annotations
 
 import json
-import statistics
 import sys
 import time
 import traceback
@@ -31,9 +30,7 @@ from testbed.experiment import rundir
 from testbed.experiment.schema import Resolved, repetition_spec
 from testbed.repetition.orchestrate import run_repetition
 from testbed.repetition.spec import served_requests
-
-HEADLINE_KEYS = ("goodput_bps", "fct_p99_ms", "ttft_p99_ms", "ttft_p50_ms", "throughput_tokens_per_s", "pauses",
-                 "drops", "kv_slowdown_p99")
+from testbed.report import headline
 
 Log = Callable[[str], None]
 
@@ -45,7 +42,8 @@ def stderr_log(message: str) -> None:
 # ----------------------------------------------------------------- entry
 def run_experiment(resolved: Resolved, out_root: Path, log: Log = stderr_log, out: Log = print,
                    backend: Backend | None = None) -> int:
-    """The ``run`` verb: check, estimate, run everything, print the headline table and the run directory last.
+    """The ``run`` verb: check, estimate, run everything, print the report's headline (``report_headline``) and
+    the run directory last.
     ``backend``: the experiment's own (``resolved.backend``) unless given."""
     exp = resolved.experiment
     backend = backend or resolved.backend
@@ -57,8 +55,8 @@ def run_experiment(resolved: Resolved, out_root: Path, log: Log = stderr_log, ou
     backend.check(build_own=True)  # each fabric is built with the experiment's own link settings
     run_dir = rundir.new_run_dir(Path(out_root), exp.name)
     log(f"run directory {run_dir}")
-    status, heads = run_into(resolved, run_dir, backend, log, rundir.collect_versions())
-    for line in headline_table(heads):
+    status, _ = run_into(resolved, run_dir, backend, log, rundir.collect_versions())
+    for line in report_headline(run_dir):
         out(line)
     out(str(run_dir))
     return status
@@ -170,78 +168,6 @@ def execute(resolved: Resolved, run_dir: Path, backend: Backend, log: Log) -> li
 
 
 # ------------------------------------------------------------- results
-def _pauses(s: dict):
-    """PFC pauses, under whichever key the PFC datapath's summary uses (None before it exists)."""
-    for key in ("pfc_pauses", "pauses"):
-        v = s.get(key)
-        if isinstance(v, (int, float)) and not isinstance(v, bool):
-            return v
-        if isinstance(v, dict):
-            return v.get("total")
-    pfc = s.get("pfc")
-    return pfc.get("pauses") if isinstance(pfc, dict) else None
-
-
-def headline(run_dir: Path) -> dict:
-    """The headline numbers of one repetition's directory, from its summary.json ({} if it has none)."""
-    try:
-        s = json.loads((Path(run_dir) / "summary.json").read_text())
-    except (OSError, json.JSONDecodeError):
-        return {}
-    return {"goodput_bps": s.get("goodput_bps"), "goodput_real_equivalent_bps": s.get("goodput_real_equivalent_bps"),
-            "fct_p99_ms": (s.get("fct_ms") or {}).get("p99"), "ttft_p99_ms": (s.get("ttft_ms") or {}).get("p99"),
-            "ttft_p50_ms": (s.get("ttft_ms") or {}).get("p50"),
-            "kv_slowdown_p99": (s.get("slowdown") or {}).get("p99"),
-            "throughput_tokens_per_s": s.get("throughput_tokens_per_s"),
-            "pauses": _pauses(s), "drops": s.get("queue_drops"), "transfers": s.get("transfers"),
-            "verified": s.get("verified")}
-
-
-def spread(values: list) -> dict | None:
-    """mean, min, max and sample stdev of the numbers among ``values`` (None: no number)."""
-    nums = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
-    if not nums:
-        return None
-    return {"mean": round(statistics.fmean(nums), 6), "min": min(nums), "max": max(nums),
-            "stdev": round(statistics.stdev(nums), 6) if len(nums) > 1 else 0.0, "n": len(nums)}
-
-
-def fabric_headlines(exp, run_dir: Path) -> dict:
-    """Per fabric: every repetition's headline (or error) and the spread of each headline number."""
-    out = {}
-    for kind in exp.fabrics:
-        reps = []
-        for t in (t for t in targets(exp) if t.fabric == kind):
-            d = run_dir / t.rel
-            err = d / "error.txt"
-            reps.append(t.as_dict() | headline(d) | {
-                "error": err.read_text().splitlines()[0] if err.is_file() else None})
-        ok = [r for r in reps if r.get("goodput_bps") is not None]
-        out[kind] = {"runs": len(reps), "ok": len(ok),
-                     "unverified": sum(1 for r in ok if r.get("verified") != r.get("transfers")),
-                     **{k: spread([r.get(k) for r in ok]) for k in HEADLINE_KEYS + ("goodput_real_equivalent_bps",)},
-                     "repetitions": reps}
-    return out
-
-
-def _fmt(stats: dict | None, scale: float = 1.0, digits: int = 2) -> str:
-    if stats is None:
-        return "-"
-    text = f"{stats['mean'] / scale:.{digits}f}"
-    if stats["n"] > 1:
-        text += f" ({stats['min'] / scale:.{digits}f}..{stats['max'] / scale:.{digits}f})"
-    return text
-
-
-def headline_table(heads: dict) -> list[str]:
-    """A few lines for the terminal: mean over repetitions, (min..max) when there are several."""
-    rows = [("fabric", "runs ok", "goodput Mbit/s", "FCT p99 ms", "TTFT p99 ms", "pauses", "drops")]
-    for kind, h in heads.items():
-        rows.append((kind, f"{h['ok']}/{h['runs']}", _fmt(h["goodput_bps"], 1e6, 3), _fmt(h["fct_p99_ms"], digits=1),
-                     _fmt(h["ttft_p99_ms"], digits=1), _fmt(h["pauses"], digits=0), _fmt(h["drops"], digits=0)))
-    return columns(rows)
-
-
 def columns(rows: list[tuple[str, ...]]) -> list[str]:
     """Rows of cells as left-aligned text columns two spaces apart (the terminal tables of run, sweep
     and calibrate)."""
@@ -254,6 +180,16 @@ def report_builder() -> Callable:
     from testbed.report import build_report as build
 
     return build
+
+
+def report_headline(run_dir: Path) -> list[str]:
+    """The report's headline of the finished run directory, as text (``testbed.report.headline_lines``: the same
+    figures as report.html); one line when testbed.report is not available."""
+    try:
+        from testbed.report import headline_lines
+    except ImportError as exc:
+        return [f"no headline: testbed.report is not available ({exc})"]
+    return headline_lines(run_dir)
 
 
 def build_report(run_dir: Path, log: Log) -> bool | None:
@@ -277,7 +213,7 @@ def build_report(run_dir: Path, log: Log) -> bool | None:
 def finish(resolved: Resolved, run_dir: Path, outcomes: list[dict], log: Log) -> tuple[int, dict]:
     """headline.json, the report; exit status 1 if a repetition failed, lost transfers or the report failed."""
     exp = resolved.experiment
-    heads = fabric_headlines(exp, run_dir)
+    heads = headline.fabric_headlines(run_dir, [t.as_dict() for t in targets(exp)])
     (run_dir / "headline.json").write_text(json.dumps({"fabrics": heads, "outcomes": outcomes}, indent=1) + "\n")
     report = build_report(run_dir, log)
     failed = [o for o in outcomes if o["status"] != "ok"]

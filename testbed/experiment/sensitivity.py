@@ -10,9 +10,10 @@ consumers' rules) before anything is built. Layout:
       baseline/                 the experiment as given: a run directory (its report shows the table)
       alternatives/<name>/      one run directory per alternative
 
-For each run: the ZCube/ROFT ratios of output tokens/s, TTFT P50 and TTFT P99 with their 95 % intervals
-(the report's, ``testbed.report.confidence``, read from the run's summary.json), the verdict on each of
-``VERDICT_KEYS`` as the report decides it (better / worse / not resolved at this sample size), the spread
+For each run: the ZCube/ROFT ratios of output tokens/s, TTFT P50 and TTFT P99 with their 95 % intervals over
+the repetitions (the report's, ``testbed.report.confidence``, read from the run's summary.json; with one
+repetition there is none, only the interval within that run, ``within_run_ci95``), the verdict on each of
+``VERDICT_KEYS`` as the headline decides it (better / worse / not resolved; one repetition resolves nothing), the spread
 of the ratio over the repetitions (repetition k of ZCube over repetition k of ROFT: [min, max]) and
 whether the run was fidelity-ok. ``same_verdict``: the alternative ran and reached the baseline's verdict
 on every one of ``VERDICT_KEYS``. An alternative whose run failed or was not fidelity-ok stays in the
@@ -30,6 +31,8 @@ from pathlib import Path
 from common.errors import TestbedError
 from testbed.experiment import run, rundir
 from testbed.experiment.schema import DEFAULT_EXPERIMENT, Override, Resolved, resolve
+from testbed.report import verdict as report_verdict
+from testbed.report.headline import NOT_MEASURED, NOT_RESOLVED, SPREAD_UNKNOWN  # noqa: F401 (the verdicts' names)
 
 FILE = "sensitivity.json"
 RATIO_KEYS = ("throughput_tokens_per_s", "ttft_ms.p50", "ttft_ms.p99")
@@ -38,8 +41,6 @@ VERDICT_KEYS = ("throughput_tokens_per_s", "ttft_ms.p99")
 HIGHER_IS_BETTER = {"throughput_tokens_per_s": True, "ttft_ms.p50": False, "ttft_ms.p99": False}
 HEADLINE_KEY = {"throughput_tokens_per_s": "throughput_tokens_per_s", "ttft_ms.p50": "ttft_p50_ms",
                 "ttft_ms.p99": "ttft_p99_ms"}  # testbed.experiment.run.headline's names
-NOT_RESOLVED = "not resolved at this sample size"  # testbed.report.confidence.NOT_RESOLVED
-NOT_MEASURED = "not measured"
 BUDGET_S = 3600.0  # the shipped default set, one repetition each (issue 24)
 REPORT_S = 15.0  # a run directory's report (figures from every repetition's files), on a fabric that runs in real time
 ORIGIN = "sensitivity"
@@ -161,17 +162,10 @@ def dry_run_doc(planned: list[Planned]) -> dict:
 
 # --------------------------------------------------------------- outcomes
 def verdict_of(summary: dict, key: str) -> str:
-    """better / worse (ZCube's side) / not resolved, as the report decides it (``testbed.report.verdict.
-    resolvable``: a live run's 95 % interval excluding 1, else its older rule); 'not measured' without a ratio."""
-    from testbed.report.verdict import resolvable
-
-    r = (summary.get("ratios") or {}).get(key)
-    if r is None:
-        return NOT_MEASURED
-    ok, _ = resolvable(summary, key)
-    if not ok:
-        return NOT_RESOLVED
-    return "better" if (r > 1) == HIGHER_IS_BETTER[key] else "worse"
+    """better / worse (ZCube's side) / not resolved, as the headline decides it (``testbed.report.verdict.
+    verdict_of``: the ratio's 95 % interval over the repetitions excluding 1; one repetition resolves nothing);
+    'not measured' without a ratio."""
+    return report_verdict.verdict_of(summary, key)
 
 
 def same_verdict(baseline: dict, alternative: dict) -> bool:
@@ -206,9 +200,18 @@ def from_summary(summary: dict, heads: dict) -> dict:
             "error": None if have else "no ZCube/ROFT ratio of " + " or ".join(k for k in VERDICT_KEYS
                                                                                 if ratios[k] is None),
             "ratios": ratios, "ci95": {k: (conf.get(k) or {}).get("ci95") for k in RATIO_KEYS},
+            "pairs": {k: (conf.get(k) or {}).get("pairs") for k in RATIO_KEYS},
+            "within_run_ci95": {k: _within_one(conf.get(k)) for k in RATIO_KEYS},
             "verdicts": {k: verdict_of(summary, k) for k in RATIO_KEYS}, "spread": ratio_spread(heads),
             "fidelity_ok": bool(summary.get("fidelity_ok")) and have,
             "fidelity_problems": list(summary.get("fidelity_problems") or [])[:10]}
+
+
+def _within_one(conf: dict | None) -> list | None:
+    """With one repetition pair, its ratio's 95 % interval within that run (the only interval there is; it
+    leaves the between-run spread out, so it never decides the verdict); None otherwise."""
+    per = (conf or {}).get("per_rep") or []
+    return per[0].get("within_ci95") if len(per) == 1 else None
 
 
 def _read(path: Path) -> dict | None:
@@ -237,7 +240,8 @@ def outcome(run_dir: Path) -> dict:
 
 def failed(error: str, status: str = "failed") -> dict:
     return {"status": status, "error": error, "ratios": dict.fromkeys(RATIO_KEYS),
-            "ci95": dict.fromkeys(RATIO_KEYS), "verdicts": dict.fromkeys(RATIO_KEYS, NOT_MEASURED),
+            "ci95": dict.fromkeys(RATIO_KEYS), "pairs": dict.fromkeys(RATIO_KEYS),
+            "within_run_ci95": dict.fromkeys(RATIO_KEYS), "verdicts": dict.fromkeys(RATIO_KEYS, NOT_MEASURED),
             "spread": dict.fromkeys(RATIO_KEYS), "fidelity_ok": False, "fidelity_problems": []}
 
 

@@ -25,8 +25,8 @@ from common.errors import TestbedError
 from testbed.experiment import run, rundir
 from testbed.experiment.schema import Override, Resolved, check_key_path, cli_value, resolve
 
-CSV_FIELDS = ("goodput_bps", "goodput_bps_min", "goodput_bps_max", "fct_p99_ms", "ttft_p99_ms", "pauses", "drops",
-              "throughput_tokens_per_s", "kv_slowdown_p99", "ttft_p50_ms")
+CSV_FIELDS = ("goodput_bps", "goodput_bps_min", "goodput_bps_max", "fct_p99_ms", "ttft_p99_ms", "pfc_pauses",
+              "queue_drops", "throughput_tokens_per_s", "kv_slowdown_p99", "ttft_p50_ms")
 
 
 def parse_param(text: str) -> tuple[str, list[str]]:
@@ -89,8 +89,8 @@ def _rows(point: list[tuple[str, str]], heads: dict) -> list[dict]:
         g = h.get("goodput_bps") or {}
         row = {"point": point_name(point), **dict(point), "fabric": kind, "runs": h["runs"], "runs_ok": h["ok"],
                "goodput_bps": g.get("mean"), "goodput_bps_min": g.get("min"), "goodput_bps_max": g.get("max")}
-        for key in ("fct_p99_ms", "ttft_p99_ms", "pauses", "drops", "throughput_tokens_per_s", "kv_slowdown_p99",
-                    "ttft_p50_ms"):
+        for key in ("fct_p99_ms", "ttft_p99_ms", "pfc_pauses", "queue_drops", "throughput_tokens_per_s",
+                    "kv_slowdown_p99", "ttft_p50_ms"):
             row[key] = (h.get(key) or {}).get("mean")
         rows.append(row)
     return rows
@@ -206,6 +206,6 @@ def _table(keys: list[str], rows: list[dict]) -> list[str]:
     table = [(*keys, "fabric", "goodput Mbit/s", "FCT p99 ms", "TTFT p99 ms", "pauses", "drops")]
     for r in rows:
         table.append((*(str(r[k]) for k in keys), r["fabric"], num(r["goodput_bps"], 1e6, 3),
-                      num(r["fct_p99_ms"], digits=1), num(r["ttft_p99_ms"], digits=1), num(r["pauses"], digits=0),
-                      num(r["drops"], digits=0)))
+                      num(r["fct_p99_ms"], digits=1), num(r["ttft_p99_ms"], digits=1),
+                      num(r["pfc_pauses"], digits=0), num(r["queue_drops"], digits=0)))
     return run.columns(table)

@@ -322,7 +322,6 @@ def _warn_on_checks(summary: dict, fabric_drops: int) -> None:
     if cut:
         summary["warnings"].append(f"{cut} B were lost at cables a fault cut (the queue in front of a port that "
                                    "loses carrier is flushed uncounted); those switches' conservation is not checked")
-    summary["pfc_pauses"] = summary["pfc"]["pauses"]
     lat = summary["start_lateness_ms"]["p99"]
     if lat is not None and lat > 5:
         summary["warnings"].append(f"start lateness P99 {lat:.1f} ms is over 5 ms: the replay fell behind the trace")

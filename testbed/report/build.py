@@ -15,6 +15,7 @@ from testbed.report import (
     breakdown,
     confidence,
     faults,
+    headline,
     hot_links,
     plots,
     plots_net,
@@ -26,7 +27,8 @@ from testbed.report import (
 )
 from testbed.report import html as H
 from testbed.report import load_curve_section as curve
-from testbed.report.fmt import headline_rows, num
+from testbed.report.fmt import num
+from testbed.report.headline import headline_rows
 from testbed.report.load import ExperimentRun, load_experiment
 from testbed.report.plots import name
 from testbed.report.serving import calibration_applies, calibration_differences  # noqa: F401 (re-exported)
@@ -44,7 +46,12 @@ def summarize(exp: ExperimentRun) -> dict:
     """summary.json of the report (no figures): the aggregate plus verdicts and cost."""
     doc = stats.aggregate(exp)
     doc["live"] = any(r.summary.get("driver") == "live" for rs in exp.reps.values() for r in rs)
-    doc["confidence"] = confidence.confidence(exp) if doc["live"] else None  # before the verdicts: they use it
+    # before the verdicts: they use it. The headline's ratios are its centres (the geometric mean of the
+    # per-repetition ratios), so the ratio, its interval and its verdict are one figure everywhere.
+    doc["confidence"] = confidence.confidence(exp, {f: doc[f]["per_rep"] for f in exp.reps})
+    for key, c in ((doc["confidence"] or {}).get("ratios") or {}).items():
+        if c.get("ratio") is not None:
+            doc["ratios"][key] = c["ratio"]
     cost = topology_and_cost.cost(exp)
     doc["seed_figures"] = {k: {"ratio": v["ratio"], "claim": v["claim"]} for k, v in verdict.SEED_FIGURES.items()}
     doc["seed_comparison"] = verdict.seed_comparison(doc, cost)
@@ -53,7 +60,21 @@ def summarize(exp: ExperimentRun) -> dict:
     doc["run_id"] = exp.run_id
     doc["notes"] = list(exp.notes)
     doc["calibration"] = calibration_of(exp)
+    doc["headline"] = headline.summary_keys(doc)  # what the terminal and the page's headline show
     return doc
+
+
+def summary_of(run_dir: Path | str, fresh: bool = False) -> dict:
+    """The report's summary document of a run directory: the summary.json its report wrote (unless ``fresh``, or
+    it predates the ``headline`` key), else computed again from the saved files (``summarize``, no figures)."""
+    if not fresh:
+        try:
+            doc = json.loads((Path(run_dir) / "summary.json").read_text())
+            if isinstance(doc, dict) and isinstance(doc.get("headline"), dict):
+                return doc
+        except (OSError, ValueError):
+            pass
+    return summarize(load_experiment(run_dir))
 
 
 def calibration_of(exp: ExperimentRun) -> dict | None:
@@ -141,28 +162,32 @@ def _headline_section(doc: dict, exp: ExperimentRun) -> str:
     sentence = serving.live_traffic_sentence(exp.config, live[0].summary) if live else traffic_sentence(exp.config)
     if sentence:
         parts.append(f"<p>{H.escape(sentence)}</p>")
+    parts.append(H.headline_block(doc["headline"]))
+    parts.append("<h3>Every figure</h3>")
     parts.append(H.headline_table(doc, exp.fabrics))
     conf = doc.get("confidence")
     spread = (f"Medians over {reps} repetitions, [min, max] in brackets. " if reps > 1 else
               "One repetition per fabric: no spread to judge noise by. ")
-    if live and conf:
+    if live and conf and conf.get("samples"):
         behind = "; ".join(f"{label}: {confidence.behind(conf, key)}" for key, label in
                            (("ttft_ms.p99", "TTFT P50 and P99"), ("throughput_tokens_per_s", "output tokens/s")))
         parts.append('<p class="note">' + spread + "Serving figures are measured (real-cluster time): TTFT of the "
                      "requests that arrived after the warm-up, output tokens of the decode steps that ended in the "
-                     "measured window. Behind them: " + H.escape(behind) + ". 95% interval: a bootstrap over the "
-                     "requests (TTFT) and decode steps (throughput) of each repetition, combined across repetitions "
-                     "by the median as the headline is (docs/serving.md, How sure); ZCube is called better or "
-                     "worse only when the interval excludes 1, else the difference is not resolved at this sample "
-                     "size. KV FCT and goodput are the KV transfers' (transfers.csv), in emulated wall time.</p>")
+                     "measured window. Behind them: " + H.escape(behind) + ". The headline's 95% interval is over "
+                     "the repetitions (Student's t over the log of ZCube rep k / ROFT rep k, the same seed), so it "
+                     "holds what moves from run to run (ROFT's ECMP hash outcome, the machine's timing) as well as "
+                     "each run's sampling noise; the bracket beside a repetition's ratio is a bootstrap over that "
+                     "run's requests (TTFT) or decode steps (throughput) alone (docs/serving.md, How sure). KV FCT "
+                     "and goodput are the KV transfers' (transfers.csv), in emulated wall time.</p>")
     elif live:
         parts.append('<p class="note">' + spread + "Serving figures are measured (real-cluster time); no "
-                     "confidence interval: requests.csv or steps.csv is missing, or one fabric did not run.</p>")
+                     "within-run interval: requests.csv or steps.csv is missing, or one fabric did not run.</p>")
     else:
         parts.append('<p class="note">' + spread
                      + "FCT and goodput are recomputed from transfers.csv; the TTFT proxy comes from the replay "
                        "summary (it needs the trace schedule). Green/red ratio: ZCube better/worse by more than the "
-                       "run resolves (over 5%, and repetitions' ranges apart; with one repetition or identical ones, "
+                       "run resolves (the headline's figures: their 95% interval over the repetitions excludes 1; "
+                       "the others: over 5%, and repetitions' ranges apart; with one repetition or identical ones, "
                        "FCT percentiles' 95% confidence intervals apart).</p>")
     missing = [f for f in ("zcube", "roft") if f not in doc]
     if missing:
@@ -674,11 +699,11 @@ def build_report(run_dir: Path | str) -> Path:
         ("fidelity", "Fidelity", _fidelity_section(doc, exp)),
         ("config", "Versions and configuration", _config_section(doc, exp)),
     ]
-    headline = doc["verdict"][:1].upper() + doc["verdict"][1:]
+    title_verdict = doc["verdict"][:1].upper() + doc["verdict"][1:]
     alert = overload_alert(doc, exp)
     nav = [item for item in NAV if (item[0] != "loadcurve" or load_curve) and (item[0] != "faults" or fault_docs)
            and (item[0] != "breakdown" or taken_apart) and (item[0] != "sensitivity" or sensitivity)]
-    page = H.page(title, headline, _subtitle(exp, doc), doc["fidelity_problems"], nav, sections,
+    page = H.page(title, title_verdict, _subtitle(exp, doc), doc["fidelity_problems"], nav, sections,
                   alerts=[alert] if alert else [])
     out = exp.path / "report.html"
     out.write_text(page, encoding="utf-8")

@@ -1,54 +1,20 @@
-"""Number formatting and the headline rows shared by the HTML page, headline.csv and ``compare``.
+"""Number formatting and reading a figure out of a nested summary (``flat_get``), for every output of the
+report: the HTML page, headline.csv, the terminal's headline and ``compare``.
 
-One table definition (label, key, unit, scale) keeps the three outputs in
-step: a row added here appears everywhere.
+The headline's rows themselves are ``testbed.report.headline``'s.
 """
 
 from __future__ import annotations
 
-from testbed.report.stats import flat_get
 
-# (label, summary key, unit shown, divisor, which way is better: +1 higher, -1 lower, 0 neither)
-HEADLINE = (
-    ("Goodput", "goodput_bps", "Mbit/s emulated", 1e6, +1),
-    ("Goodput, real equivalent", "goodput_real_equivalent_bps", "Gbit/s", 1e9, +1),
-    ("KV-transfer FCT P50", "fct_ms.p50", "ms", 1, -1),
-    ("KV-transfer FCT P99", "fct_ms.p99", "ms", 1, -1),
-    ("KV-transfer FCT P99.9", "fct_ms.p999", "ms", 1, -1),
-    ("TTFT proxy P50", "ttft_ms.p50", "ms", 1, -1),
-    ("TTFT proxy P99", "ttft_ms.p99", "ms", 1, -1),
-    ("Requests per second", "requests_per_s", "1/s", 1, +1),
-    ("Output tokens per second (live)", "throughput_tokens_per_s", "1/s", 1, +1),
-    ("Decode step P50 (live)", "decode_step_ms.p50", "ms", 1, -1),
-    ("EP exchange P99 (live)", "ep_exchange_ms.p99", "ms", 1, -1),
-    ("PFC pauses", "pfc_pauses", "", 1, -1),
-    ("Queue drops", "queue_drops", "", 1, -1),
-    ("Verified transfers", "verified", "", 1, +1),
-)
-
-
-# a live run (serving.driver live): what the serving cluster produced first, then what the fabric carried.
-# TTFT is measured (no proxy); KV goodput is emulated bytes of KV transfers, not the serving throughput.
-LIVE_HEADLINE = (
-    ("Output tokens per second", "throughput_tokens_per_s", "1/s", 1, +1),
-    ("TTFT P50", "ttft_ms.p50", "ms", 1, -1),
-    ("TTFT P99", "ttft_ms.p99", "ms", 1, -1),
-    ("Requests completed per second", "requests_per_s", "1/s", 1, +1),
-    ("Decode step P50", "decode_step_ms.p50", "ms", 1, -1),
-    ("Decode step P99", "decode_step_ms.p99", "ms", 1, -1),
-    ("EP exchange P99", "ep_exchange_ms.p99", "ms", 1, -1),
-    ("KV-transfer FCT P50", "fct_ms.p50", "ms emulated wall", 1, -1),
-    ("KV-transfer FCT P99", "fct_ms.p99", "ms emulated wall", 1, -1),
-    ("KV goodput", "goodput_bps", "Mbit/s emulated", 1e6, +1),
-    ("PFC pauses", "pfc_pauses", "", 1, -1),
-    ("Queue drops", "queue_drops", "", 1, -1),
-    ("Verified KV transfers", "verified", "", 1, +1),
-)
-
-
-def headline_rows(live: bool) -> tuple:
-    """The headline's rows: ``LIVE_HEADLINE`` for a live run, else ``HEADLINE`` (the planned replay)."""
-    return LIVE_HEADLINE if live else HEADLINE
+def flat_get(doc: dict, key: str):
+    """``doc["fct_ms"]["p99"]`` for key "fct_ms.p99" (None when absent)."""
+    cur = doc
+    for part in key.split("."):
+        if not isinstance(cur, dict):
+            return None
+        cur = cur.get(part)
+    return cur
 
 
 def num(v, digits: int = 3) -> str:

@@ -12,7 +12,17 @@ import json
 from html import escape
 from pathlib import Path
 
-from testbed.report.fmt import cell_text, headline_rows, num, ratio_text
+from testbed.report.fmt import cell_text, num, ratio_text
+from testbed.report.headline import (
+    BETTER,
+    NOTE,
+    REP_CAPTION,
+    WORSE,
+    facts,
+    figure_table,
+    headline_rows,
+    rep_table,
+)
 from testbed.report.plots import COLOURS, name
 from testbed.report.verdict import resolvable
 
@@ -80,15 +90,39 @@ def table(head: list[str], rows: list[list[str]], left: int | set[int] = 1, cls:
     return f'<table class="{cls}"><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>'
 
 
+def headline_block(h: dict) -> str:
+    """The headline (summary.json's ``headline``, ``testbed.report.headline``): the one-repetition warning, the
+    figures with their ratios, 95% intervals over the repetitions and verdicts, every repetition's ratios, and
+    what stands behind them. The cells are the terminal's (``headline.lines``), escaped."""
+    parts = []
+    if h.get("warning"):
+        parts.append(f'<p class="warn"><b>{escape(h["warning"])}</b></p>')
+    head, rows = figure_table(h)
+    both = len(head) > 1 + len(h["fabrics"])
+    cells = []
+    for fig, row in zip(h["figures"].values(), rows):
+        out = [escape(c) for c in row]
+        if both:
+            cls = {BETTER: "good", WORSE: "bad"}.get(fig["verdict"], "")
+            out[-1] = f'<td class="{cls} l">{out[-1]}</td>'
+        cells.append(out)
+    parts.append(table([escape(c) for c in head], cells, cls="headline"))
+    reps = rep_table(h)
+    if reps:
+        parts.append(f'<p class="note">{escape(REP_CAPTION)}.</p>')
+        parts.append(table([escape(c) for c in reps[0]], [[escape(c) for c in r] for r in reps[1]],
+                           cls="headline-reps"))
+    parts.append("<ul>" + "".join(f"<li>{escape(line)}</li>" for line in facts(h)) + "</ul>")
+    parts.append(f'<p class="note">{escape(NOTE)}</p>')
+    return "".join(parts)
+
+
 def headline_table(summary: dict, fabrics: list[str]) -> str:
-    """Metrics x fabrics (median [min, max]) and the ZCube/ROFT ratio, coloured by who is better; a live run
-    adds each ratio's 95% confidence interval and the verdict it allows (testbed.report.confidence)."""
+    """Every figure x fabrics (median [min, max]) and the ZCube/ROFT ratio, coloured by who is better when the
+    run resolves it (``verdict.resolvable``: the headline's figures by their interval over the repetitions)."""
     reps = summary.get("reps", 1)
     both = "zcube" in summary and "roft" in summary
-    conf = ((summary.get("confidence") or {}).get("ratios")) or {}
     head = ["metric"] + [fab(f) for f in fabrics] + (["ZCube / ROFT"] if both else [])
-    if both and conf:
-        head.append("95% interval: ZCube is")
     rows = []
     for label, key, unit, div, better in headline_rows(bool(summary.get("live"))):
         row = [f'{escape(label)} <span class="unit">{escape(unit)}</span>']
@@ -101,15 +135,6 @@ def headline_table(summary: dict, fabrics: list[str]) -> str:
             if r is not None and better and resolvable(summary, key)[0]:
                 cls = "good" if (r > 1) == (better > 0) else "bad"
             row.append(f'<td class="{cls}">{escape(ratio_text(r))}</td>')
-        if both and conf:
-            c = conf.get(key)
-            if c and c.get("ci95"):
-                lo, hi = c["ci95"]
-                cls = {"better": "good", "worse": "bad"}.get(c["verdict"], "")
-                text = f"{lo:.3f}..{hi:.3f}: {c['verdict']}"
-                row.append(f'<td class="{cls} l">{escape(text)}</td>')
-            else:
-                row.append("")
         rows.append(row)
     return table(head, rows)
 
@@ -162,4 +187,5 @@ def page(title: str, verdict: str, subtitle: str, problems: list[str], nav: list
             f'<p class="sub">{escape(subtitle)}</p><nav>{links}</nav>{body}</main></body></html>')
 
 
-__all__ = ["page", "alert", "img", "table", "headline_table", "seed_table", "details", "fab", "num", "escape"]
+__all__ = ["page", "alert", "img", "table", "headline_block", "headline_table", "seed_table", "details", "fab", "num",
+           "escape"]

@@ -20,11 +20,12 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from testbed.report import html as H  # noqa: E402
+from testbed.report.headline import pfc_pauses  # noqa: E402
 from testbed.report.plots import save, style  # noqa: E402
 
 KEY = "gpus"
 FABRICS = ("zcube", "roft")
-FIGURES = (("throughput_tokens_per_s", "output tokens/s"), ("ttft_p99_ms", "TTFT P99"), ("pauses", "pauses"),
+FIGURES = (("throughput_tokens_per_s", "output tokens/s"), ("ttft_p99_ms", "TTFT P99"), ("pfc_pauses", "pauses"),
            ("busiest_link", "busiest link utilization"))
 HOT = 5  # hottest links listed per fabric at the largest n
 
@@ -58,7 +59,7 @@ def fabric_figures(point_dir: Path, fabric: str) -> dict | None:
     busiest = [(_links(r) or [(None, None, None, 0)])[0][2] for r in reps]
     return {"throughput_tokens_per_s": _mean([s.get("throughput_tokens_per_s") for s in sums]),
             "ttft_p99_ms": _mean([(s.get("ttft_ms") or {}).get("p99") for s in sums]),
-            "pauses": _mean([(s.get("pfc") or {}).get("pauses") for s in sums]),
+            "pfc_pauses": _mean([pfc_pauses(s) for s in sums]),
             "busiest_link": _mean(busiest), "repetitions": len(reps)}
 
 
@@ -128,7 +129,7 @@ def section(d: dict, fig: Path | None) -> str:
         z, ro = r["fabrics"]["zcube"], r["fabrics"]["roft"]
         others = [str(v) for k, v in r["values"].items() if k != KEY]
         rows.append([str(r["n"]), *others, _f(r["ratios"]["throughput_tokens_per_s"]),
-                     _f(r["ratios"]["ttft_p99_ms"]), f"{_f(z['pauses'], 0)} / {_f(ro['pauses'], 0)}",
+                     _f(r["ratios"]["ttft_p99_ms"]), f"{_f(z['pfc_pauses'], 0)} / {_f(ro['pfc_pauses'], 0)}",
                      f"{_f(100 * z['busiest_link'], 1)} % / {_f(100 * ro['busiest_link'], 1)} %"
                      if z["busiest_link"] is not None and ro["busiest_link"] is not None else "-"])
     hot = []

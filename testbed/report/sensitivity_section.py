@@ -25,14 +25,20 @@ NAMES = {"throughput_tokens_per_s": "output tokens/s", "ttft_ms.p50": "TTFT P50"
 
 # ------------------------------------------------------------------ cells and the sentence
 def cell_ratio(entry: dict, key: str) -> str:
-    """'1.080 [1.031, 1.124]' (the ratio, its 95 % interval), or why there is none."""
+    """'1.080 [1.031, 1.124]' (the ratio, its 95 % interval over the repetitions); with one repetition '1.080 (1 rep;
+    within the run [1.061, 1.099])' (an interval that leaves the between-run spread out); or why there is none."""
     if entry.get("status") != "ok":
         return f"run {entry.get('status') or 'failed'}"
     r = (entry.get("ratios") or {}).get(key)
     if r is None:
         return "not measured"
     ci = (entry.get("ci95") or {}).get(key)
-    return f"{r:.3f}" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci and None not in ci else "")
+    if ci and None not in ci:
+        return f"{r:.3f} [{ci[0]:.3f}, {ci[1]:.3f}]"
+    within = (entry.get("within_run_ci95") or {}).get(key)
+    if within and None not in within:  # one repetition: the only interval is within that run
+        return f"{r:.3f} (1 rep; within the run [{within[0]:.3f}, {within[1]:.3f}])"
+    return f"{r:.3f}"
 
 
 def same_cell(entry: dict) -> str:
@@ -180,8 +186,9 @@ def section(doc: dict, run_dir: Path | None = None, config: dict | None = None, 
     keys = doc.get("verdict_keys") or []
     parts.append('<p class="note">' + where + " The verdict is ZCube's side of 1 on "
                  + H.escape(" and ".join(NAMES.get(k, k) for k in keys))
-                 + " as the headline decides it (better or worse only when the 95% interval excludes 1, else not "
-                   "resolved at this sample size); an alternative has the same verdict when it reached the "
+                 + " as the headline decides it (better or worse only when the 95% interval over the repetitions "
+                   "excludes 1, else not resolved; with one repetition nothing is resolved, and the bracket shown is "
+                   "within that run only); an alternative has the same verdict when it reached the "
                    "baseline's on each. A run that failed is shown, never dropped; sensitivity.json has TTFT P50 "
                    "and each ratio's spread over the repetitions too.</p>")
     notes = []

@@ -10,7 +10,8 @@ from pathlib import Path
 
 from testbed.report import html as H
 from testbed.report.build import summarize
-from testbed.report.fmt import cell_text, headline_rows, ratio_text
+from testbed.report.fmt import cell_text, ratio_text
+from testbed.report.headline import headline_rows
 from testbed.report.load import load_experiment
 from testbed.report.plots import name
 
@@ -49,18 +50,25 @@ def compare(run_a: Path | str, run_b: Path | str) -> str:
 
 def compare_html(run_a: Path | str, run_b: Path | str, out: Path | str) -> Path:
     """An HTML page with both runs' headline tables side by side."""
-    runs = [Path(run_a), Path(run_b)]
+    return compare_html_runs([run_a, run_b], out)
+
+
+def compare_html_runs(run_dirs: list[Path | str], out: Path | str) -> Path:
+    """An HTML page with every run's headline and table of figures side by side (runs A, B, C, ...)."""
+    runs = [Path(r) for r in run_dirs]
     heads, seeds, problems = [], [], []
-    for tag, run in zip("AB", runs):
+    for i, run in enumerate(runs):
+        tag = chr(ord("A") + i) if i < 26 else f"R{i + 1}"
         doc, fabs = _load(run)
         problems += [f"{tag}: {p}" for p in doc["fidelity_problems"]]
         verdict = doc["verdict"][:1].upper() + doc["verdict"][1:]
         heads.append(f"<div><h3>{tag}: {H.escape(str(run))}</h3><p>{H.escape(verdict)}</p>"
-                     f"{H.headline_table(doc, fabs)}</div>")
+                     f"{H.headline_block(doc['headline'])}{H.headline_table(doc, fabs)}</div>")
         seeds.append(f"<div><h3>{tag}</h3>{H.seed_table(doc['seed_comparison'])}</div>")
     sections = [("compare", "Headline, side by side", f'<div class="side">{"".join(heads)}</div>'),
                 ("seed", "Against the seed's production figures", f'<div class="side">{"".join(seeds)}</div>')]
-    page = H.page("Comparison of two experiments", f"A = {runs[0].name}, B = {runs[1].name}",
+    names = ", ".join(f"{chr(ord('A') + i) if i < 26 else f'R{i + 1}'} = {r.name}" for i, r in enumerate(runs))
+    page = H.page(f"Comparison of {len(runs)} experiments", names,
                   "Headline numbers recomputed from each run's raw files.", problems, [], sections, wide=True)
     out = Path(out)
     out.write_text(page, encoding="utf-8")

@@ -6,8 +6,9 @@ transfers.csv), and a disagreement between summary.json and transfers.csv is
 itself worth reporting. The formulas are the replay's own (``testbed.repetition.drivers.plan.
 summarize``): nearest-rank percentiles over verified rows, goodput = verified
 bytes over first start .. last end. What needs the trace schedule (the TTFT
-proxy) or the switch counters (PFC counters when pfc.txt is absent, CPU) comes
-from summary.json. Over repetitions a figure is the median, with [min, max].
+proxy) or the switch counters (PFC pauses, queue drops, CPU) comes from summary.json, each count under
+its one key (``testbed.report.headline.pfc_pauses``, ``queue_drops``). Over repetitions a figure is the
+median, with [min, max].
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from __future__ import annotations
 import math
 import statistics
 
+from testbed.report import headline
+from testbed.report.fmt import flat_get
 from testbed.report.load import ExperimentRun, Rep
 from traffic.model import metrics
 
@@ -62,31 +65,11 @@ def fct_ci_ms(reps: list[Rep]) -> dict:
     return out
 
 
-def flat_get(doc: dict, key: str):
-    """``doc["fct_ms"]["p99"]`` for key "fct_ms.p99" (None when absent)."""
-    cur = doc
-    for part in key.split("."):
-        if not isinstance(cur, dict):
-            return None
-        cur = cur.get(part)
-    return cur
-
-
 def _flat_set(doc: dict, key: str, value) -> None:
     *parents, last = key.split(".")
     for part in parents:
         doc = doc.setdefault(part, {})
     doc[last] = value
-
-
-def queue_drops(rep: Rep) -> int | None:
-    """Drops during the run: last minus first sample of every queue (as QueueSampler.drops)."""
-    q = rep.queues
-    if q is None or q.empty:
-        return None
-    q = q.sort_values("time", kind="stable")
-    g = q.groupby("queue")["drops"]
-    return int((g.last() - g.first()).clip(lower=0).sum())
 
 
 def pfc_enabled(rep: Rep) -> bool:
@@ -95,12 +78,10 @@ def pfc_enabled(rep: Rep) -> bool:
 
 
 def pfc_pauses(rep: Rep) -> int:
-    if rep.pfc_events is not None:
-        return int((rep.pfc_events["event"] == 1).sum())
-    if rep.pfc_ports is not None:
-        return int(rep.pfc_ports["pauses"].sum())
-    pfc = rep.summary.get("pfc")
-    return int(pfc.get("pauses") or 0) if isinstance(pfc, dict) else 0
+    """The repetition's PFC pauses as its summary.json records them (``headline.pfc_pauses``); 0 when none is
+    recorded (PFC off, or a replay from before the PFC datapath)."""
+    v = headline.pfc_pauses(rep.summary)
+    return int(v) if v is not None else 0
 
 
 def gpus_per_server(rep: Rep) -> int:
@@ -171,8 +152,7 @@ def rep_metrics(rep: Rep) -> dict:
                     "ep_messages_verified", "ttft_breakdown_ms"):
             out[key] = s.get(key)
         out["requests_per_s"] = s.get("completed_requests_per_s")  # requests served, not KV transfers seen
-    drops = queue_drops(rep)
-    out["queue_drops"] = drops if drops is not None else s.get("queue_drops")
+    out["queue_drops"] = headline.queue_drops(s)
     out["pfc_enabled"] = pfc_enabled(rep)
     out["pfc_pauses"] = pfc_pauses(rep)
     if rep.links is not None and not rep.links.empty:

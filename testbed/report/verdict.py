@@ -4,7 +4,10 @@ The seed paper reports, for ZCube over ROFT in production: +15% throughput,
 -40.6% TTFT P99 and -33% switch + optics capex. A run "matches" a figure when
 its ZCube/ROFT ratio goes the same way by a similar amount (between half and
 twice the seed's effect). An effect smaller than the run can resolve is
-reported as not reproduced, never as a match: under 5%, or, with repetitions,
+reported as not reproduced, never as a match. For the headline's figures (output
+tokens/s, TTFT P50 and P99) their 95% interval over the repetitions decides
+(``testbed.report.confidence``; one repetition resolves nothing); for the others:
+under 5%, or, with repetitions,
 [min, max] ranges that overlap (the repetitions measure the noise), or, with
 one repetition (or identical ones), FCT percentiles whose 95% confidence
 intervals overlap. Where the load explains a null result (idle links, a TTFT
@@ -17,7 +20,8 @@ from __future__ import annotations
 
 import math
 
-from testbed.report.stats import flat_get
+from testbed.report import headline
+from testbed.report.fmt import flat_get
 
 SEED_FIGURES = {
     "goodput_bps": {"ratio": 1.15, "claim": "+15% throughput", "name": "goodput", "higher_is_better": True},
@@ -48,18 +52,40 @@ def _ci(c: list) -> str:
     return f"{'open' if c[0] is None else f'{c[0]:g}'}..{'open' if c[1] is None else f'{c[1]:g}'}"
 
 
+def _conf(summary: dict, key: str) -> dict:
+    return ((summary.get("confidence") or {}).get("ratios") or {}).get(key) or {}
+
+
+def _conf_verdict(conf: dict, key: str) -> str | None:
+    """The verdict the report's confidence gave a ratio (``headline.verdict``; from its ci95 alone in a document
+    that holds no verdict); None when it has neither."""
+    if conf.get("verdict"):
+        return conf["verdict"]
+    if conf.get("ci95"):
+        return headline.verdict(conf["ci95"], _higher(key))
+    return None
+
+
+def _higher(key: str) -> bool:
+    return headline.HIGHER_IS_BETTER.get(key, SEED_FIGURES.get(key, {}).get("higher_is_better", True))
+
+
 def resolvable(summary: dict, key: str) -> tuple[bool, str]:
     """Whether the ZCube/ROFT difference of ``key`` exceeds what the run can resolve, and why not."""
     r = summary.get("ratios", {}).get(key)
     if r is None:
         return False, "not measured"
-    conf = ((summary.get("confidence") or {}).get("ratios") or {}).get(key)
-    if conf and conf.get("ci95"):  # a live run: its 95% interval decides (testbed.report.confidence)
-        lo, hi = conf["ci95"]
-        if lo <= 1 <= hi:
-            return False, (f"its 95% confidence interval {lo:.3f}..{hi:.3f} includes 1 (not resolved at this "
-                           "sample size)")
-        return True, ""
+    conf = _conf(summary, key)
+    v = _conf_verdict(conf, key)
+    if v is not None:  # a headline figure: its interval over the repetitions decides
+        if v in (headline.BETTER, headline.WORSE):
+            return True, ""
+        if conf.get("ci95"):
+            lo, hi = conf["ci95"]
+            return False, (f"its 95% interval {lo:.3f}..{hi:.3f} includes 1 (not resolved at this sample size)")
+        if v == headline.SPREAD_UNKNOWN:
+            return False, "one repetition a fabric, so the between-run spread is unknown (not resolved)"
+        return False, v
     if abs(r - 1) < RESOLUTION:
         return False, f"under the {RESOLUTION:.0%} this testbed resolves"
     sz, sr = (summary[f].get("spread", {}).get(key) for f in ("zcube", "roft"))
@@ -72,6 +98,22 @@ def resolvable(summary: dict, key: str) -> tuple[bool, str]:
     if cz and cr and _overlap(cz, cr):
         return False, f"their 95% confidence intervals overlap (ZCube {_ci(cz)}, ROFT {_ci(cr)})"
     return True, ""
+
+
+def verdict_of(summary: dict, key: str) -> str:
+    """ZCube better / worse / not resolved on ``key`` as the report decides it: a headline figure's verdict from
+    its interval over the repetitions (``headline.verdict``), else (a figure without one, or a summary.json
+    from before the intervals) ``resolvable``'s rule; not measured without a ratio."""
+    r = (summary.get("ratios") or {}).get(key)
+    if r is None:
+        return headline.NOT_MEASURED
+    v = _conf_verdict(_conf(summary, key), key)
+    if v is not None:
+        return v
+    ok, _ = resolvable(summary, key)
+    if not ok:
+        return headline.NOT_RESOLVED
+    return headline.BETTER if (r > 1) == _higher(key) else headline.WORSE
 
 
 def _context(summary: dict, key: str) -> str:

@@ -55,7 +55,9 @@ def test_sensitivity_only_one_alternative_runs_both_fabrics_and_prints_the_contr
     for entry in (doc["baseline"], alt):
         assert entry["status"] == "ok", entry["error"]
         assert all(entry["ratios"][k] > 0 for k in RATIOS), entry["ratios"]
-        lo, hi = entry["ci95"]["throughput_tokens_per_s"]
+        # one repetition: no interval over repetitions, the run's own (within-run) interval kept beside it
+        assert entry["ci95"]["throughput_tokens_per_s"] is None and entry["pairs"]["throughput_tokens_per_s"] == 1
+        lo, hi = entry["within_run_ci95"]["throughput_tokens_per_s"]
         assert lo <= entry["ratios"]["throughput_tokens_per_s"] <= hi
         run_dir = Path(entry["dir"])
         for fabric in ("zcube", "roft"):

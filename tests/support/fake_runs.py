@@ -55,7 +55,8 @@ def default_summary(spec) -> dict:
     goodput = 1e6 * (2 if spec.kind == "zcube" else 1) + 1000 * spec.seed
     return {"fabric": spec.kind, "transfers": 10, "verified": 10, "goodput_bps": goodput,
             "goodput_real_equivalent_bps": goodput * 133333, "fct_ms": {"p50": 1.0, "p99": 9.0, "p999": 10.0},
-            "ttft_ms": {"p50": 5.0, "p99": 50.0}, "queue_drops": 3, "pfc_pauses": 4, "warnings": []}
+            "ttft_ms": {"p50": 5.0, "p99": 50.0}, "queue_drops": 3, "pfc": {"enabled": True, "pauses": 4},
+            "warnings": []}
 
 
 def install(monkeypatch, replay: Callable | None = None) -> None:

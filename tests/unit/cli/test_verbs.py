@@ -3,16 +3,19 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from argparse import Namespace
 
 from common.paths import REPO
+from testbed.cli import compare as compare_verbs
 from testbed.cli import fabric as fabric_verbs
 from testbed.cli import plan as plan_verbs
 from testbed.cli import report as report_verbs
 from testbed.emulation import fabricctl
 from testbed.emulation.state import FabricState
+from testbed.report import comparison
 
 
 def test_cost_table_counts_by_hand(capsys):
@@ -43,13 +46,16 @@ def test_report_and_compare_print_what_they_wrote(tmp_path, monkeypatch, capsys)
     import testbed.report as report
 
     monkeypatch.setattr(report, "build_report", lambda run: run / "report.html")
-    monkeypatch.setattr(report, "compare", lambda a, b: f"{a.name} vs {b.name}")
-    monkeypatch.setattr(report, "compare_html", lambda a, b, out: out)
+    monkeypatch.setattr(report, "compare_runs", lambda runs: {"runs": [str(r) for r in runs]})
+    monkeypatch.setattr(report, "compare_html_runs", lambda runs, out: out)
+    monkeypatch.setattr(comparison, "lines", lambda doc: [" vs ".join(doc["runs"])])
     assert report_verbs.cmd_report(Namespace(run_dir=str(tmp_path))) == 0
     assert capsys.readouterr().out == (f"wrote {tmp_path / 'summary.json'}, {tmp_path / 'headline.csv'}, "
                                        f"{tmp_path / 'figures'}/\n{tmp_path / 'report.html'}\n")
-    assert report_verbs.cmd_compare(Namespace(run_a="a", run_b="b", html=str(tmp_path / "c.html"))) == 0
+    assert compare_verbs.cmd_compare(Namespace(run_dirs=["a", "b"], json=False, html=str(tmp_path / "c.html"))) == 0
     assert capsys.readouterr().out == f"a vs b\n{tmp_path / 'c.html'}\n"
+    assert compare_verbs.cmd_compare(Namespace(run_dirs=["a", "b"], json=True, html=None)) == 0
+    assert json.loads(capsys.readouterr().out) == {"runs": ["a", "b"]}
 
 
 def test_up_lets_its_fabric_outlive_it_and_says_what_is_up(monkeypatch, capsys):

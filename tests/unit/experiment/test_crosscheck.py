@@ -15,7 +15,7 @@ from testbed.experiment import crosscheck
 
 def _fig(tput, p99, links=None, pauses=3):
     return {"throughput_tokens_per_s": tput, "ttft_p50_ms": p99 / 2, "ttft_p99_ms": p99, "kv_fct_p50_ms": 10.0,
-            "kv_fct_p99_ms": 40.0, "ep_exchange_p99_ms": 20.0, "pauses": pauses, "links": links or {}}
+            "kv_fct_p99_ms": 40.0, "ep_exchange_p99_ms": 20.0, "pfc_pauses": pauses, "links": links or {}}
 
 
 LINKS = {"sw1:1": 1000.0, "sw1:2": 2000.0, "gpu1:p1": 500.0, "idle": 1.0}
@@ -71,7 +71,7 @@ def test_figures_come_from_the_repetition_directory(tmp_path):
     (rep / "link_traffic.csv").write_text("queue,towards,kv_bytes,ep_bytes,share,top,measured_bytes,model_vs_measured\n"
                                           "sw1:1,sw2,400,200,exact,,1200,0.5\nsw1:2,sw3,0,0,exact,,0,\n")
     got = crosscheck.side(tmp_path)
-    assert list(got) == ["zcube"] and got["zcube"]["kv_fct_p99_ms"] == 4.0 and got["zcube"]["pauses"] == 7
+    assert list(got) == ["zcube"] and got["zcube"]["kv_fct_p99_ms"] == 4.0 and got["zcube"]["pfc_pauses"] == 7
     assert got["zcube"]["links"] == {"sw1:1": 1200.0} and got["zcube"]["overhead"] == {"sw1:1": 2.0}
     with pytest.raises(TestbedError, match="no runs/<fabric>/rep1/summary.json"):
         crosscheck.side(tmp_path / "nothing")

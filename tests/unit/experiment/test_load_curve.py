@@ -13,9 +13,9 @@ import pytest
 import yaml
 
 from common.errors import TestbedError
-from testbed.experiment import load_curve, run, rundir, sweep
+from testbed.experiment import load_curve, rundir, sweep
 from testbed.experiment.schema import EXAMPLES_DIR, Override, resolve
-from testbed.report import build_report
+from testbed.report import build_report, headline
 from tests.support import fake_runs
 from tests.support.report_fixture import write_experiment
 
@@ -81,9 +81,9 @@ def test_headline_reads_the_kv_slowdown_p99_and_none_without_it(tmp_path):
     (tmp_path / "a" / "summary.json").write_text(json.dumps(summary(1.0, 0.5, 7.25, 10.0)))
     (tmp_path / "b").mkdir()
     (tmp_path / "b" / "summary.json").write_text(json.dumps(summary(1.0, 0.5, None, 10.0)))
-    assert run.headline(tmp_path / "a")["kv_slowdown_p99"] == 7.25
-    assert run.headline(tmp_path / "b")["kv_slowdown_p99"] is None
-    assert "kv_slowdown_p99" in run.HEADLINE_KEYS
+    assert headline.rep_headline(tmp_path / "a")["kv_slowdown_p99"] == 7.25
+    assert headline.rep_headline(tmp_path / "b")["kv_slowdown_p99"] is None
+    assert "kv_slowdown_p99" in headline.HEADLINE_KEYS
 
 
 def test_levels_sort_as_numbers_with_one_line_per_fabric(curve):
@@ -98,22 +98,27 @@ def test_levels_sort_as_numbers_with_one_line_per_fabric(curve):
 def test_every_metric_is_the_spread_over_repetitions(curve):
     _, doc = curve
     z64 = doc["fabrics"]["zcube"][0]
-    assert z64["ttft_p99_ms"] == {"mean": 120.0, "min": 100.0, "max": 140.0, "stdev": 28.284271, "n": 2}
-    assert z64["ttft_p50_ms"] == {"mean": 60.0, "min": 50.0, "max": 70.0, "stdev": 14.142136, "n": 2}
-    assert z64["kv_slowdown_p99"] == {"mean": 3.0, "min": 2.0, "max": 4.0, "stdev": 1.414214, "n": 2}
-    assert z64["throughput_tokens_per_s"] == {"mean": 3050.0, "min": 3000.0, "max": 3100.0, "stdev": 70.710678,
-                                              "n": 2}
+    assert z64["ttft_p99_ms"] == {"median": 120.0, "mean": 120.0, "min": 100.0, "max": 140.0,
+                                   "stdev": 28.284271, "n": 2}
+    assert z64["ttft_p50_ms"] == {"median": 60.0, "mean": 60.0, "min": 50.0, "max": 70.0, "stdev": 14.142136,
+                                   "n": 2}
+    assert z64["kv_slowdown_p99"] == {"median": 3.0, "mean": 3.0, "min": 2.0, "max": 4.0, "stdev": 1.414214, "n": 2}
+    assert z64["throughput_tokens_per_s"] == {"median": 3050.0, "mean": 3050.0, "min": 3000.0,
+                                              "max": 3100.0, "stdev": 70.710678, "n": 2}
     z256 = doc["fabrics"]["zcube"][2]
-    assert z256["kv_slowdown_p99"] == {"mean": 40.0, "min": 30.0, "max": 50.0, "stdev": 14.142136, "n": 2}
+    assert z256["kv_slowdown_p99"] == {"median": 40.0, "mean": 40.0, "min": 30.0, "max": 50.0,
+                                      "stdev": 14.142136, "n": 2}
 
 
 def test_a_failed_repetition_or_an_old_summary_is_left_out_of_its_spread(curve):
     _, doc = curve
     r256 = doc["fabrics"]["roft"][2]  # rep2 failed: error.txt, no summary.json
     assert r256["level"] == 256
-    assert r256["ttft_p99_ms"] == {"mean": 700.0, "min": 700.0, "max": 700.0, "stdev": 0.0, "n": 1}
+    assert r256["ttft_p99_ms"] == {"median": 700.0, "mean": 700.0, "min": 700.0, "max": 700.0,
+                                    "stdev": 0.0, "n": 1}
     r128 = doc["fabrics"]["roft"][1]  # rep2's summary predates the slowdown key
-    assert r128["kv_slowdown_p99"] == {"mean": 5.0, "min": 5.0, "max": 5.0, "stdev": 0.0, "n": 1}
+    assert r128["kv_slowdown_p99"] == {"median": 5.0, "mean": 5.0, "min": 5.0, "max": 5.0, "stdev": 0.0,
+                                        "n": 1}
     assert r128["ttft_p99_ms"]["n"] == 2
 
 

@@ -17,6 +17,7 @@ from common.errors import EnvironmentProblem, TestbedError
 from testbed.cli import main
 from testbed.experiment import run, rundir, sweep
 from testbed.experiment.schema import EXAMPLES_DIR, Override, resolve, validate
+from testbed.report import headline
 from tests.support import fake_runs
 from tests.support.fake_runs import FakeBackend, FakeReplay
 
@@ -108,8 +109,10 @@ def test_run_writes_the_layout_and_prints_the_run_directory_last(tmp_path, no_re
     assert no_real_fabric == [run_dir]  # build_report(run_dir) on the run directory
     heads = json.loads((run_dir / "headline.json").read_text())["fabrics"]
     assert heads["zcube"]["ok"] == 2 and heads["zcube"]["goodput_bps"]["min"] == 2e6
-    assert heads["zcube"]["goodput_bps"]["max"] == 2e6 + 1000 and heads["zcube"]["pauses"]["mean"] == 4
-    assert lines[0].startswith("fabric") and any(line.startswith("zcube") for line in lines)
+    assert heads["zcube"]["goodput_bps"]["max"] == 2e6 + 1000 and heads["zcube"]["pfc_pauses"]["mean"] == 4
+    # the report's headline (testbed.report.headline), then the run directory last
+    assert lines[0].startswith("headline: ") and lines[1].split()[:3] == ["figure", "ZCube", "ROFT"]
+    assert any(line.startswith("TTFT P99 (ms)") for line in lines) and any("paired by seed" in x for x in lines)
     assert any("estimated wall time" in m for m in log)
     again = resolve(run_dir / "experiment.json").experiment  # a run's experiment.json reruns it exactly
     assert again == smoke(Override("repetitions", 2, "--reps")).experiment
@@ -208,11 +211,12 @@ def test_headline_reads_a_replay_summary(tmp_path):
     from tests.support.settings import repetition
 
     FakeReplay()(repetition({"fabrics": ["roft"], "gpus": 16}), FakeBackend(), run_dir=tmp_path / "r")
-    h = run.headline(tmp_path / "r")
+    h = headline.rep_headline(tmp_path / "r")
     assert h["goodput_bps"] == 1e6 and h["fct_p99_ms"] == 9.0 and h["ttft_p99_ms"] == 50.0
-    assert h["drops"] == 3 and h["pauses"] == 4
-    assert run.headline(tmp_path / "nothing") == {}
-    assert run.spread([1, 3, None]) == {"mean": 2.0, "min": 1, "max": 3, "stdev": pytest.approx(1.414214), "n": 2}
+    assert h["queue_drops"] == 3 and h["pfc_pauses"] == 4
+    assert headline.rep_headline(tmp_path / "nothing") == {}
+    assert headline.spread([1, 3, None]) == {"median": 2.0, "mean": 2.0, "min": 1, "max": 3,
+                                             "stdev": pytest.approx(1.414214), "n": 2}
 
 
 # ------------------------------------------------------------------ sweep
@@ -281,7 +285,7 @@ def test_sweep_runs_every_point_and_writes_csv_and_json(tmp_path, no_real_fabric
     assert [(r["link.rate"], r["fabric"]) for r in rows] == [("3mbit", "zcube"), ("3mbit", "roft"),
                                                             ("4mbit", "zcube"), ("4mbit", "roft")]
     assert float(rows[0]["goodput_bps"]) == 2e6 and float(rows[1]["ttft_p99_ms"]) == 50.0
-    assert {"fct_p99_ms", "pauses", "drops"} <= set(rows[0])
+    assert {"fct_p99_ms", "pfc_pauses", "queue_drops"} <= set(rows[0])
     doc = json.loads((sweep_dir / "sweep.json").read_text())
     assert doc["params"] == {"link.rate": ["3mbit", "4mbit"]} and all(p["status"] == 0 for p in doc["points"])
     point = json.loads((sweep_dir / "points/link.rate=4mbit/experiment.json").read_text())

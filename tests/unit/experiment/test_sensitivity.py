@@ -15,6 +15,7 @@ from common.paths import AZURE_TRACE
 from testbed.cli import main
 from testbed.experiment import sensitivity as S
 from testbed.experiment.schema import EXAMPLES_DIR, Override
+from testbed.report import sensitivity_section
 from tests.support import fake_runs
 from traffic.model import placement
 
@@ -185,15 +186,18 @@ def test_the_json_contract_of_an_ideal_sensitivity_at_n16_with_one_alternative(t
     assert set(alt["ratios"]) == {"throughput_tokens_per_s", "ttft_ms.p50", "ttft_ms.p99"}
     assert alt["name"] == "zipf" and alt["overrides"] == {"serving.popularity": "zipf"}
     assert isinstance(alt["same_verdict"], bool) and isinstance(alt["fidelity_ok"], bool)
-    # the ideal network is the same non-blocking fabric for ZCube and ROFT: every ratio is exactly 1, and a
-    # ratio of exactly 1 lies inside its interval, so nothing is resolved, in the baseline and the alternative
+    # the ideal network is the same non-blocking fabric for ZCube and ROFT: every ratio is exactly 1; one
+    # repetition has no between-run spread, so there is no interval over repetitions and nothing is resolved,
+    # in the baseline and the alternative; the run's own (within-run) interval is kept beside it
     for entry in (doc["baseline"], alt):
         assert entry["status"] == "ok" and entry["fidelity_ok"] is True
         assert entry["ratios"] == dict.fromkeys(S.RATIO_KEYS, 1.0)
         assert entry["spread"] == dict.fromkeys(S.RATIO_KEYS, [1.0, 1.0])  # one repetition: min = max
-        assert set(entry["verdicts"].values()) == {"not resolved at this sample size"}
-        lo, hi = entry["ci95"]["ttft_ms.p99"]
+        assert set(entry["verdicts"].values()) == {S.SPREAD_UNKNOWN}
+        assert entry["ci95"] == dict.fromkeys(S.RATIO_KEYS) and entry["pairs"] == dict.fromkeys(S.RATIO_KEYS, 1)
+        lo, hi = entry["within_run_ci95"]["ttft_ms.p99"]
         assert lo <= 1.0 <= hi
+        assert "(1 rep; within the run [" in sensitivity_section.cell_ratio(entry, "ttft_ms.p99")
     assert alt["same_verdict"] is True
     sens_dir = Path(doc["dir"])
     assert json.loads((sens_dir / "sensitivity.json").read_text()) == doc

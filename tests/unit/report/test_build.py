@@ -302,8 +302,16 @@ def test_cli_report_and_compare(tmp_path, one_rep, capsys):
     assert main(["report", str(one_rep)]) == 0
     out = capsys.readouterr().out.strip().splitlines()
     assert out[-1] == str(one_rep / "report.html")
-    assert main(["compare", str(one_rep), str(one_rep), "--html", str(tmp_path / "c.html")]) == 0
-    assert (tmp_path / "c.html").is_file() and "Goodput" in capsys.readouterr().out
+    other = shutil.copytree(one_rep, tmp_path / "again")
+    assert main(["compare", str(one_rep), str(other), "--html", str(tmp_path / "c.html")]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert (tmp_path / "c.html").is_file() and "Goodput" in (tmp_path / "c.html").read_text()
+    assert out[0].split()[:3] == ["run", "commit", "reps"] and out[-1] == str(tmp_path / "c.html")
+    # one run, or the same one twice, is not a comparison: one line naming it, exit 2
+    assert main(["compare", str(one_rep)]) == 2
+    assert main(["compare", str(one_rep), str(one_rep)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 2 and all(str(one_rep) in e for e in err)
 
 
 def _bad_layouts(tmp_path):

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from testbed.report import fmt, html, topology_and_cost
+from testbed.report import fmt, headline, html, topology_and_cost
 
 
 @pytest.mark.parametrize("v,text", [(None, "-"), (True, "true"), (5, "5"), (1234.0, "1,234"), (1234567, "1,234,567"),
@@ -27,7 +27,7 @@ def test_cells_and_ratios():
     assert fmt.cell_text(None, "goodput_bps", 1e6, 3) == "-"
     assert fmt.scaled(entry, "fct_ms.p99", 1) == (None, None, None)
     assert fmt.ratio_text(None) == "-" and fmt.ratio_text(1.23456) == "1.235"
-    assert [row[1] for row in fmt.HEADLINE][:2] == ["goodput_bps", "goodput_real_equivalent_bps"]
+    assert [row[1] for row in headline.HEADLINE][:2] == ["goodput_bps", "goodput_real_equivalent_bps"]
 
 
 def test_table_aligns_text_columns_left_and_keeps_ready_cells():

@@ -79,11 +79,13 @@ def test_the_traffic_line_describes_the_live_layout_that_ran(live_run):
 
 def test_live_ttft_is_not_a_proxy_and_the_first_row_is_the_served_throughput(live_run):
     _, html, _ = live_run
-    table = re.search(r'<section id="headline">.*?<tbody>(.*?)</tbody>', html, re.S).group(1)
-    rows = [unescape(re.sub(r"<[^>]+>", " ", r)).split() for r in re.findall(r"<tr>(.*?)</tr>", table)]
-    assert rows[0][:4] == ["Output", "tokens", "per", "second"]
+    head, every = re.findall(r'<section id="headline">.*?<tbody>(.*?)</tbody>.*?<h3>Every figure</h3>.*?<tbody>(.*?)'
+                             r'</tbody>', html, re.S)[0]
+    for table, first in ((head, ["Output", "tokens/s"]), (every, ["Output", "tokens", "per", "second"])):
+        rows = [unescape(re.sub(r"<[^>]+>", " ", r)).split() for r in re.findall(r"<tr>(.*?)</tr>", table)]
+        assert rows[0][:len(first)] == first
+        assert not any(r[0] == "Goodput" for r in rows[:3])  # KV goodput in emulated Mbit/s is not the headline
     assert "proxy" not in section(html, "headline")
-    assert not any(r[0] == "Goodput" for r in rows[:3])  # KV goodput in emulated Mbit/s is not the headline
 
 
 def test_the_operating_point_is_the_live_drivers_own(live_run):
@@ -124,7 +126,8 @@ def test_the_headline_says_how_many_requests_stand_behind_it_and_how_sure_each_r
         assert lo <= conf["ratios"][key]["ratio"] <= hi
     head = " ".join(section(html, "headline").split())
     assert f"measured requests: ZCube {reqs[0]} + {reqs[1]}" in head
-    assert "95% interval: ZCube is" in head
+    assert f"requests measured (TTFT): ZCube {reqs[0]} + {reqs[1]}" in head
+    assert "95% interval" in head and "Every repetition: ZCube rep k / ROFT rep k" in head
 
 
 # ------------------------------------------------------------ the interval itself, on files made by hand
@@ -152,36 +155,85 @@ def hand_run(tmp_path, zcube: dict, roft: dict):
     return confidence.confidence(load_experiment(tmp_path))
 
 
-def test_constant_samples_give_the_exact_ratio_as_their_interval(tmp_path):
+def test_one_repetition_has_no_interval_over_repetitions_only_its_own(tmp_path):
     # every ZCube request 800 ms, every ROFT one 1000 ms; steps of 64 tokens, 40 ms (ZCube) and 50 ms (ROFT),
     # back to back from the warm-up: 250 and 200 steps in the 10.5 s window, 16,000 and 12,800 tokens
     conf = hand_run(tmp_path, [([800.0] * 50, [(64, 0.04)] * 250)], [([1000.0] * 50, [(64, 0.05)] * 200)])
-    assert conf["ratios"]["ttft_ms.p99"] == {"ratio": 0.8, "ci95": [0.8, 0.8], "verdict": "better"}
-    assert conf["ratios"]["throughput_tokens_per_s"] == {"ratio": 1.25, "ci95": [1.25, 1.25], "verdict": "better"}
+    for key, ratio in (("ttft_ms.p99", 0.8), ("throughput_tokens_per_s", 1.25)):
+        got = conf["ratios"][key]
+        assert (got["ratio"], got["ci95"], got["pairs"]) == (ratio, None, 1)
+        assert got["verdict"] == confidence.SPREAD_UNKNOWN  # however sure the run is of itself
+        assert got["per_rep"][0]["ratio"] == ratio and got["per_rep"][0]["within_ci95"] == [ratio, ratio]
+    assert conf["pairs"] == [1] and conf["between_run"] is False
     assert conf["samples"] == {"zcube": {"requests": [50], "decode_steps": [250]},
                                "roft": {"requests": [50], "decode_steps": [200]}}
 
 
-def test_the_same_distribution_on_both_fabrics_is_not_resolved(tmp_path):
+def test_the_same_distribution_on_both_fabrics_straddles_1_within_the_run(tmp_path):
     same = [float(x) for x in range(100, 1100, 10)]  # 100 requests
     steps = [(64, 0.03 + 0.01 * (k % 3)) for k in range(250)]
     conf = hand_run(tmp_path, [(same, steps)], [(list(reversed(same)), list(reversed(steps)))])
     for key in ("ttft_ms.p50", "ttft_ms.p99", "throughput_tokens_per_s"):
-        got = conf["ratios"][key]
-        assert got["ratio"] == 1.0 and got["ci95"][0] < 1 < got["ci95"][1], key
-        assert got["verdict"] == "not resolved at this sample size"
+        (rep,) = conf["ratios"][key]["per_rep"]
+        assert rep["ratio"] == 1.0 and rep["within_ci95"][0] < 1 < rep["within_ci95"][1], key
 
 
-def test_two_repetitions_combine_by_the_median_as_the_headline_does(tmp_path):
-    # ZCube's reps: P50 200 and 400 ms (median 300); ROFT's: 600 and 600: the point ratio is 0.5
+def test_two_repetitions_that_disagree_resolve_nothing(tmp_path):
+    # ZCube's reps: P50 200 and 400 ms; ROFT's: 600 and 600: per-repetition ratios 1/3 and 2/3, each exact
+    # within its run; their geometric mean is sqrt(2)/3, and two pairs leave t(0.975, 1) = 12.7
     z = [([200.0] * 10, [(8, 0.05)] * 200), ([400.0] * 10, [(8, 0.05)] * 200)]
     r = [([600.0] * 10, [(8, 0.05)] * 200), ([600.0] * 10, [(8, 0.05)] * 200)]
     conf = hand_run(tmp_path, z, r)
-    assert conf["ratios"]["ttft_ms.p50"] == {"ratio": 0.5, "ci95": [0.5, 0.5], "verdict": "better"}
+    got = conf["ratios"]["ttft_ms.p50"]
+    assert got["ratio"] == round(2 ** 0.5 / 3, 4) and got["pairs"] == 2
+    assert [p["within_ci95"] for p in got["per_rep"]] == [[0.3333, 0.3333], [0.6667, 0.6667]]
+    assert got["ci95"][0] < 1 < got["ci95"][1] and got["verdict"] == "not resolved at this sample size"
     assert conf["samples"]["zcube"]["requests"] == [10, 10]
 
 
+def _tokens_ratio_run(tmp_path, ratios: list[float]):
+    """Repetitions whose output tokens/s ratio ZCube / ROFT is exactly each of ``ratios``: 200 equal ROFT steps
+    in the window and 200 x ratio ZCube ones (the window's tokens over the window), the same TTFT on both."""
+    ttft = [500.0] * 20
+    z = [(ttft, [(64, 10.4 / round(200 * q))] * round(200 * q)) for q in ratios]
+    r = [(ttft, [(64, 10.4 / 200)] * 200) for _ in ratios]
+    return hand_run(tmp_path, z, r)
+
+
+def test_repetitions_that_disagree_are_not_resolved_though_every_run_excludes_1(tmp_path):
+    """Reruns gave 1.05, 0.98 and 1.03, each run sure of itself (its within-run interval a point): the interval
+    over the repetitions spans 1, so the headline does not call it."""
+    got = _tokens_ratio_run(tmp_path, [1.05, 0.98, 1.03])["ratios"]["throughput_tokens_per_s"]
+    assert [p["ratio"] for p in got["per_rep"]] == [1.05, 0.98, 1.03]
+    assert all(not p["within_ci95"][0] <= 1 <= p["within_ci95"][1] for p in got["per_rep"])
+    # log ratios 0.0488, -0.0202, 0.0296: mean 0.0194, sd 0.0356, half-width 4.303 x 0.0356 / sqrt(3) = 0.0885
+    assert got["ci95"] == pytest.approx([0.9332, 1.1139], abs=2e-4) and got["pairs"] == 3
+    assert got["verdict"] == "not resolved at this sample size"
+    assert got["ratio"] == pytest.approx((1.05 * 0.98 * 1.03) ** (1 / 3), abs=1e-4)
+
+
+def test_repetitions_that_agree_tightly_resolve(tmp_path):
+    got = _tokens_ratio_run(tmp_path, [1.05, 1.04, 1.06])["ratios"]["throughput_tokens_per_s"]
+    assert 1 < got["ci95"][0] < got["ratio"] < got["ci95"][1] < 1.08 and got["verdict"] == "better"
+    ttft = _tokens_ratio_run(tmp_path / "again", [1.05, 1.04, 1.06])["ratios"]["ttft_ms.p99"]
+    assert ttft["ci95"] == [1.0, 1.0] and ttft["verdict"] == "not resolved at this sample size"  # equal: not better
+
+
+def test_the_interval_over_repetitions_by_hand():
+    assert confidence.t975(1) == 12.706 and confidence.t975(4) == 2.776 and confidence.t975(30) == 2.042
+    assert 2.0 < confidence.t975(60) == pytest.approx(2.000, abs=1e-3) and confidence.t975(10**6) == pytest.approx(
+        1.96, abs=1e-3)
+    assert confidence.between_runs([]) == {"ratio": None, "ci95": None, "pairs": 0, "log_sd": None}
+    assert confidence.between_runs([1.2]) == {"ratio": 1.2, "ci95": None, "pairs": 1, "log_sd": None}
+    # ratios 2 and 0.5: log mean 0, so the centre is 1 whatever the spread
+    b = confidence.between_runs([2.0, 0.5, None])
+    assert b["ratio"] == 1.0 and b["pairs"] == 2 and b["ci95"][0] < 1 < b["ci95"][1]
+    assert confidence.between_runs([1.1, 1.1, 1.1])["ci95"] == [1.1, 1.1]
+
+
 def test_verdicts_and_what_stands_behind_a_percentile():
+    assert confidence.verdict([1.02, 1.3], higher_is_better=True, pairs=1) == confidence.SPREAD_UNKNOWN
+    assert confidence.verdict(None, higher_is_better=True, pairs=0) == "not measured"
     assert confidence.verdict([1.02, 1.3], higher_is_better=False) == "worse"
     assert confidence.verdict([1.02, 1.3], higher_is_better=True) == "better"
     assert confidence.verdict([0.7, 0.98], higher_is_better=False) == "better"
@@ -190,7 +242,7 @@ def test_verdicts_and_what_stands_behind_a_percentile():
     # 72 requests: the nearest-rank P99 is rank ceil(71.28) = 72, the slowest
     assert confidence.behind(conf, "ttft_ms.p99") == (
         "measured requests: ZCube 72 + 74, ROFT 150 + 151 (per repetition); the P99 of 72 requests is the slowest "
-        "one (rank 72 of 72), so its interval cannot reach above it")
+        "one (rank 72 of 72), so its within-run interval cannot reach above it")
     conf["samples"]["zcube"]["requests"] = [300, 300]
     conf["samples"]["roft"]["requests"] = [300, 300]
     # 300 requests: rank ceil(297) = 297, the 4th slowest

@@ -37,7 +37,7 @@ def test_the_ratios_per_n_and_the_hottest_links_at_the_largest(tmp_path):
     d = scale_section.doc(_sweep(tmp_path))
     assert [r["n"] for r in d["points"]] == [32, 64]  # sorted by n whatever the sweep's order
     r = d["points"][1]["ratios"]
-    assert r == {"throughput_tokens_per_s": 2.0, "ttft_p99_ms": 0.5, "pauses": 0.5, "busiest_link": 0.5}
+    assert r == {"throughput_tokens_per_s": 2.0, "ttft_p99_ms": 0.5, "pfc_pauses": 0.5, "busiest_link": 0.5}
     assert d["hottest_at"] == 64 and [h["queue"] for h in d["hottest"]["zcube"]] == ["sw1:1", "gpu1:p1"]
     assert d["hottest"]["roft"][0] == {"queue": "leaf1:9", "towards": "spine1", "utilization": 0.4, "bytes": 1000}
     html = scale_section.section(d, None)
