@@ -236,6 +236,10 @@ class Serving(_Section):
     prefill_mem_fraction: float = Field(0.92, gt=0, le=1, description="live: share of a prefill GPU's memory for "
                                         "weights + KV (SGLang's mem_fraction_static)")
     decode_mem_fraction: float = Field(0.95, gt=0, le=1, description="live: the same for a decode GPU")
+    hicache_ratio: float = Field(0.0, ge=0, le=64, description="live, prefix_cache: a host-memory tier behind each "
+                                 "prefill cache of this many times its GPU pool (SGLang HiCache's --hicache-ratio, "
+                                 "write-through); a hit only the host holds is loaded at the GPU's host link "
+                                 "(PCIe Gen5, 64 GB/s); 0: the GPU pool alone")
     think_s: Seconds = Field(0.0, ge=0, description="live, closed loop with sessions: from a turn's last token to "
                                                     "its session's next turn")
     mla_sender: Literal[tuple(rankmap.MLA_SENDERS)] = Field(

@@ -52,12 +52,15 @@ class GpuSpec:
     name: str
     memory_bytes: float
     source: str
+    host_link_bytes_per_s: float = 64e9  # to host memory, one direction: PCIe Gen5 x16
 
 
+# Host link: the H100/H200 SXM datasheets give "PCIe Gen5: 128 GB/s" (both directions together), so 64 GB/s
+# one way: what loading a HiCache host-tier hit into the GPU is charged at (no overlap with compute assumed).
 GPUS: dict[str, GpuSpec] = {g.name.lower(): g for g in (
-    GpuSpec("H200", 141e9, "NVIDIA H200 datasheet: 141 GB HBM3e"),
-    GpuSpec("H100", 80e9, "NVIDIA H100 SXM datasheet: 80 GB HBM3"),
-    GpuSpec("H800", 80e9, "NVIDIA H800 SXM: 80 GB HBM3 (the GPU of DeepSeek's V3/R1 serving system)"),
+    GpuSpec("H200", 141e9, "NVIDIA H200 datasheet: 141 GB HBM3e, PCIe Gen5 128 GB/s"),
+    GpuSpec("H100", 80e9, "NVIDIA H100 SXM datasheet: 80 GB HBM3, PCIe Gen5 128 GB/s"),
+    GpuSpec("H800", 80e9, "NVIDIA H800 SXM: 80 GB HBM3, PCIe Gen5 (the GPU of DeepSeek's V3/R1 serving system)"),
 )}
 
 

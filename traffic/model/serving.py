@@ -96,7 +96,8 @@ import numpy as np
 from traffic.model._check import real_positive
 from traffic.model.errors import TrafficError
 from traffic.model.expert import ep_traffic, expert_owners, expert_popularity
-from traffic.model.memory import KVPool, kv_pool_tokens
+from traffic.model.memory import KVPool, get_gpu, kv_pool_tokens
+from traffic.model.models import kv_bytes_per_token_per_rank
 from traffic.model.placement import Instance, gpu_server
 from traffic.model.prefix_cache import BLOCK_TOKENS, PrefixCache, assumed_cached_tokens, cached_tokens
 from traffic.model.rankmap import kv_transfers
@@ -237,6 +238,7 @@ class Cluster:
         self._waiting_turn: dict[int, tuple[Request, tuple[Request, ...]]] = {}  # think_s timers
         # prefix caches (prefill units), KV pools (decode units) and the requests waiting for one
         self.caches: dict[tuple[int, int], PrefixCache] = {}
+        self.host_caches: dict[tuple[int, int], PrefixCache] = {}  # HiCache's host tier behind each prefill cache
         self.pools: dict[tuple[int, int], KVPool] = {}
         self.decode_caches: dict[tuple[int, int], PrefixCache] = {}
         self._alloc_queue: dict[tuple[int, int], list[RequestState]] = {}
@@ -247,6 +249,8 @@ class Cluster:
                         spec.model, spec.dtype, spec.weights_dtype, spec.gpu, spec.prefill_mem_fraction,
                         len(unit.gpus), len(eng.gpus))
                     self.caches[(eng.index, u)] = PrefixCache(tokens // BLOCK_TOKENS)
+                    if spec.hicache_ratio > 0:  # write-through host tier (SGLang HiCache)
+                        self.host_caches[(eng.index, u)] = PrefixCache(int(tokens * spec.hicache_ratio) // BLOCK_TOKENS)
         if spec.decode_memory or spec.decode_prefix_cache:
             for eng in self.engines["decode"]:
                 for u, unit in enumerate(eng.units):
@@ -426,7 +430,9 @@ class Cluster:
         cache = self.caches.get(key)
         if cache is None or not req.hash_ids:
             return 0
-        return cached_tokens(cache.match(req.hash_ids), req.input_tokens)
+        host = self.host_caches.get(key)
+        blocks = max(cache.match(req.hash_ids), host.match(req.hash_ids) if host is not None else 0)
+        return cached_tokens(blocks, req.input_tokens)
 
     def _least_loaded(self, kind: str, load) -> tuple[_Engine, int]:
         best = None
@@ -514,33 +520,46 @@ class Cluster:
         for u, unit in enumerate(eng.units):
             budget = self.spec.prefill_chunk_tokens
             took: dict[int, int] = {}
+            load_s = 0.0  # host-tier hits loaded into the GPU before this step computes
             for req in eng.queue[u]:
                 if budget == 0:
                     break
                 if req.prefill_start_s is None:
                     req.prefill_start_s = now
-                    self._take_prefill_hit(req, (eng.index, u))
+                    load_s += self._take_prefill_hit(req, (eng.index, u))
                 n = min(budget, req.input_tokens - req.cached_tokens - req.prefilled_tokens)
                 req.prefill_queue_s += now - req.attributed_to_s  # waited since arrival or its last step
                 took[req.id] = n
                 budget -= n
             eng.taken.append(took)
             tokens.append(sum(took.values()))
-            need = tokens[-1] / (self.spec.prefill_rate * len(unit.gpus))
+            need = tokens[-1] / (self.spec.prefill_rate * len(unit.gpus)) + load_s
             eng.work_s += need
             compute = max(compute, need)
         return self._begin(eng, now, compute, tokens, sum(len(t) for t in eng.taken))
 
-    def _take_prefill_hit(self, req: RequestState, key: tuple[int, int]) -> None:
-        """The request's hit on its prefill unit's cache, taken (and pinned) as its first step starts."""
+    def _take_prefill_hit(self, req: RequestState, key: tuple[int, int]) -> float:
+        """The request's hit on its prefill unit's cache, taken (and pinned) as its first step starts; the
+        seconds it takes to load the part of the hit only the host tier holds (HiCache) into the GPU."""
         cache = self.caches.get(key)
         if cache is None or not req.hash_ids:
-            return
+            return 0.0
         blocks = cache.match(req.hash_ids)
         if blocks:
             cache.acquire(req.hash_ids, blocks)
             req.pinned_blocks = blocks
         req.cached_tokens = cached_tokens(blocks, req.input_tokens)
+        host = self.host_caches.get(key)
+        if host is None:
+            return 0.0
+        on_host = host.match(req.hash_ids)
+        if on_host > blocks:
+            total = cached_tokens(on_host, req.input_tokens)
+            req.host_tokens = total - req.cached_tokens
+            req.cached_tokens = total
+        unit = self.engines["prefill"][key[0]].units[key[1]]
+        per_rank = kv_bytes_per_token_per_rank(self.spec.model, self.spec.dtype, len(unit.gpus))
+        return req.host_tokens * per_rank / get_gpu(self.spec.gpu).host_link_bytes_per_s
 
     def _start_decode(self, eng: _Engine, now: float) -> list:
         for u in range(len(eng.units)):
@@ -620,6 +639,8 @@ class Cluster:
                         cache = self.caches.get((eng.index, u))
                         if cache is not None and req.hash_ids:  # its blocks' KV exists now
                             cache.insert(req.hash_ids)
+                            if (eng.index, u) in self.host_caches:  # written through to the host tier
+                                self.host_caches[(eng.index, u)].insert(req.hash_ids)
                             cache.release(req.hash_ids, req.pinned_blocks)
                             req.pinned_blocks = 0
                         if not self.stopped:

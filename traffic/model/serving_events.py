@@ -52,6 +52,7 @@ class RequestState:
     session: int | None = None
     turn: int = 0
     cached_tokens: int = 0  # prompt tokens its prefill unit had cached (not computed)
+    host_tokens: int = 0  # of those, tokens loaded from the host tier (HiCache) into the GPU
     cache_estimate: int = 0  # what the router expected cached when it queued the request
     pinned_blocks: int = 0  # prefill cache blocks it holds pinned while prefilled
     kv_tokens: int = 0  # tokens whose KV moved to its decode unit
@@ -101,7 +102,7 @@ class RequestState:
 
     def row(self) -> dict:
         return {"request_id": self.id, "session": self.session, "turn": self.turn, "arrival_s": self.arrival_s,
-                "input_tokens": self.input_tokens, "cached_tokens": self.cached_tokens,
+                "input_tokens": self.input_tokens, "cached_tokens": self.cached_tokens, "host_tokens": self.host_tokens,
                 "output_tokens": self.output_tokens, "tokens_out": self.tokens_out,
                 "prefill_engine": None if self.prefill_unit is None else self.prefill_unit[0],
                 "decode_engine": None if self.decode_unit is None else self.decode_unit[0],

@@ -53,6 +53,7 @@ class ServingSpec:
     prefix_cache_tokens: int | None = None  # a prefill unit's cache in tokens (None: from the GPU's memory)
     decode_kv_tokens: int | None = None  # a decode unit's KV pool in tokens (None: from the GPU's memory)
     think_s: float = 0.0  # closed loop: from a turn's last token to its session's next turn
+    hicache_ratio: float = 0.0  # prefix cache: a host-memory tier of this many times the GPU pool (SGLang HiCache)
     mla_sender: str = "rank0"  # MLA: which prefill ranks send a request's KV (traffic.model.rankmap.MLA_SENDERS)
 
     def __post_init__(self) -> None:
@@ -88,6 +89,7 @@ class ServingSpec:
                 int_at_least(name, getattr(self, name), BLOCK_TOKENS)
         real_at_least("think_s", self.think_s, 0.0)
         one_of("mla_sender", self.mla_sender, MLA_SENDERS)
+        real_at_least("hicache_ratio", self.hicache_ratio, 0.0)
 
     @property
     def prefill_rate(self) -> float:

@@ -39,7 +39,8 @@ class LiveSetup:
 
 # the serving section's keys the cluster model takes under the same name (traffic.model.serving.ServingSpec)
 CLUSTER_KEYS = ("prefix_cache", "prefix_hit", "prefill_routing", "decode_prefix_cache", "decode_memory", "gpu",
-                "weights_dtype", "prefill_mem_fraction", "decode_mem_fraction", "think_s", "mla_sender")
+                "weights_dtype", "prefill_mem_fraction", "decode_mem_fraction", "think_s", "mla_sender",
+                "hicache_ratio")
 
 
 def prepare_live(spec: RepetitionSpec, n_gpus: int, rate_bps: float) -> LiveSetup:

@@ -263,3 +263,23 @@ def test_the_breakdown_names_the_p50_and_p99_requests_cached_tokens_and_kv_bytes
     then = breakdown.ttft_breakdown(old, 0.0, 10.0)
     assert then["requests"] == got["requests"] and then["p50"]["decode_memory"] == 0.0
     assert then["p50"]["cached_tokens"] is None
+
+
+# ------------------------------------------------------------ HiCache: the host tier behind a prefill cache
+def test_a_hit_only_the_host_tier_holds_is_loaded_at_the_host_link_and_counted_as_cached():
+    # single-node, one TP8 prefill instance at 8 x 5000 tokens/s, its GPU cache 2 blocks (1,024 tokens) and a host
+    # tier of 2 x that (4 blocks). A = blocks (1, 2), B = blocks (3, 4) evict A's from the GPU (LRU) but the host
+    # tier keeps all four (write-through). C = (1, 2) again at t = 2: the GPU holds none of its blocks, the host
+    # both, so 1,023 tokens are a hit (one is always computed), all from the host: loading them costs
+    # 1,023 x 61,464 B (GLM-5 FP8, every TP rank a full copy) / 64 GB/s = 0.982 ms, then 1 token = 25 us.
+    spec = layout_spec("single-node", 16, dtype="fp8", prefix_cache=True, prefix_cache_tokens=1024, hicache_ratio=2)
+    reqs = [Request(1, 0.0, 1024, 2, (1, 2)), Request(2, 1.0, 1024, 2, (3, 4)), Request(3, 2.0, 1024, 2, (1, 2))]
+    c = serving.run_ideal(serving.Cluster(spec, reqs), 100e9)
+    third = c.requests[3]
+    assert (third.cached_tokens, third.host_tokens) == (1023, 1023)
+    assert third.prefill_compute_s == pytest.approx(1023 * 61_464 / 64e9 + 1 / 40_000)
+    assert third.kv_tokens == 1024  # the whole context still moves
+    # without the host tier the same request finds nothing and computes all 1,024 tokens
+    bare = serving.run_ideal(serving.Cluster(dataclasses.replace(spec, hicache_ratio=0.0), reqs), 100e9)
+    assert (bare.requests[3].cached_tokens, bare.requests[3].host_tokens) == (0, 0)
+    assert bare.requests[3].prefill_compute_s == pytest.approx(1024 / 40_000)
