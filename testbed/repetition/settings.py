@@ -236,6 +236,10 @@ class Serving(_Section):
     prefill_mem_fraction: float = Field(0.92, gt=0, le=1, description="live: share of a prefill GPU's memory for "
                                         "weights + KV (SGLang's mem_fraction_static)")
     decode_mem_fraction: float = Field(0.95, gt=0, le=1, description="live: the same for a decode GPU")
+    warm_start: bool = Field(False, description="live, closed loop: start as if the cluster had been serving for a "
+                             "while: each session joins at a random turn with its earlier turns' prefix cached, the "
+                             "first turns spread over the time prefill needs for their new tokens (a shorter "
+                             "warm-up than every session at turn 0 at once)")
     hicache_ratio: float = Field(0.0, ge=0, le=64, description="live, prefix_cache: a host-memory tier behind each "
                                  "prefill cache of this many times its GPU pool (SGLang HiCache's --hicache-ratio, "
                                  "write-through); a hit only the host holds is loaded at the GPU's host link "

@@ -268,7 +268,9 @@ class Cluster:
     def start(self, now: float = 0.0) -> list:
         """Admit the first requests: the whole trace's arrival timers, or ``concurrency`` at once."""
         out: list = [Timer(self.spec.duration_s, ("end",))]
-        if self.spec.arrivals == "closed":
+        if self.spec.arrivals == "closed" and self.spec.warm_start:
+            out += self._warm_start(now)
+        elif self.spec.arrivals == "closed":
             for _ in range(self.spec.concurrency):
                 out += self._start_session(now)
         else:
@@ -340,6 +342,37 @@ class Cluster:
                                   session=None if r.session is None else r.session + rounds * 10 ** 9)
                           for r in turns)
         return turns
+
+    def _warm_start(self, now: float) -> list:
+        """Start the closed loop as if it had been serving for a while (``warm_start``): each slot's session
+        joins at a turn drawn uniformly among its turns, the prefix its earlier turns left is in a prefill
+        unit's cache (slots dealt round robin over the units; GPU tier and host tier, as write-through leaves
+        it), and the first turns arrive uniformly spread over the time the prefill engines need to compute
+        their uncached tokens at full rate, not all at once. Its own random stream (the expert routing's is
+        untouched)."""
+        rng = np.random.default_rng(self.spec.seed + 104_729)
+        units = [(e.index, u) for e in self.engines["prefill"] for u in range(len(e.units))]
+        rate = sum(self.spec.prefill_rate * len(e.units[u].gpus) for e in self.engines["prefill"]
+                   for u in range(len(e.units)))
+        firsts, work = [], 0
+        for slot in range(self.spec.concurrency):
+            turns = self._draw()
+            k = int(rng.integers(0, len(turns)))
+            before = turns[k - 1] if k else None
+            key = units[slot % len(units)]
+            if before is not None and before.hash_ids:
+                for tier in (self.caches.get(key), self.host_caches.get(key)):
+                    if tier is not None:
+                        tier.insert(before.hash_ids)
+            firsts.append((turns[k], turns[k + 1:]))
+            work += turns[k].input_tokens - (before.input_tokens if before is not None else 0)
+        spread = max(0, work) / rate
+        out = []
+        for slot, (first, later) in enumerate(firsts):
+            at = now + float(rng.uniform(0.0, spread))
+            self._waiting_turn[first.request_id] = (first, later)
+            out.append(Timer(at, ("turn", first.request_id)))
+        return out
 
     def _start_session(self, now: float) -> list:
         turns = self._draw()

@@ -53,6 +53,7 @@ class ServingSpec:
     prefix_cache_tokens: int | None = None  # a prefill unit's cache in tokens (None: from the GPU's memory)
     decode_kv_tokens: int | None = None  # a decode unit's KV pool in tokens (None: from the GPU's memory)
     think_s: float = 0.0  # closed loop: from a turn's last token to its session's next turn
+    warm_start: bool = False  # closed loop: start as if serving for a while (Cluster._warm_start)
     hicache_ratio: float = 0.0  # prefix cache: a host-memory tier of this many times the GPU pool (SGLang HiCache)
     mla_sender: str = "rank0"  # MLA: which prefill ranks send a request's KV (traffic.model.rankmap.MLA_SENDERS)
 
@@ -72,7 +73,7 @@ class ServingSpec:
         if self.warmup_s >= self.duration_s:
             raise TrafficError(f"warmup {self.warmup_s:g} s is not shorter than the duration "
                                f"{self.duration_s:g} s; expected warmup < duration")
-        for name in ("prefix_cache", "decode_prefix_cache", "decode_memory"):
+        for name in ("prefix_cache", "decode_prefix_cache", "decode_memory", "warm_start"):
             if not isinstance(getattr(self, name), bool):
                 raise TrafficError(f"{name} {getattr(self, name)!r} is not allowed; expected true or false", key=name)
         if self.prefix_hit is not None:

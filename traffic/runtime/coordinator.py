@@ -47,9 +47,15 @@ class _Peer:
 
 
 def requests_from_config(cfg: dict) -> list[Request]:
-    """The requests of a config's ``requests`` list, each a row ``Request.to_row`` wrote: [id, arrival_s,
-    input_tokens, output_tokens], then optionally [hash_ids, session, turn] (or an object with those keys)."""
-    return [Request.from_row(r) for r in cfg["requests"]]
+    """The requests of a config's ``requests``: a list of rows ``Request.to_row`` wrote ([id, arrival_s,
+    input_tokens, output_tokens], then optionally [hash_ids, session, turn], or an object with those keys), or a
+    generated workload's recipe {"workload", "seed", "n"} (``traffic.model.workloads``), drawn again here."""
+    rows = cfg["requests"]
+    if isinstance(rows, dict):
+        from traffic.model import workloads
+
+        return workloads.workload_requests(rows["workload"], seed=rows["seed"], n_requests=rows["n"])
+    return [Request.from_row(r) for r in rows]
 
 
 def spec_from_config(cfg: dict) -> serving.ServingSpec:

@@ -40,7 +40,7 @@ class LiveSetup:
 # the serving section's keys the cluster model takes under the same name (traffic.model.serving.ServingSpec)
 CLUSTER_KEYS = ("prefix_cache", "prefix_hit", "prefill_routing", "decode_prefix_cache", "decode_memory", "gpu",
                 "weights_dtype", "prefill_mem_fraction", "decode_mem_fraction", "think_s", "mla_sender",
-                "hicache_ratio")
+                "hicache_ratio", "warm_start")
 
 
 def prepare_live(spec: RepetitionSpec, n_gpus: int, rate_bps: float) -> LiveSetup:
@@ -76,7 +76,10 @@ def prepare_live(spec: RepetitionSpec, n_gpus: int, rate_bps: float) -> LiveSetu
     gpus = range(1, n_gpus + 1)
     choices = {f"{a},{b}": [[c.src_port, c.dst_port] for c in select_ports(a, b, _static(s.policy))]
                for a in gpus for b in gpus if a != b}
-    config = {"spec": cluster, "requests": [r.to_row() for r in reqs],
+    # a generated workload travels as its recipe (the coordinator draws the same requests), a trace's as rows
+    rows = ({"workload": spec.trace.workload, "seed": spec.trace.workload_seed, "n": len(reqs)}
+            if spec.trace.generated else [r.to_row() for r in reqs])
+    config = {"spec": cluster, "requests": rows,
               "dilation": dilation, "agents": [f"gpu{g}" for g in gpus],
               "ips": {str(g): [addressing.ip_of(g, 1), addressing.ip_of(g, 2)] for g in gpus},
               "choices": choices, "policy": s.policy}

@@ -283,3 +283,37 @@ def test_a_hit_only_the_host_tier_holds_is_loaded_at_the_host_link_and_counted_a
     bare = serving.run_ideal(serving.Cluster(dataclasses.replace(spec, hicache_ratio=0.0), reqs), 100e9)
     assert (bare.requests[3].cached_tokens, bare.requests[3].host_tokens) == (0, 0)
     assert bare.requests[3].prefill_compute_s == pytest.approx(1024 / 40_000)
+
+
+# ------------------------------------------------------------ warm start of a closed loop with sessions
+def test_a_warm_start_joins_sessions_mid_way_with_their_prefix_cached_and_spreads_the_first_turns():
+    # two sessions of three turns each (blocks grow by one a turn), two slots, single-node (one TP8 prefill unit
+    # at 8 x 5000 = 40,000 tokens/s). Each slot joins its session at a turn k drawn from the warm start's own
+    # stream; the prefix of turn k-1 is in the unit's cache, so turn k's hit is turn k-1's whole blocks; the first
+    # turns arrive within [0, new tokens / 40,000 s], new tokens = turn k's input minus turn k-1's.
+    def turns(session: int) -> list[Request]:
+        base = 100 * session
+        return [Request(base + t, 0.0, 512 * (t + 1) + 100, 4, tuple(base + b for b in range(t + 2)), session, t)
+                for t in range(3)]
+
+    reqs = turns(1) + turns(2)
+    spec = layout_spec("single-node", 16, arrivals="closed", concurrency=2, prefix_cache=True,
+                       prefix_cache_tokens=64 * 512, warm_start=True, duration_s=5.0)
+    cluster = serving.Cluster(spec, reqs)
+    actions = cluster.start(0.0)
+    timers = [a for a in actions if isinstance(a, serving.Timer) and a.key[0] == "turn"]
+    assert len(timers) == 2
+    firsts = [cluster._waiting_turn[t.key[1]][0] for t in timers]
+    new = sum(r.input_tokens - (512 * r.turn + 100 if r.turn else 0) for r in firsts)
+    assert all(0.0 <= t.at <= new / 40_000 for t in timers)
+    cache = cluster.caches[(0, 0)]
+    for r in firsts:  # the previous turn's blocks are cached (a first turn has none)
+        assert cache.match(r.hash_ids) == (r.turn + 1 if r.turn else 0)
+    ran = serving.run_ideal(serving.Cluster(spec, reqs), 100e9)  # the same draws: the same first turns
+    for r in firsts:
+        state = ran.requests[r.request_id]
+        assert state.cached_tokens == (min(512 * (r.turn + 1), r.input_tokens - 1) if r.turn else 0)
+    # without a warm start both sessions begin at turn 0, at t = 0
+    cold = serving.Cluster(dataclasses.replace(spec, warm_start=False), reqs)
+    cold.start(0.0)
+    assert sorted((r.session, r.turn, r.arrival_s) for r in cold.requests.values()) == [(1, 0, 0.0), (2, 0, 0.0)]
