@@ -49,7 +49,7 @@ def run_experiment(resolved: Resolved, out_root: Path, log: Log = stderr_log, ou
     backend = backend or resolved.backend
     n = requests_served(exp)
     log(f"experiment {exp.name}: {', '.join(exp.fabrics)} with {exp.gpus} GPUs, {n} requests of "
-        f"{Path(exp.trace.path).name}, {exp.serving.model} TP {exp.serving.prefill_tp}->{exp.serving.decode_tp}, "
+        f"{exp.trace.label}, {exp.serving.model} TP {exp.serving.prefill_tp}->{exp.serving.decode_tp}, "
         f"{exp.link.rate / 1e6:g} Mbit/s links, PFC {'on' if exp.pfc.enabled else 'off'}")
     log(f"estimated wall time: {estimate_text(exp, backend)}")
     backend.check(build_own=True)  # each fabric is built with the experiment's own link settings

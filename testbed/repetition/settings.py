@@ -147,6 +147,17 @@ class Trace(_Section):
     workload_seed: int = Field(0, ge=0, description="the seed a generated workload is drawn from (fixed, not the "
                                                     "repetition's: every repetition and fabric serves the same "
                                                     "requests, as with a trace file)")
+    agentic_turns: float = Field(workloads.AGENTIC.turns_median, ge=1, le=200,
+                                 description="agentic-coding: median turns a session (it sets the prefix hit: 10 "
+                                             "gives Dynamo's 90 %, 30 gives 96 %)")
+    agentic_first_tokens: float = Field(workloads.AGENTIC.first_median, ge=512, le=190_000,
+                                        description="agentic-coding: median tokens of a session's first task after "
+                                                    "the shared system prompt")
+
+    @property
+    def workload_shape(self) -> dict:
+        """The generator's shape fields this section sets (traffic.model.workloads.AgenticShape)."""
+        return {"turns_median": self.agentic_turns, "first_median": self.agentic_first_tokens}
 
     @field_validator("path")
     @classmethod
@@ -174,6 +185,11 @@ class Trace(_Section):
         if path != self.path:
             object.__setattr__(self, "path", path)
         return self
+
+    @property
+    def label(self) -> str:
+        """What the requests are, for a line a user reads: the workload's name, or the trace file's."""
+        return self.workload or Path(self.path).name
 
     @property
     def generated(self) -> bool:

@@ -107,7 +107,8 @@ def served_requests(spec: RepetitionSpec) -> tuple[list, int]:
     tr = spec.trace
     closed = spec.live and spec.serving.arrivals == "closed"
     if tr.generated:  # drawn, not read: first_n is how many
-        drawn = workloads.workload_requests(tr.workload, seed=tr.workload_seed, n_requests=tr.first_n)
+        drawn = workloads.workload_requests(tr.workload, seed=tr.workload_seed, n_requests=tr.first_n,
+                                            shape=tr.workload_shape)
         return traces.served_requests(drawn, 0.0, tr.duration_s, None, 1.0, closed, label=tr.workload), 0
     read = traces.read_trace(tr.path, tr.format, skip_bad=tr.skip_bad)
     return traces.served_requests(read.requests, tr.start_s, tr.duration_s, tr.first_n, tr.speed, closed,

@@ -149,7 +149,7 @@ def traffic_sentence(config: dict) -> str:
         mapping = f"each prefill rank splits its heads over {d // p} decode ranks"
     else:
         mapping = "rank i sends to rank i"
-    trace = Path(t.get("path") or "the default Mooncake trace").name
+    trace = t.get("workload") or Path(t.get("path") or "the default Mooncake trace").name
     return (f"Traffic: {trace}, {t.get('duration_s'):g} s from {t.get('start_s'):g} s replayed at speed "
             f"{t.get('speed'):g}; {s.get('model')} {s.get('dtype')}, prefill TP {p} -> decode TP {d}: {mapping}; "
             f"{s.get('mode')} transfers, NIC port policy {s.get('policy')}.")

@@ -200,12 +200,15 @@ def realised_hit(requests: list[Request], capacity_blocks: int | None = None) ->
 
 
 def workload_requests(name: str, *, seed: int = 0, n_requests: int | None = None,
-                      root: Path | None = None) -> list[Request]:
+                      root: Path | None = None, shape: dict | None = None) -> list[Request]:
     """The requests of a named workload: a shipped trace's (the first ``n_requests``; paths from the
-    repository root, or ``root``) or ``n_requests`` generated ones (10,000 by default) from ``seed``."""
+    repository root, or ``root``) or ``n_requests`` generated ones (10,000 by default) from ``seed``, with
+    ``shape`` (``AgenticShape`` fields) set otherwise."""
     w = WORKLOADS[one_of("workload", name, WORKLOADS)]
     if w.kind == "generated":
-        return agentic_coding(10_000 if n_requests is None else n_requests, seed)
+        from dataclasses import replace
+
+        return agentic_coding(10_000 if n_requests is None else n_requests, seed, replace(AGENTIC, **(shape or {})))
     requests = read_trace((root or REPO) / w.path).requests
     return requests if n_requests is None else requests[:int_at_least("n_requests", n_requests, 1)]
 

@@ -54,7 +54,8 @@ def requests_from_config(cfg: dict) -> list[Request]:
     if isinstance(rows, dict):
         from traffic.model import workloads
 
-        return workloads.workload_requests(rows["workload"], seed=rows["seed"], n_requests=rows["n"])
+        return workloads.workload_requests(rows["workload"], seed=rows["seed"], n_requests=rows["n"],
+                                           shape=rows.get("shape"))
     return [Request.from_row(r) for r in rows]
 
 

@@ -77,7 +77,8 @@ def prepare_live(spec: RepetitionSpec, n_gpus: int, rate_bps: float) -> LiveSetu
     choices = {f"{a},{b}": [[c.src_port, c.dst_port] for c in select_ports(a, b, _static(s.policy))]
                for a in gpus for b in gpus if a != b}
     # a generated workload travels as its recipe (the coordinator draws the same requests), a trace's as rows
-    rows = ({"workload": spec.trace.workload, "seed": spec.trace.workload_seed, "n": len(reqs)}
+    rows = ({"workload": spec.trace.workload, "seed": spec.trace.workload_seed, "n": len(reqs),
+             "shape": spec.trace.workload_shape}
             if spec.trace.generated else [r.to_row() for r in reqs])
     config = {"spec": cluster, "requests": rows,
               "dilation": dilation, "agents": [f"gpu{g}" for g in gpus],

@@ -3,6 +3,8 @@ drawn to (NVIDIA Dynamo's GLM-5.2 recipe: 64K median ISL, 400 median OSL, 90 % K
 
 from __future__ import annotations
 
+import statistics
+
 import numpy as np
 import pytest
 
@@ -63,3 +65,14 @@ def test_the_trace_presets_read_the_shipped_traces():
     assert workloads.workload_requests("agentic-coding", n_requests=20, seed=3) == workloads.agentic_coding(20, 3)
     with pytest.raises(TrafficError, match="workload 'chat' is not known"):
         workloads.workload_requests("chat")
+
+
+@pytest.mark.parametrize("shape, hit", [({"turns_median": 1.55, "first_median": 44_000}, 0.60),
+                                        ({"turns_median": 30.0}, 0.96)])
+def test_the_sensitivitys_two_shapes_give_their_hit_at_the_published_median_prompt(shape, hit):
+    """experiments/default.yaml's prefix-hit alternatives: fewer, longer-first sessions for ~60 %, longer sessions
+    for ~96 %; the median prompt stays Dynamo's 64K (within 2 %) and the output 400."""
+    reqs = workloads.workload_requests("agentic-coding", seed=0, n_requests=4000, shape=shape)
+    assert workloads.realised_hit(reqs) == pytest.approx(hit, abs=0.01)
+    assert statistics.median(r.input_tokens for r in reqs) == pytest.approx(64_000, rel=0.02)
+    assert statistics.median(r.output_tokens for r in reqs) == pytest.approx(400, rel=0.02)
