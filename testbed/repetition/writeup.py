@@ -19,7 +19,7 @@ from common import scale
 from fabrics import Fabric
 from pfc.files import LOG_FILE
 from testbed.backends.base import Carried, LinkSettings, Network, PauseLog, QueueCounters
-from testbed.repetition import invariants, link_traffic
+from testbed.repetition import congestion, invariants, link_traffic
 from testbed.repetition.drivers.base import Driver, Prepared
 from testbed.repetition.spec import RepetitionSpec
 
@@ -199,11 +199,12 @@ def write_operating_point(run_dir: Path, op) -> dict:
 
 
 def write_pfc_outputs(run_dir: Path, fabric: Fabric, pauses: PauseLog, rows: list[dict], t0: float, t_end: float,
-                      drops: int) -> dict:
+                      drops: int) -> tuple[dict, list[dict] | None]:
     """pfc.txt (the run's slice of the pause log), pfc_ports.csv, and the summary's "pfc" block:
-    pauses, per-port figures, how far pauses spread, victim flows, the lossless verdict."""
+    pauses, per-port figures, how far pauses spread, victim flows, the lossless verdict; with the per-port
+    rows and the time each queue that caused pauses was congested (None, None without PFC)."""
     if not pauses.enabled:
-        return {"enabled": False, "pauses": 0, "resumes": 0, "lossless_ok": None}
+        return {"enabled": False, "pauses": 0, "resumes": 0, "lossless_ok": None}, (None, None)
     from pfc import analysis
 
     t0_ns, t_end_ns = int(t0 * 1e9), int(t_end * 1e9)
@@ -212,6 +213,7 @@ def write_pfc_outputs(run_dir: Path, fabric: Fabric, pauses: PauseLog, rows: lis
     (run_dir / LOG_FILE).write_text("".join(ln + "\n" for ln in lines))
     events = analysis.read_events(run_dir / LOG_FILE)
     ports = analysis.port_stats(events, t0_ns, t_end_ns)
+    congested = congestion.congested_spans([e for e in events if e.time_ns >= t0_ns], t_end_ns)
     analysis.write_port_stats_csv(run_dir / "pfc_ports.csv", ports)
     spread = analysis.spread(events)
     transfers = [{"request_id": r["request_id"], "src": r["src"], "dst": r["dst"], "src_ip": r["src_ip"],
@@ -233,7 +235,7 @@ def write_pfc_outputs(run_dir: Path, fabric: Fabric, pauses: PauseLog, rows: lis
         "resume_latency_ms": pauses.resume_latency_ms,
         "helper_netlink_errors": pauses.netlink_errors,
         "lossless_ok": drops == 0,
-    }
+    }, (ports, congested)
 
 
 def write_up(run_dir: Path, spec: RepetitionSpec, driver: Driver, prepared: Prepared, carried: Carried,
@@ -274,8 +276,11 @@ def write_up(run_dir: Path, spec: RepetitionSpec, driver: Driver, prepared: Prep
         summary["faults"] = [{k: ev[k] for k in ("trace_s", "target", "action", "late_ms", "wall_s")}
                              for ev in carried.faults]
         summary["fault_errors"] = carried.fault_errors or []
-    summary["pfc"] = write_pfc_outputs(run_dir, net.model, carried.pauses, rows, carried.t0, carried.t_end,
-                                       fabric_drops)
+    summary["pfc"], (ports, congested) = write_pfc_outputs(run_dir, net.model, carried.pauses, rows, carried.t0,
+                                                           carried.t_end, fabric_drops)
+    summary["congestion"] = {"by_class": congestion.by_class(counters, ports, spec.wall_per_run_s, congested),
+                             "kv_by_nic": congestion.kv_by_nic(rows, spec.gpus_per_server, link.bytes_scale
+                                                               / (spec.time_dilation if spec.live else 1.0))}
     summary["invariants"] = check_invariants(run_dir, link, counters, all_rows, summary["pfc"]["enabled"],
                                              net.model, carried.faults)
     if carried.clocks is not None:
