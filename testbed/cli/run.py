@@ -90,7 +90,7 @@ def cmd_calibrate(args) -> int:
     out_root = out_dir(args.out)
     levels = calibrate.parse_levels(args.levels)
     status, doc, sweep_dir = calibrate.run_calibration(args.experiment, overrides_from_args(args), levels, out_root,
-                                                       log=_stderr)
+                                                       refine=args.refine, log=_stderr)
     print_result(doc, calibrate.table(doc), sweep_dir, args.json)
     return status
 
@@ -125,6 +125,8 @@ def register(sub) -> None:
     p = sub.add_parser("calibrate", help="find the load where ROFT's 100 vs 200 Gbit/s ablation matches the seed's")
     _experiment_options(p)
     p.add_argument("--levels", default="128,256,384",
-                   help="serving.concurrency levels to try (default 128,256,384)")
+                   help="serving.concurrency levels to try first (default 128,256,384)")
+    p.add_argument("--refine", type=int, default=0, metavar="ROUNDS",
+                   help="then this many rounds of the midpoints around the closest level so far (default 0)")
     p.add_argument("--json", action="store_true", help="print the calibration document as JSON")
     p.set_defaults(func=cmd_calibrate)

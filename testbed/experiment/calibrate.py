@@ -16,10 +16,14 @@ fixed compute, which is what decides how much a step waits for the network
 (a serving benchmark's max-concurrency). TTFT is compared at P99, the
 percentile of the seed's headline.
 
-Layout: a sweep directory (``testbed.experiment.sweep``) with one point per (level,
-represents), plus ``calibration.json`` (the ``--json`` document) and
-``calibrated.yaml`` (the experiment at the chosen level, the figures as
-comments).
+The search: the given levels first, then ``refine`` rounds, each adding the
+midpoints between the closest level so far and its nearest measured neighbours
+(whole numbers not yet measured), so the chosen level is found to within the
+grid's last step rather than the first grid's.
+
+Layout: a calibration directory with one sweep directory (``testbed.experiment.sweep``) per round (one
+point per (level, represents)), plus ``calibration.json`` (the ``--json`` document, every round's levels
+together) and ``calibrated.yaml`` (the experiment at the chosen level, the figures as comments).
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from pathlib import Path
 import yaml
 
 from common.errors import TestbedError
-from testbed.experiment import run, sweep
+from testbed.experiment import run, rundir, sweep
 from testbed.experiment.schema import Override, resolve
 from testbed.report import headline
 
@@ -147,19 +151,50 @@ def write_experiment(path: Path, base: dict, doc: dict) -> None:
     path.write_text("\n".join(lines) + "\n" + yaml.safe_dump(exp, sort_keys=False))
 
 
+def next_levels(rows: list[dict]) -> list[int]:
+    """The refinement's next levels: the midpoints between the closest level so far and its nearest measured
+    neighbours below and above (whole numbers not measured yet; none when the grid cannot be split)."""
+    scored = [r for r in rows if r["distance"] is not None]
+    if not scored:
+        return []
+    measured = sorted(r["level"] for r in rows)
+    best = min(scored, key=lambda r: r["distance"])["level"]
+    i = measured.index(best)
+    out = []
+    for other in (measured[i - 1] if i else None, measured[i + 1] if i + 1 < len(measured) else None):
+        if other is not None:
+            mid = (best + other) // 2
+            if mid not in measured and mid not in out:
+                out.append(mid)
+    return sorted(out)
+
+
 def run_calibration(path, overrides: list[Override], levels: list[int], out_root: Path,
-                    log: run.Log = run.stderr_log) -> tuple[int, dict, Path]:
-    """Sweep (level x represents) on ROFT, then summarize; (exit status, document, sweep directory)."""
+                    log: run.Log = run.stderr_log, refine: int = 0) -> tuple[int, dict, Path]:
+    """Sweep (level x represents) on ROFT, then ``refine`` rounds around the closest level, then summarize;
+    (worst exit status, document, calibration directory)."""
     fixed = [o for o in overrides if o.key not in ("fabrics", KNOB, "link.represents")]
     fixed.append(Override("fabrics", [FABRIC], "calibrate"))
     base = resolve(path, fixed).experiment
     if base.serving.driver != "live" or base.serving.arrivals != "closed":
         raise TestbedError("calibrate needs a closed-loop live experiment (serving.driver live, serving.arrivals "
                            f"closed); this one has driver {base.serving.driver}, arrivals {base.serving.arrivals}")
-    params = [(KNOB, [str(v) for v in levels]), ("link.represents", list(BANDWIDTHS))]
-    status, sweep_dir = sweep.run_sweep(path, fixed, params, out_root, log=log, out=lambda line: None,
-                                        name=f"calibrate-{base.name}")
-    return status, write_calibration(sweep_dir, levels, base.model_dump(mode="json")), sweep_dir
+    if refine < 0:
+        raise TestbedError(f"--refine {refine}: expected a number of rounds >= 0")
+    cal_dir = rundir.new_run_dir(Path(out_root), f"calibrate-{base.name}")
+    log(f"calibration directory {cal_dir}")
+    worst, sweeps, todo = 0, [], list(levels)
+    for round_ in range(refine + 1):
+        log(f"== calibration round {round_ + 1}/{refine + 1}: {KNOB} = {', '.join(map(str, todo))}")
+        params = [(KNOB, [str(v) for v in todo]), ("link.represents", list(BANDWIDTHS))]
+        status, sweep_dir = sweep.run_sweep(path, fixed, params, cal_dir, log=log, out=lambda line: None,
+                                            name=f"round{round_ + 1}")
+        worst, sweeps = max(worst, status), sweeps + [sweep_dir]
+        done = sorted({int(p["values"][KNOB]) for s in sweeps for p in points_of(s)})
+        todo = next_levels(summarize([p for s in sweeps for p in points_of(s)], done)["levels"])
+        if not todo:
+            break
+    return worst, write_calibration(cal_dir, sweeps, base.model_dump(mode="json")), cal_dir
 
 
 def points_of(sweep_dir: Path) -> list[dict]:
@@ -168,10 +203,13 @@ def points_of(sweep_dir: Path) -> list[dict]:
     return [p | {"fabrics": headline.fabric_headlines(sweep_dir / p["dir"])} for p in doc["points"]]
 
 
-def write_calibration(sweep_dir: Path, levels: list[int], experiment: dict) -> dict:
-    """calibration.json (and calibrated.yaml when a level was chosen) from a finished calibration sweep."""
-    result = summarize(points_of(sweep_dir), levels) | {"dir": str(sweep_dir), "experiment": experiment}
-    (sweep_dir / "calibration.json").write_text(json.dumps(result, indent=1) + "\n")
+def write_calibration(cal_dir: Path, sweeps: list[Path], experiment: dict) -> dict:
+    """calibration.json (and calibrated.yaml when a level was chosen) from a finished calibration's sweeps."""
+    points = [p | {"sweep": s.name} for s in sweeps for p in points_of(s)]
+    levels = sorted({int(p["values"][KNOB]) for p in points})
+    result = summarize(points, levels) | {"dir": str(cal_dir), "sweeps": [s.name for s in sweeps],
+                                          "experiment": experiment}
+    (cal_dir / "calibration.json").write_text(json.dumps(result, indent=1) + "\n")
     if result["chosen"] is not None:
-        write_experiment(sweep_dir / "calibrated.yaml", experiment, result)
+        write_experiment(cal_dir / "calibrated.yaml", experiment, result)
     return result

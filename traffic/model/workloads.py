@@ -65,6 +65,7 @@ source):
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -199,6 +200,13 @@ def realised_hit(requests: list[Request], capacity_blocks: int | None = None) ->
     return hit / total if total else 0.0
 
 
+@functools.lru_cache(maxsize=8)
+def _generated(n_requests: int, seed: int, shape: AgenticShape) -> tuple[Request, ...]:
+    """A generated workload, drawn once per process for each (size, seed, shape): a run asks for the same
+    one several times (its count, every repetition's preparation)."""
+    return tuple(agentic_coding(n_requests, seed, shape))
+
+
 def workload_requests(name: str, *, seed: int = 0, n_requests: int | None = None,
                       root: Path | None = None, shape: dict | None = None) -> list[Request]:
     """The requests of a named workload: a shipped trace's (the first ``n_requests``; paths from the
@@ -208,7 +216,7 @@ def workload_requests(name: str, *, seed: int = 0, n_requests: int | None = None
     if w.kind == "generated":
         from dataclasses import replace
 
-        return agentic_coding(10_000 if n_requests is None else n_requests, seed, replace(AGENTIC, **(shape or {})))
+        return list(_generated(10_000 if n_requests is None else n_requests, seed, replace(AGENTIC, **(shape or {}))))
     requests = read_trace((root or REPO) / w.path).requests
     return requests if n_requests is None else requests[:int_at_least("n_requests", n_requests, 1)]
 

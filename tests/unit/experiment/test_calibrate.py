@@ -48,3 +48,38 @@ def test_a_level_without_measurements_is_never_chosen():
     doc = calibrate.summarize(points, [64])
     assert doc["levels"][0]["throughput_ratio"] is None and doc["chosen"] is None
     assert "nothing chosen" in "\n".join(calibrate.table(doc))
+
+
+def test_the_refinement_splits_the_grid_around_the_closest_level():
+    rows = [{"level": 256, "distance": 0.30}, {"level": 512, "distance": 0.10}, {"level": 1024, "distance": 0.20}]
+    assert calibrate.next_levels(rows) == [384, 768]
+    rows += [{"level": 384, "distance": 0.05}, {"level": 768, "distance": 0.15}]
+    assert calibrate.next_levels(rows) == [320, 448]
+    assert calibrate.next_levels([{"level": 8, "distance": 0.1}, {"level": 9, "distance": 0.2}]) == []  # no room
+    assert calibrate.next_levels([{"level": 8, "distance": None}]) == []
+    edge = [{"level": 64, "distance": 0.01}, {"level": 128, "distance": 0.2}]  # the best at the edge: one side
+    assert calibrate.next_levels(edge) == [96]
+
+
+def test_a_refined_calibration_measures_the_midpoints_and_chooses_among_every_round(tmp_path, monkeypatch):
+    """The run loop with a fake repetition whose 200G/100G throughput ratio peaks at 1.19 at level 24 (TTFT
+    P99 ratio 0.78 everywhere): levels 16 and 64 first, then 40 (between 16 and 64), then 28 (between 16 and
+    40): round three's 28 is chosen, the closest level to 24 measured."""
+    from testbed.experiment.schema import EXAMPLES_DIR, Override
+    from tests.support import fake_runs
+
+    def summary(spec):
+        level, hi = spec.serving.concurrency, spec.represents_bps > 150e9
+        tokens = 1000.0 * (1 + 0.19 * max(0.0, 1 - abs(level - 24) / 64)) if hi else 1000.0
+        return {"fabric": "roft", "transfers": 1, "verified": 1, "goodput_bps": 1.0,
+                "throughput_tokens_per_s": tokens, "ttft_ms": {"p50": 10.0, "p99": 78.0 if hi else 100.0},
+                "queue_drops": 0, "pfc": {"enabled": True, "pauses": 0}, "warnings": []}
+
+    fake_runs.install(monkeypatch, fake_runs.FakeReplay(summary_of=summary))
+    fake_runs.no_report(monkeypatch)
+    status, doc, cal_dir = calibrate.run_calibration(
+        EXAMPLES_DIR / "default.yaml", [Override("trace.first_n", 300, "test")], [16, 64], tmp_path,
+        log=lambda m: None, refine=2)
+    assert status == 0 and [r["level"] for r in doc["levels"]] == [16, 28, 40, 64]
+    assert doc["chosen"]["level"] == 28 and len(doc["sweeps"]) == 3
+    assert (cal_dir / "calibration.json").is_file() and (cal_dir / "calibrated.yaml").is_file()
