@@ -95,7 +95,7 @@ import numpy as np
 
 from traffic.model._check import real_positive
 from traffic.model.errors import TrafficError
-from traffic.model.expert import ep_traffic, expert_owners, expert_popularity
+from traffic.model.expert import HitTable
 from traffic.model.memory import KVPool, get_gpu, kv_pool_tokens
 from traffic.model.models import kv_bytes_per_token_per_rank
 from traffic.model.placement import Instance, gpu_server
@@ -114,57 +114,13 @@ from traffic.model.serving_events import (
 from traffic.model.serving_spec import ARRIVALS, ROUTINGS, ServingSpec, build_engines, layout_summary
 from traffic.model.traces import Request
 
-_PROBE_TOKENS = 4096  # tokens per GPU routed once to estimate each pair's share (see _HitTable)
-
-
-class _HitTable:
-    """How many token copies GPU a sends GPU b per token of a, from one seeded routing of
-    ``_PROBE_TOKENS`` tokens per GPU; per step the pair counts are binomial draws around it, which
-    keeps a step's cost independent of its token count (prefill steps carry thousands of tokens).
-
-    ``per_expert`` False: one copy per (token, destination GPU) holding any of its experts, as
-    DeepEP's normal kernels send (prefill). True: one copy per (token, chosen expert), as its
-    low-latency kernels send (decode): the expected experts per token on b, experts_per_token x
-    b's share of the routing.
-    """
-
-    def __init__(self, group: tuple[int, ...], spec: ServingSpec, seed: int, per_expert: bool) -> None:
-        probe = ep_traffic(group, _PROBE_TOKENS, spec.model, spec.popularity, spec.zipf_s, seed)
-        k = spec.model.expert.experts_per_token
-        self.group = group
-        self.per_expert = per_expert
-        self.draws = k if per_expert else 1
-        if per_expert:
-            owners = expert_owners(group, spec.model.expert.routed_experts)
-            weights = expert_popularity(spec.model.expert.routed_experts, spec.popularity, spec.zipf_s, k)
-            on = {g: 0.0 for g in group}
-            for e, g in enumerate(owners):
-                on[g] += float(weights[e])
-            total = sum(on.values())
-            self.share = {(a, b): on[b] / total for a in group for b in group if a != b}
-        else:
-            self.share = {pair: n / _PROBE_TOKENS for pair, n in probe.dispatch_tokens.items()}
-        self.dispatch_per_token = probe.dispatch_bytes_per_token * probe.moe_layers
-        self.combine_per_token = probe.combine_bytes_per_token * probe.moe_layers
-
-    def tokens(self, tokens_per_gpu: dict[int, int], rng: np.random.Generator) -> dict[tuple[int, int], int]:
-        """Token copies GPU a sends GPU b in one step's dispatch (b returns as many in the combine)."""
-        out = {}
-        for (a, b), p in self.share.items():
-            n = tokens_per_gpu.get(a, 0)
-            if n:
-                c = int(rng.binomial(n * self.draws, min(1.0, p)))
-                if c:
-                    out[(a, b)] = c
-        return out
-
 
 @dataclass
 class _Engine:
     kind: str
     index: int
     units: tuple[Instance, ...]
-    hits: _HitTable | None
+    hits: HitTable | None
     queue: list[list[RequestState]] = field(default_factory=list)  # per unit
     step: StepRecord | None = None
     batch: list[list[RequestState]] = field(default_factory=list)  # per unit, this step's requests
@@ -226,7 +182,7 @@ class Cluster:
                 gpus = tuple(g for u in units for g in u.gpus)
                 # an EP group of several units exchanges tokens; one TP instance (dense, or an MoE model's
                 # experts sharded inside it) has no all-to-all
-                hits = _HitTable(gpus, spec, seed + 7919 * (len(engines) + 1) + (kind == "decode"),
+                hits = HitTable(gpus, spec, seed + 7919 * (len(engines) + 1) + (kind == "decode"),
                                  per_expert=kind == "decode") if spec.expert_parallel and len(units) > 1 else None
                 engines.append(_Engine(kind, i, units, hits, [[] for _ in units], batch=[[] for _ in units]))
             self.engines[kind] = engines

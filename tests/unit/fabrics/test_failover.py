@@ -1,6 +1,6 @@
 """fabrics.failover: live buckets, ZCube's detour and the port pairs hosts may still use.
 
-The expected values are worked out by hand from the wiring rule (README, zcube.py), for
+The expected values are worked out by hand from the wiring rule (docs/fabrics.md, zcube.py), for
 ZCube n=16, k=8: odd GPUs' port 1 on sw1, even GPUs' port 1 on sw3 (GPU i on port (i+1)//2),
 port 2 of GPUs 1-8 on sw2 and of 9-16 on sw4 (GPU i on port i, resp. i-8). OpenFlow ports
 are handed out GPU ports first, then the odd-even cables in the order sw1-sw2, sw1-sw4,

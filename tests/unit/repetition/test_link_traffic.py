@@ -1,7 +1,7 @@
 """What crosses each link (testbed.repetition.link_traffic) on hand-built cases, and the report's hottest-links
 table with and without link_traffic.csv. No root, no fabric.
 
-Expected links are worked out by hand from the wiring rules (README "The fabrics"), not from the
+Expected links are worked out by hand from the wiring rules (docs/fabrics.md), not from the
 product's routing:
 
 ZCube(n=16, k=8), 4 parallel cables per odd-even pair (k^2/n): switches sw1..sw4, odd sw1 and sw3.
