@@ -49,7 +49,7 @@ class Ns3Backend(Backend):
         engine.load()
         t = time.monotonic()
         engine.configure(net.link.mtu, conditions.seed)
-        built = plan.build(net.model, net.link, resolved, conditions.seed)
+        built = plan.build(net.model, net.link, resolved, conditions.seed, conditions.hash_seed)
         build_s = time.monotonic() - t
         log(f"twin: {net.model.describe()}, {len(built.queues)} queues, PFC "
             f"{'on' if resolved else 'off'} (ns-3 loaded in {engine.load_s():g} s, built in {build_s:.1f} s)")
@@ -69,6 +69,7 @@ class Ns3Backend(Backend):
                                   cluster_s=cluster_s, events=events, packets=summarise.packets(sampler),
                                   gpus=net.model.n_gpus, kind=net.model.kind)
         figures["device_drops"] = device_drops
+        figures["ecmp"] = plan.ecmp_outcome(built)
         summarise.write_speed(run_dir, figures)
         del built.twin
         tb.Destroy()
