@@ -26,14 +26,17 @@ class PortPicker:
     port has the fewest of the sender's bytes not yet delivered (``traffic.runtime.coordinator``'s rule)."""
 
     def __init__(self, choices: dict, adaptive: bool) -> None:
-        self.choices = {tuple(map(int, k.split(","))): [tuple(c) for c in v] for k, v in choices.items()}
+        self.config = choices  # "src,dst" -> [[sp, dp], ...], read per pair on first use (n=512: 261,632 pairs)
+        self.choices: dict[tuple[int, int], list[tuple[int, int]]] = {}
         self.adaptive = adaptive
         self.count: dict[tuple[int, int], int] = {}
         self.outstanding: dict[tuple[int, int], int] = {}
         self.port_of: dict[int, tuple[int, int, int]] = {}
 
     def pick(self, mid: int, src: int, dst: int, nbytes: int) -> tuple[int, int]:
-        opts = self.choices[(src, dst)]
+        opts = self.choices.get((src, dst))
+        if opts is None:
+            opts = self.choices[(src, dst)] = [tuple(c) for c in self.config[f"{src},{dst}"]]
         k = self.count.get((src, dst), 0)
         self.count[(src, dst)] = k + 1
         if not self.adaptive or len(opts) == 1:
