@@ -261,6 +261,13 @@ class Backend(abc.ABC):
     supports: ClassVar[frozenset[str]] = frozenset()  # CROSS_TRAFFIC, FAULTS
     realtime: ClassVar[bool] = False  # a repetition takes its run's wall time (else: as long as it computes)
     setup_s: ClassVar[float] = 5.0  # a repetition's time besides the run itself, for the estimates
+    once_s: ClassVar[float] = 0.0  # time spent once per process before the first repetition (the estimates)
+
+    def estimate(self, exp) -> tuple[float, str] | None:
+        """A repetition's wall seconds and how they were derived, for an experiment (``testbed.experiment``'s
+        ``Experiment``), where the backend has a model of its own cost; None: the run's replayed time (a realtime
+        backend) plus ``setup_s``."""
+        return None
 
     def check(self, build_own: bool) -> None:
         """Raise when this machine cannot carry a repetition now (``build_own``: every repetition brings

@@ -78,23 +78,46 @@ def replayed_s(exp) -> float:
     return exp.trace.duration_s / exp.trace.speed
 
 
+def _backend_estimate(exp) -> tuple[float, str] | None:
+    """The backend's own model of a repetition's wall time (the ns-3 twin's), None without one."""
+    from testbed import backends
+
+    return backends.get(exp.backend).estimate(exp)
+
+
 def _per_repetition(exp) -> tuple[float, float]:
     """(wall seconds of the run itself, set-up seconds) of one repetition on the experiment's backend."""
     from testbed import backends
 
     b = backends.get(exp.backend)
+    own = b.estimate(exp)
+    if own is not None:
+        return 0.0, own[0]
     return (replayed_s(exp) if b.realtime else 0.0), b.setup_s
 
 
+def _once_s(exp) -> float:
+    from testbed import backends
+
+    return backends.get(exp.backend).once_s
+
+
 def estimate_s(exp) -> float:
-    """fabrics x repetitions x (replayed wall time + set-up overhead)."""
-    return len(exp.fabrics) * exp.repetitions * sum(_per_repetition(exp))
+    """fabrics x repetitions x (replayed wall time + set-up overhead), or the backend's own model of a
+    repetition; plus what the backend spends once per process."""
+    return _once_s(exp) + len(exp.fabrics) * exp.repetitions * sum(_per_repetition(exp))
 
 
 def estimate_text(exp) -> str:
     run_s, setup_s = _per_repetition(exp)
-    each = f"{replayed_s(exp):g} s replayed + ~{setup_s:g} s set-up" if run_s else f"~{setup_s:g} s of computing"
-    return f"{len(exp.fabrics)} fabric(s) x {exp.repetitions} repetition(s) x ({each}) = ~{minutes(estimate_s(exp))}"
+    own = _backend_estimate(exp)
+    if own is not None:
+        each = f"~{minutes(own[0])}: {own[1]}"
+    else:
+        each = f"{replayed_s(exp):g} s replayed + ~{setup_s:g} s set-up" if run_s else f"~{setup_s:g} s of computing"
+    once = f" + ~{_once_s(exp):g} s once" if _once_s(exp) else ""
+    return (f"{len(exp.fabrics)} fabric(s) x {exp.repetitions} repetition(s) x ({each}){once} = "
+            f"~{minutes(estimate_s(exp))}")
 
 
 def minutes(seconds: float) -> str:

@@ -26,6 +26,7 @@ from testbed.backends.base import (
     ServingTraffic,
 )
 from testbed.backends.ns3 import apps, engine, pfc, plan, summarise
+from testbed.backends.ns3 import estimate as cost
 from testbed.errors import EnvironmentProblem, TestbedError
 from testbed.fabric import build_fabric
 
@@ -33,7 +34,11 @@ from testbed.fabric import build_fabric
 class Ns3Backend(Backend):
     name = "ns3"
     realtime = False
-    setup_s = 20.0  # loading ns-3 (about 12 s, once per process) and building the network
+    setup_s = cost.FALLBACK_S  # a repetition without a load model (cost.for_experiment): building the network
+    once_s = cost.LOAD_S  # loading ns-3 and compiling the twin, once per process
+
+    def estimate(self, exp) -> tuple[float, str] | None:
+        return cost.for_experiment(exp)
 
     def check(self, build_own: bool) -> None:
         if not engine.available():
@@ -69,6 +74,9 @@ class Ns3Backend(Backend):
                                   cluster_s=cluster_s, events=events, packets=summarise.packets(sampler),
                                   gpus=net.model.n_gpus, kind=net.model.kind)
         figures["device_drops"] = device_drops
+        if cpu_s is not None:  # the loop's CPU seconds: its cost when other jobs share the cores
+            figures["cpu_s"] = cpu_s
+            figures["cpu_per_cluster_s"] = round(cpu_s / cluster_s, 3) if cluster_s > 0 else None
         figures["ecmp"] = plan.ecmp_outcome(built)
         summarise.write_speed(run_dir, figures)
         del built.twin
@@ -102,9 +110,11 @@ class Ns3Backend(Backend):
         net, resolved, built, build_s = self._start(spec, conditions, log)
         cluster = traffic.cluster()
         t, cpu = time.monotonic(), time.process_time()
-        plan_rows, sampler = apps.serve(built, cluster, traffic.config, traffic.dilation, traffic.duration_s)
+        progress = apps.Progress(log, traffic.duration_s, traffic.dilation)
+        sent, sampler = apps.serve(built, cluster, traffic.config, traffic.dilation, traffic.duration_s, progress)
         wall_s, cpu_s = time.monotonic() - t, round(time.process_time() - cpu, 3)
-        rows = summarise.merged_rows(plan_rows, built.twin)
+        rows = summarise.merged_rows(sent, built.twin)
+        del sent
         results = serving_results.write_results(run_dir, cluster, t0=0.0, dilation=traffic.dilation, cpu_s=cpu_s,
                                                 failed={}, lag_s=[])
         log(f"served {traffic.duration_s:g} s of cluster time on the twin: {len(rows)} messages, "

@@ -1,0 +1,78 @@
+"""How long a repetition on the twin takes, before it runs (``testbed run``'s "estimated wall time").
+
+The twin's cost is its events: ns-3 processes a roughly steady number of events per wall second, and a run
+has a number of events per cluster second set by the packets it carries, i.e. by the emulated bytes and
+messages the serving cluster sends. Model (docs/twin.md, "Speed"):
+
+    wall s per repetition = fixed(n) + cluster s x events per cluster s / events per wall s(n)
+
+* events per cluster s = EVENTS_PER_CLUSTER_S x (in flight / 128)^IN_FLIGHT_EXP x bytes^BYTES_EXP, where
+  ``bytes`` is the emulated bytes per real byte relative to the default's (time dilation x link rate /
+  represented rate, over 12 x 3 Mbit/s / 200 Gbit/s): 100 Gbit/s links carry twice the emulated bytes;
+* events per wall s(n) = EVENTS_PER_WALL_S x (n / 32)^-N_EXP (the larger fabric's working set, and every
+  host's TCP demultiplexer scans all its connections);
+* fixed(n): building the network, the serving cluster's set-up and the write-up;
+* ns-3's own loading (once per process) is added once.
+
+The constants were fitted on runs of the default experiment on this 2-core machine (docs/twin.md, "Speed"):
+n=32 with 128 in flight (32 cluster s: 481k-583k events per cluster s, ~300k events per wall s) and n=512
+with 2048 in flight (8 cluster s: 3.5-3.8M events per cluster s; a user's 32 cluster s: 21 and 33 wall s per
+cluster s at 175k events per wall s, links standing for 200 and 100 Gbit/s). Only the live driver with a
+closed loop has a load model (the requests in flight); others get the flat ``FALLBACK_S``. A run prints its
+real pace every ``apps.PROGRESS_EVERY_S`` wall seconds, which is the better guide once it started.
+"""
+
+from __future__ import annotations
+
+LOAD_S = 13.0  # loading ns-3 and compiling twin.cc, once per process
+EVENTS_PER_CLUSTER_S = 530e3  # n=32, 128 in flight, links standing for 200 Gbit/s, dilation 12, 3 Mbit/s
+IN_FLIGHT_EXP = 0.70
+BYTES_EXP = 0.65
+EVENTS_PER_WALL_S = 300e3  # at n=32
+N_EXP = 0.19
+FIXED_S = (10.0, 0.1)  # s + s per GPU: build, cluster set-up, write-up
+FALLBACK_S = 20.0
+DEFAULT_BYTES = 12 * 3e6 / 200e9  # the default experiment's dilation x rate / represented rate
+
+
+def events_per_cluster_s(in_flight: int, bytes_factor: float) -> float:
+    """Expected events per cluster second at ``in_flight`` requests and ``bytes_factor`` x the default's emulated
+    bytes per real byte."""
+    return EVENTS_PER_CLUSTER_S * (in_flight / 128) ** IN_FLIGHT_EXP * bytes_factor ** BYTES_EXP
+
+
+def events_per_wall_s(gpus: int) -> float:
+    return EVENTS_PER_WALL_S * (gpus / 32) ** -N_EXP
+
+
+def fixed_s(gpus: int) -> float:
+    return FIXED_S[0] + FIXED_S[1] * gpus
+
+
+def wall_per_cluster_s(gpus: int, in_flight: int, bytes_factor: float = 1.0) -> float:
+    return events_per_cluster_s(in_flight, bytes_factor) / events_per_wall_s(gpus)
+
+
+def repetition_s(gpus: int, in_flight: int, cluster_s: float, bytes_factor: float = 1.0) -> float:
+    """Wall seconds of one repetition (ns-3's loading not included)."""
+    return fixed_s(gpus) + cluster_s * wall_per_cluster_s(gpus, in_flight, bytes_factor)
+
+
+def for_experiment(exp) -> tuple[float, str] | None:
+    """(wall seconds of one repetition, how it was derived) for an experiment (``testbed.experiment``'s),
+    None when the model has no load for it (not a closed-loop live run)."""
+    s = exp.serving
+    if s.driver != "live" or s.arrivals != "closed":
+        return None
+    bytes_factor = exp.link.time_dilation * exp.link.rate / exp.link.represents / DEFAULT_BYTES
+    per = wall_per_cluster_s(exp.gpus, s.concurrency, bytes_factor)
+    total = repetition_s(exp.gpus, s.concurrency, exp.trace.duration_s, bytes_factor)
+    how = (f"{exp.trace.duration_s:g} cluster s x ~{per:.2g} wall s per cluster s (n={exp.gpus}, {s.concurrency} "
+           f"in flight, {bytes_factor:.3g} x the default's emulated bytes) + ~{fixed_s(exp.gpus):.0f} s set-up and "
+           "write-up, from the twin's measured events per cluster s and per wall s on this machine (docs/twin.md, "
+           "Speed; often within a factor 1.5)")
+    return total, how
+
+
+__all__ = ["for_experiment", "repetition_s", "wall_per_cluster_s", "events_per_cluster_s", "events_per_wall_s",
+           "fixed_s", "LOAD_S", "FALLBACK_S"]
