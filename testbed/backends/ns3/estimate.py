@@ -4,13 +4,18 @@ The twin's cost is its events: ns-3 processes a roughly steady number of events 
 has a number of events per cluster second set by the packets it carries, i.e. by the emulated bytes and
 messages the serving cluster sends. Model (docs/twin.md, "Speed"):
 
-    wall s per repetition = fixed(n) + cluster s x events per cluster s / events per wall s(n)
+    wall s per repetition = fixed(n) + loop(cluster s), loop(D) = c x (D - RAMP_S / 2) (D >= RAMP_S)
+                                                      or c x D^2 / (2 RAMP_S)  (shorter runs)
+    c = events per cluster s / events per wall s(n), the steady cost of a cluster second
 
 * events per cluster s = EVENTS_PER_CLUSTER_S x (in flight / 128)^IN_FLIGHT_EXP x bytes^BYTES_EXP, where
   ``bytes`` is the emulated bytes per real byte relative to the default's (time dilation x link rate /
   represented rate, over 12 x 3 Mbit/s / 200 Gbit/s): 100 Gbit/s links carry twice the emulated bytes;
 * events per wall s(n) = EVENTS_PER_WALL_S x (n / 32)^-N_EXP (the larger fabric's working set, and every
   host's TCP demultiplexer scans all its connections);
+* a closed loop starts with every request arriving at once: its first cluster seconds (prefill, before the
+  decode engines' exchanges reach their steady rate) cost less. The cost of a cluster second ramps up over
+  RAMP_S cluster seconds (fitted on n=512 ROFT: 32, 120 and ~670 wall s for 4, 8 and 32 cluster s);
 * fixed(n): building the network, the serving cluster's set-up and the write-up;
 * ns-3's own loading (once per process) is added once.
 
@@ -32,6 +37,8 @@ EVENTS_PER_WALL_S = 300e3  # at n=32
 N_EXP = 0.19
 FIXED_S = (10.0, 0.1)  # s + s per GPU: build, cluster set-up, write-up
 FALLBACK_S = 20.0
+RAMP_S = 5.8  # cluster s over which a closed loop's cost per cluster second ramps up to its steady value
+FIT_S = 32.0  # the run length EVENTS_PER_CLUSTER_S was averaged over
 DEFAULT_BYTES = 12 * 3e6 / 200e9  # the default experiment's dilation x rate / represented rate
 
 
@@ -50,12 +57,22 @@ def fixed_s(gpus: int) -> float:
 
 
 def wall_per_cluster_s(gpus: int, in_flight: int, bytes_factor: float = 1.0) -> float:
+    """Wall s per cluster s averaged over a FIT_S-long run (what the constants were measured as)."""
     return events_per_cluster_s(in_flight, bytes_factor) / events_per_wall_s(gpus)
+
+
+def loop_s(cluster_s: float, average_per_cluster_s: float) -> float:
+    """Wall seconds of the simulation loop over ``cluster_s``, for a cost averaging ``average_per_cluster_s``
+    over FIT_S cluster seconds, with the closed loop's ramp (module docstring)."""
+    steady = average_per_cluster_s * FIT_S / (FIT_S - RAMP_S / 2)
+    if cluster_s >= RAMP_S:
+        return steady * (cluster_s - RAMP_S / 2)
+    return steady * cluster_s ** 2 / (2 * RAMP_S)
 
 
 def repetition_s(gpus: int, in_flight: int, cluster_s: float, bytes_factor: float = 1.0) -> float:
     """Wall seconds of one repetition (ns-3's loading not included)."""
-    return fixed_s(gpus) + cluster_s * wall_per_cluster_s(gpus, in_flight, bytes_factor)
+    return fixed_s(gpus) + loop_s(cluster_s, wall_per_cluster_s(gpus, in_flight, bytes_factor))
 
 
 def for_experiment(exp) -> tuple[float, str] | None:
@@ -67,12 +84,13 @@ def for_experiment(exp) -> tuple[float, str] | None:
     bytes_factor = exp.link.time_dilation * exp.link.rate / exp.link.represents / DEFAULT_BYTES
     per = wall_per_cluster_s(exp.gpus, s.concurrency, bytes_factor)
     total = repetition_s(exp.gpus, s.concurrency, exp.trace.duration_s, bytes_factor)
-    how = (f"{exp.trace.duration_s:g} cluster s x ~{per:.2g} wall s per cluster s (n={exp.gpus}, {s.concurrency} "
-           f"in flight, {bytes_factor:.3g} x the default's emulated bytes) + ~{fixed_s(exp.gpus):.0f} s set-up and "
-           "write-up, from the twin's measured events per cluster s and per wall s on this machine (docs/twin.md, "
-           "Speed; often within a factor 1.5)")
+    how = (f"{exp.trace.duration_s:g} cluster s at ~{per:.2g} wall s per cluster s over {FIT_S:g} s, less in a "
+           f"closed loop's first {RAMP_S:g} s (n={exp.gpus}, {s.concurrency} in flight, {bytes_factor:.3g} x the "
+           f"default's emulated bytes): ~{loop_s(exp.trace.duration_s, per):.0f} s + ~{fixed_s(exp.gpus):.0f} s "
+           "set-up and write-up, from the twin's measured events per cluster s and per wall s on this machine "
+           "(docs/twin.md, Speed; often within a factor 1.5)")
     return total, how
 
 
-__all__ = ["for_experiment", "repetition_s", "wall_per_cluster_s", "events_per_cluster_s", "events_per_wall_s",
-           "fixed_s", "LOAD_S", "FALLBACK_S"]
+__all__ = ["for_experiment", "repetition_s", "loop_s", "wall_per_cluster_s", "events_per_cluster_s",
+           "events_per_wall_s", "fixed_s", "LOAD_S", "FALLBACK_S", "RAMP_S"]
