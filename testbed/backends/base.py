@@ -152,6 +152,9 @@ class Conditions:
     wall_per_run_s: float = 1.0  # wall seconds per run second (a fault's ``at`` is in run seconds)
     timeout_s: float = 60.0  # a message not delivered by then has failed
     connections: str = "persistent"  # the senders' TCP connections (traffic.runtime.agent.CONNECTION_MODES)
+    # the ECMP hash's seed where a backend draws the flows' source ports itself (the ns-3 twin): None = ``seed``;
+    # another value draws a fresh ECMP outcome and leaves everything else that follows ``seed`` as it is
+    hash_seed: int | None = None
 
 
 # -------------------------------------------------------------------- returned
@@ -257,6 +260,13 @@ class Backend(abc.ABC):
     supports: ClassVar[frozenset[str]] = frozenset()  # CROSS_TRAFFIC, FAULTS
     realtime: ClassVar[bool] = False  # a repetition takes its run's wall time (else: as long as it computes)
     setup_s: ClassVar[float] = 5.0  # a repetition's time besides the run itself, for the estimates
+    once_s: ClassVar[float] = 0.0  # time spent once per process before the first repetition (the estimates)
+
+    def estimate(self, exp) -> tuple[float, str] | None:
+        """A repetition's wall seconds and how they were derived, for an experiment (``testbed.experiment``'s
+        ``Experiment``), where the backend has a model of its own cost; None: the run's replayed time (a realtime
+        backend) plus ``setup_s``."""
+        return None
 
     def check(self, build_own: bool) -> None:
         """Raise when this machine cannot carry a repetition now (``build_own``: every repetition brings

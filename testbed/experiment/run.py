@@ -92,19 +92,29 @@ def replayed_s(exp) -> float:
 
 
 def _per_repetition(exp, backend: Backend) -> tuple[float, float]:
-    """(wall seconds of the run itself, set-up seconds) of one repetition on ``backend``."""
+    """(wall seconds of the run itself, set-up seconds) of one repetition on ``backend``; with a model of the
+    backend's own cost (the ns-3 twin's), (0, its estimate)."""
+    own = backend.estimate(exp)
+    if own is not None:
+        return 0.0, own[0]
     return (replayed_s(exp) if backend.realtime else 0.0), backend.setup_s
 
 
 def estimate_s(exp, backend: Backend) -> float:
-    """fabrics x repetitions x (replayed wall time + set-up overhead)."""
-    return len(exp.fabrics) * exp.repetitions * sum(_per_repetition(exp, backend))
+    """fabrics x repetitions x (replayed wall time + set-up overhead), or the backend's own model of a
+    repetition; plus what the backend spends once per process."""
+    return backend.once_s + len(exp.fabrics) * exp.repetitions * sum(_per_repetition(exp, backend))
 
 
 def estimate_text(exp, backend: Backend) -> str:
     run_s, setup_s = _per_repetition(exp, backend)
-    each = f"{replayed_s(exp):g} s replayed + ~{setup_s:g} s set-up" if run_s else f"~{setup_s:g} s of computing"
-    return (f"{len(exp.fabrics)} fabric(s) x {exp.repetitions} repetition(s) x ({each}) = "
+    own = backend.estimate(exp)
+    if own is not None:
+        each = f"~{minutes(own[0])}: {own[1]}"
+    else:
+        each = f"{replayed_s(exp):g} s replayed + ~{setup_s:g} s set-up" if run_s else f"~{setup_s:g} s of computing"
+    once = f" + ~{backend.once_s:g} s once" if backend.once_s else ""
+    return (f"{len(exp.fabrics)} fabric(s) x {exp.repetitions} repetition(s) x ({each}){once} = "
             f"~{minutes(estimate_s(exp, backend))}")
 
 
@@ -221,8 +231,14 @@ def finish(resolved: Resolved, run_dir: Path, outcomes: list[dict], log: Log) ->
     if failed:
         log(f"{len(failed)} of {len(outcomes)} repetitions failed: "
             + "; ".join(f"{o['dir']}: {o['error']}" for o in failed))
+    for kind, h in heads.items():
+        for r in h["repetitions"]:
+            note = (r.get("in_flight") or {}).get("note")
+            if note:
+                log(f"{kind} rep{r['rep']}: {note}")
     if unverified:
-        log(f"{unverified} repetition(s) did not verify every transfer (see their summary.json)")
+        log(f"{unverified} repetition(s) did not verify every transfer and their figures do not all stand "
+            "(see their summary.json, \"in_flight\")")
     return (1 if failed or unverified or report is False else 0), heads
 
 

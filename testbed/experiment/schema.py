@@ -117,7 +117,11 @@ class Experiment(_Section):
     hosts: Optional[str] = Field(None, description="a hosts file (docs/multihost.md): the emulated fabric spread "
                                  "over those machines (relative to the experiment file's folder; on the command "
                                  "line, `run --hosts FILE`, to the current one); null: this machine")
-    seed: int = Field(0, ge=0, description="repetition r uses seed + r - 1 (scheduler, cross traffic)")
+    seed: int = Field(0, ge=0, description="repetition r uses seed + r - 1 (scheduler, expert routing, cross traffic, "
+                                           "and the ECMP hash outcome unless hash_seed is set)")
+    hash_seed: Optional[int] = Field(None, ge=0, description="repetition r draws its ECMP hash outcome (its "
+                                     "connections' source ports) from hash_seed + r - 1 instead of its seed: a "
+                                     "fresh outcome with the same expert routing; null: the repetition's seed")
     repetitions: int = Field(1, ge=1, le=100)
     cross_flows: int = Field(0, ge=0, description="background iperf3 flows between random GPU pairs")
     sweep: Optional[dict[str, list[Union[str, int, float]]]] = Field(
@@ -254,7 +258,8 @@ def repetition_spec(exp: Experiment, kind: str, rep: int = 1):
     return RepetitionSpec(fabric=fabric_spec(exp, kind), trace=exp.trace, serving=exp.serving,
                           time_dilation=exp.link.time_dilation, seed=exp.seed + rep - 1, rep=rep,
                           cross_flows=exp.cross_flows, gpus_per_server=exp.gpus_per_server,
-                          faults=fault_specs(exp, kind), backend=exp.backend, hosts=exp.hosts)
+                          faults=fault_specs(exp, kind), backend=exp.backend, hosts=exp.hosts,
+                          hash_seed=None if exp.hash_seed is None else exp.hash_seed + rep - 1)
 
 
 def fault_specs(exp: Experiment, kind: str) -> tuple:

@@ -37,6 +37,7 @@ RECORD: tuple[tuple[str, object], ...] = (
     ("popularity", lambda s: s.serving.popularity), ("zipf_s", lambda s: s.serving.zipf_s),
     ("time_dilation", lambda s: s.time_dilation), ("warmup_s", lambda s: s.serving.warmup_s),
     ("gpus_per_server", lambda s: s.gpus_per_server), ("faults", lambda s: list(s.faults)),
+    ("hash_seed", lambda s: s.hash_seed),
 )
 
 
@@ -55,6 +56,7 @@ class RepetitionSpec:
     faults: tuple[dict, ...] = ()  # {at, duration, target, action} on this fabric (the schema checked them)
     backend: str = "emulated"  # what carries the messages (testbed.backends)
     hosts: str | None = None  # a hosts file: the emulated fabric spread over those machines
+    hash_seed: int | None = None  # the ECMP outcome's seed (the connections' source ports); None: ``seed``
     transfer_timeout_s: float = DEFAULT_TRANSFER_TIMEOUT_S  # a message not delivered by then has failed
 
     @property

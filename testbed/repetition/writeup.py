@@ -285,6 +285,7 @@ def write_up(run_dir: Path, spec: RepetitionSpec, driver: Driver, prepared: Prep
                                              net.model, carried.faults)
     if carried.clocks is not None:
         _clock_check(summary, carried.clocks)
+    summary["in_flight"] = in_flight_verdict(run_dir, driver, prepared, carried)
     _warn_on_checks(summary, fabric_drops)
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
     f = carried.fabric
@@ -292,6 +293,31 @@ def write_up(run_dir: Path, spec: RepetitionSpec, driver: Driver, prepared: Prep
                                                      "replay": spec.record(), "backend": spec.backend}, indent=1))
     link_traffic.write_run(run_dir, net.model, all_rows, spec.gpus_per_server)  # after links.csv
     return summary
+
+
+def in_flight_verdict(run_dir: Path, driver: Driver, prepared: Prepared, carried: Carried) -> dict:
+    """Which figures stand with the messages still in flight when the run stopped (``testbed.repetition.in_flight``):
+    the live driver's measured window is the serving spec's [warmup, duration), its measured requests those
+    of requests.csv arriving in it."""
+    import csv
+
+    from testbed.repetition import in_flight
+
+    stopped = carried.t_end - carried.t0
+    config = getattr(getattr(prepared, "traffic", None), "config", None)
+    if driver.name != "live" or config is None:
+        return in_flight.verdict(carried.rows, driver=driver.name, stopped_s=stopped)
+    spec = config["spec"]
+    window = (float(spec["warmup_s"]), float(spec["duration_s"]))
+    measured: set = set()
+    path = run_dir / "requests.csv"
+    if path.is_file():
+        with open(path, newline="") as fh:
+            for r in csv.DictReader(fh):
+                if window[0] <= float(r["arrival_s"]) < window[1]:
+                    measured.add(int(r["request_id"]))
+    return in_flight.verdict(carried.rows, driver="live", stopped_s=stopped, dilation=float(config["dilation"]),
+                             window=window, measured=measured)
 
 
 def _clock_check(summary: dict, clocks: dict) -> None:
@@ -327,6 +353,8 @@ def _warn_on_checks(summary: dict, fabric_drops: int) -> None:
     if cut:
         summary["warnings"].append(f"{cut} B were lost at cables a fault cut (the queue in front of a port that "
                                    "loses carrier is flushed uncounted); those switches' conservation is not checked")
+    if summary.get("in_flight", {}).get("note"):
+        summary["warnings"].append(f"IN FLIGHT AT THE END: {summary['in_flight']['note']}")
     lat = summary["start_lateness_ms"]["p99"]
     if lat is not None and lat > 5:
         summary["warnings"].append(f"start lateness P99 {lat:.1f} ms is over 5 ms: the replay fell behind the trace")

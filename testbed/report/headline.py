@@ -89,7 +89,7 @@ def rep_headline(rep_dir: Path | str) -> dict:
             "ttft_p50_ms": flat_get(s, "ttft_ms.p50"), "kv_slowdown_p99": flat_get(s, "slowdown.p99"),
             "throughput_tokens_per_s": s.get("throughput_tokens_per_s"),
             "pfc_pauses": pfc_pauses(s), "queue_drops": queue_drops(s), "transfers": s.get("transfers"),
-            "verified": s.get("verified")}
+            "verified": s.get("verified"), "in_flight": s.get("in_flight")}
 
 
 def spread(values: list) -> dict | None:
@@ -115,6 +115,16 @@ def planned_runs(run_dir: Path | str) -> list[dict]:
             for d in sorted(run_dir.glob("runs/*/rep*")) if d.name[3:].isdigit()]
 
 
+def missing_fails(head: dict) -> bool:
+    """A repetition whose transfers were not all verified fails the run, unless its in-flight verdict
+    (``testbed.repetition.in_flight``, summary.json "in_flight") says only messages in flight are missing and
+    its figures over the measured window stand."""
+    if head.get("verified") == head.get("transfers"):
+        return False
+    v = head.get("in_flight")
+    return not isinstance(v, dict) or bool(v.get("fails", True))
+
+
 def fabric_headlines(run_dir: Path | str, planned: list[dict] | None = None) -> dict:
     """headline.json's ``fabrics``: per fabric (in the order planned) every planned repetition's figures (or its
     error) and the spread of each figure over those that finished. ``planned``: the repetitions, as
@@ -131,7 +141,9 @@ def fabric_headlines(run_dir: Path | str, planned: list[dict] | None = None) -> 
                 "error": err.read_text().splitlines()[0] if err.is_file() else None})
         ok = [r for r in reps if r.get("goodput_bps") is not None]
         out[kind] = {"runs": len(reps), "ok": len(ok),
-                     "unverified": sum(1 for r in ok if r.get("verified") != r.get("transfers")),
+                     "unverified": sum(1 for r in ok if missing_fails(r)),
+                     "in_flight": sum(1 for r in ok if r.get("verified") != r.get("transfers")
+                                      and not missing_fails(r)),
                      **{k: spread([r.get(k) for r in ok]) for k in HEADLINE_KEYS + ("goodput_real_equivalent_bps",)},
                      "repetitions": reps}
     return out

@@ -235,14 +235,21 @@ LIVE_GPUS_PER_SERVER = 4  # four servers: with glm5-recipe, 2 TP4 prefill instan
 
 
 def live_experiment_doc(layout: str | None = "glm5-recipe", concurrency: int = 16) -> dict:
-    """experiment.json's "experiment" of a small live GLM-5 run: experiments/default.yaml at n = 16."""
+    """experiment.json's "experiment" of a small live GLM-5 run: experiments/default.yaml at n = 16 on
+    four-GPU servers, serving Azure's short chat requests without caches or KV memory (GLM-5's FP8 KV on a
+    four-GPU server's H200s holds no 64K context: the report's figures are what these tests read, not the
+    default's workload)."""
+    from common.paths import AZURE_TRACE
     from testbed.experiment.schema import resolve
 
     exp = resolve(None).experiment.model_dump(mode="json")
-    exp.update(gpus=LIVE_GPUS, gpus_per_server=LIVE_GPUS_PER_SERVER, repetitions=1, load_curve=None)
-    exp["trace"]["duration_s"] = 6.0
+    exp.update(gpus=LIVE_GPUS, gpus_per_server=LIVE_GPUS_PER_SERVER, repetitions=1, load_curve=None,
+               sensitivity_result=None, calibration=None)
+    exp["trace"] |= {"duration_s": 6.0, "workload": None, "path": str(AZURE_TRACE)}
     exp["serving"] |= {"concurrency": concurrency, "warmup_s": 2.0, "layout": layout,
-                       "prefill_chunk_tokens": 8192 if layout in ("glm5-recipe", "single-node") else 512}
+                       "prefill_chunk_tokens": 8192 if layout in ("glm5-recipe", "single-node") else 512,
+                       "dtype": "bf16", "prefix_cache": False, "hicache_ratio": 0.0, "decode_memory": False,
+                       "warm_start": False}
     return exp
 
 
@@ -297,9 +304,9 @@ def write_live_rep(path: Path, fabric: str, exp: dict, seed: int = 0, port_gbps:
 
 
 def _requests(setup) -> list:
-    from traffic.model.traces import Request
+    from traffic.runtime.coordinator import requests_from_config
 
-    return [Request(*r) for r in setup.config["requests"]]
+    return requests_from_config(setup.config)
 
 
 def write_live_experiment(root: Path, reps: int = 1, layout: str | None = "glm5-recipe", roft_gbps: float = 120.0,

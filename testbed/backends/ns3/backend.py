@@ -28,12 +28,17 @@ from testbed.backends.base import (
     ServingTraffic,
 )
 from testbed.backends.ns3 import apps, engine, pfc, plan, summarise
+from testbed.backends.ns3 import estimate as cost
 
 
 class Ns3Backend(Backend):
     name = "ns3"
     realtime = False
-    setup_s = 20.0  # loading ns-3 (about 12 s, once per process) and building the network
+    setup_s = cost.FALLBACK_S  # a repetition without a load model (cost.for_experiment): building the network
+    once_s = cost.LOAD_S  # loading ns-3 and compiling the twin, once per process
+
+    def estimate(self, exp) -> tuple[float, str] | None:
+        return cost.for_experiment(exp)
 
     def check(self, build_own: bool) -> None:
         if not engine.available():
@@ -49,7 +54,7 @@ class Ns3Backend(Backend):
         engine.load()
         t = time.monotonic()
         engine.configure(net.link.mtu, conditions.seed)
-        built = plan.build(net.model, net.link, resolved, conditions.seed)
+        built = plan.build(net.model, net.link, resolved, conditions.seed, conditions.hash_seed)
         build_s = time.monotonic() - t
         log(f"twin: {net.model.describe()}, {len(built.queues)} queues, PFC "
             f"{'on' if resolved else 'off'} (ns-3 loaded in {engine.load_s():g} s, built in {build_s:.1f} s)")
@@ -69,6 +74,10 @@ class Ns3Backend(Backend):
                                   cluster_s=cluster_s, events=events, packets=summarise.packets(sampler),
                                   gpus=net.model.n_gpus, kind=net.model.kind)
         figures["device_drops"] = device_drops
+        if cpu_s is not None:  # the loop's CPU seconds: its cost when other jobs share the cores
+            figures["cpu_s"] = cpu_s
+            figures["cpu_per_cluster_s"] = round(cpu_s / cluster_s, 3) if cluster_s > 0 else None
+        figures["ecmp"] = plan.ecmp_outcome(built)
         summarise.write_speed(run_dir, figures)
         del built.twin
         tb.Destroy()
@@ -101,9 +110,11 @@ class Ns3Backend(Backend):
         net, resolved, built, build_s = self._start(spec, conditions, log)
         cluster = traffic.cluster()
         t, cpu = time.monotonic(), time.process_time()
-        plan_rows, sampler = apps.serve(built, cluster, traffic.config, traffic.dilation, traffic.duration_s)
+        progress = apps.Progress(log, traffic.duration_s, traffic.dilation)
+        sent, sampler = apps.serve(built, cluster, traffic.config, traffic.dilation, traffic.duration_s, progress)
         wall_s, cpu_s = time.monotonic() - t, round(time.process_time() - cpu, 3)
-        rows = summarise.merged_rows(plan_rows, built.twin)
+        rows = summarise.merged_rows(sent, built.twin)
+        del sent
         results = serving_results.write_results(run_dir, cluster, t0=0.0, dilation=traffic.dilation, cpu_s=cpu_s,
                                                 failed={}, lag_s=[])
         log(f"served {traffic.duration_s:g} s of cluster time on the twin: {len(rows)} messages, "

@@ -5,14 +5,18 @@ route of each connection from the model's forwarding tables (``route``).
 Routes are installed per connection (5-tuple), for its data and its ACKs, when it opens: at every switch
 the model's table gives the next hop; an ECMP group (ROFT) picks its member with the model's hash
 (``fabrics.routing.ecmp_bucket``: CRC-32) of (src ip, dst ip, 6, src port, dst port, switch).
-The source port is the connection's ephemeral port, drawn from the experiment's seed (``source_port``):
-the seed is the port lottery that decides which flows collide, as the kernel's does on the emulator.
+The source port is the connection's ephemeral port, drawn from the hash seed (``source_port``; by default the
+repetition's seed): the port lottery that decides which flows collide, as the kernel's does on the emulator.
+A separate ``hash_seed`` draws a fresh ECMP outcome without changing the cluster's expert routing (which
+follows the repetition's seed); ``Built.ecmp_outcome`` records which outcome a run had.
 """
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import random
+from collections import Counter
 from dataclasses import dataclass, field
 
 from fabrics import Fabric, addressing
@@ -75,9 +79,16 @@ class Built:
     seed: int
     switch_index: dict[str, int]
     queues: list[QueueInfo]  # in the order of ``Twin::Snapshot``
+    hash_seed: int | None = None  # the ECMP port lottery's seed (None: ``seed``)
     conns: dict[tuple[int, int, int, int], int] = field(default_factory=dict)  # (src gpu, sp, dst gpu, dp) -> id
     sports: dict[tuple[int, int, int, int], int] = field(default_factory=dict)
     used_ports: set = field(default_factory=set)
+    link_flows: Counter = field(default_factory=Counter)  # (switch, port) to another switch -> flows routed on it
+
+    @property
+    def port_seed(self) -> int:
+        """The seed the source ports are drawn from: ``hash_seed``, or the repetition's seed."""
+        return self.seed if self.hash_seed is None else self.hash_seed
 
     def connection(self, src: int, sp: int, dst: int, dp: int) -> int:
         """The persistent connection between two NIC ports (opened, and its routes installed, on first use)."""
@@ -86,20 +97,23 @@ class Built:
         if ci is not None:
             return ci
         src_ip, dst_ip = addressing.ip_of(src, sp), addressing.ip_of(dst, dp)
-        sport = source_port(self.seed, src_ip, dst_ip, self.used_ports)
+        sport = source_port(self.port_seed, src_ip, dst_ip, self.used_ports)
         for a, b, pa, pb in (((src, sp), (dst, dp), sport, LISTEN_PORT), ((dst, dp), (src, sp), LISTEN_PORT, sport)):
             ia, ib = ip_int(addressing.ip_of(*a)), ip_int(addressing.ip_of(*b))
             for switch, port in route(self.fabric, self.tables, a, b, pa, pb, self.seed):
                 self.twin.Route(self.switch_index[switch], ia, ib, pa, pb, port)
+                if not self.fabric.peer(switch, port)[0].startswith("gpu"):
+                    self.link_flows[(switch, port)] += 1
         ci = int(self.twin.Open(src - 1, sp, sport, dst - 1, dp))
         self.conns[key] = ci
         self.sports[key] = sport
         return ci
 
 
-def build(fabric: Fabric, link: LinkSettings, resolved, seed: int = 0) -> Built:
+def build(fabric: Fabric, link: LinkSettings, resolved, seed: int = 0, hash_seed: int | None = None) -> Built:
     """The ns-3 network of ``fabric`` with ``link``'s rate, MTU and buffers and the PFC settings
-    ``resolved`` (None: off). Call ``engine.configure`` first."""
+    ``resolved`` (None: off); ``hash_seed`` draws the connections' source ports, hence the ECMP outcome
+    (None: ``seed``, the repetition's). Call ``engine.configure`` first."""
     tb = engine.load()
     twin = tb.Twin(float(link.rate_bps), int(link.mtu), CABLE_DELAY_S, int(link.nic_buffer_bytes), LISTEN_PORT)
     # the agents' wire format: a frame header before each message, an ack back for each whole frame
@@ -135,7 +149,23 @@ def build(fabric: Fabric, link: LinkSettings, resolved, seed: int = 0) -> Built:
                 done.add((peer, peer_port))
             done.add((name, port))
     twin.Finish()
-    return Built(twin, fabric, forwarding_tables(fabric), seed, index, switch_queues + nic_queues)
+    return Built(twin, fabric, forwarding_tables(fabric), seed, index, switch_queues + nic_queues, hash_seed)
+
+
+def ecmp_outcome(built: Built) -> dict:
+    """Which ECMP outcome the run had (twin.json): the hash seed, the connections opened, a digest of their
+    source ports (the whole lottery: same digest, same paths) and the flows (one per direction of a
+    connection) routed on each switch-to-switch link: how many links carried flows, the most and the mean
+    per link, and a digest of the per-link counts."""
+    ports = "\n".join(f"{k[0]},{k[1]},{k[2]},{k[3]}:{v}" for k, v in sorted(built.sports.items()))
+    counts = "\n".join(f"{sw}:{p}={n}" for (sw, p), n in sorted(built.link_flows.items()))
+    per_link = list(built.link_flows.values())
+    return {"hash_seed": built.port_seed, "hash_seed_given": built.hash_seed is not None,
+            "connections": len(built.sports),
+            "ports_sha256": hashlib.sha256(ports.encode()).hexdigest()[:16],
+            "switch_links_with_flows": len(per_link), "flows_per_switch_link_max": max(per_link, default=0),
+            "flows_per_switch_link_mean": round(sum(per_link) / len(per_link), 3) if per_link else 0.0,
+            "flows_per_switch_link_sha256": hashlib.sha256(counts.encode()).hexdigest()[:16]}
 
 
 def installed_path(built: Built, src: tuple[int, int], dst: tuple[int, int]) -> list[tuple[str, int]]:

@@ -7,7 +7,7 @@ import resource
 from pathlib import Path
 
 from testbed.backends.base import QueueCounters
-from testbed.backends.ns3.apps import Sampler
+from testbed.backends.ns3.apps import Sampler, plan_row
 from traffic.runtime.records import NEVER_COMPLETED
 
 
@@ -16,10 +16,13 @@ def _time(value: float) -> float | None:
 
 
 def merged_rows(plan_rows: list[dict], twin, key=lambda i, r: r["id"]) -> list[dict]:
-    """The rows (``traffic.runtime.records.COLUMNS`` + kind, engine, step) of the messages in ``plan_rows``,
-    with their arrivals as the twin recorded them; ``key(i, row)``: the id the twin knew the message by."""
+    """The rows (``traffic.runtime.records.COLUMNS`` + kind, engine, step) of the messages in ``plan_rows``
+    (plan rows, or ``apps.serve``'s ``Sent`` tuples), with their arrivals as the twin recorded them;
+    ``key(i, row)``: the id the twin knew the message by."""
     out = []
     for i, p in enumerate(plan_rows):
+        if isinstance(p, tuple):
+            p = plan_row(p)
         k = int(key(i, p))
         first, end, sent = _time(twin.FirstByte(k)), _time(twin.End(k)), _time(twin.SenderEnd(k))
         done = end is not None

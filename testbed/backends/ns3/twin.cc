@@ -226,8 +226,21 @@ struct Twin
     std::ostringstream log;
     uint64_t noRoute = 0;
     std::string firstNoRoute;
-    // message records (seconds): first byte and end at the receiver, last byte written at the sender
-    std::unordered_map<int64_t, double> firstByte, endAt, senderEnd;
+    // message records (seconds; -1: not yet), indexed by message id (the cluster's ids and the replay's row
+    // indexes count up from 0): first byte and end at the receiver, last byte written at the sender
+    std::vector<double> firstByte, endAt, senderEnd;
+    static void Record(std::vector<double>& v, int64_t id, double t)
+    {
+        if (id < 0)
+            return;
+        if (size_t(id) >= v.size())
+            v.resize(std::max<size_t>(size_t(id) + 1, 2 * v.size()), -1.0);
+        v[size_t(id)] = t;
+    }
+    static double Recorded(const std::vector<double>& v, int64_t id)
+    {
+        return (id < 0 || size_t(id) >= v.size()) ? -1.0 : v[size_t(id)];
+    }
     std::function<void(int64_t)> onDelivered;
     std::function<void(int64_t)> onTimer;
 
@@ -640,7 +653,7 @@ struct Twin
             }
             if (c.sendLeft == 0)
             {
-                senderEnd[c.sendq.front().id] = Simulator::Now().GetSeconds();
+                Record(senderEnd, c.sendq.front().id, Simulator::Now().GetSeconds());
                 c.sendq.pop_front();
                 if (!c.sendq.empty())
                     c.sendLeft = c.sendq.front().bytes;
@@ -663,14 +676,14 @@ struct Twin
             {
                 Msg& m = c.recvq.front();
                 if (c.recvGot == 0)
-                    firstByte[m.id] = Simulator::Now().GetSeconds();
+                    Record(firstByte, m.id, Simulator::Now().GetSeconds());
                 uint64_t take = std::min<uint64_t>(n, m.bytes - c.recvGot);
                 c.recvGot += take;
                 n -= take;
                 if (c.recvGot == m.bytes)
                 {
                     int64_t id = m.id;
-                    endAt[id] = Simulator::Now().GetSeconds();
+                    Record(endAt, id, Simulator::Now().GetSeconds());
                     c.recvq.pop_front();
                     c.recvGot = 0;
                     if (ackBytes)
@@ -718,9 +731,9 @@ struct Twin
 
     std::string Log() const { return log.str(); }
 
-    double FirstByte(int64_t id) const { auto i = firstByte.find(id); return i == firstByte.end() ? -1 : i->second; }
-    double End(int64_t id) const { auto i = endAt.find(id); return i == endAt.end() ? -1 : i->second; }
-    double SenderEnd(int64_t id) const { auto i = senderEnd.find(id); return i == senderEnd.end() ? -1 : i->second; }
+    double FirstByte(int64_t id) const { return Recorded(firstByte, id); }
+    double End(int64_t id) const { return Recorded(endAt, id); }
+    double SenderEnd(int64_t id) const { return Recorded(senderEnd, id); }
 
     std::vector<int> PortSwitch() const
     {

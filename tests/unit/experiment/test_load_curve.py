@@ -255,7 +255,7 @@ def test_the_run_directory_gets_a_copy_of_the_load_curve(tmp_path, curve, monkey
 def test_load_curve_yaml_is_the_default_workload_swept_over_concurrency():
     lc = resolve(EXAMPLES_DIR / "load-curve.yaml").experiment
     default = resolve(EXAMPLES_DIR / "default.yaml").experiment
-    assert lc.sweep == {"serving.concurrency": [64, 128, 192, 256]}
+    assert lc.sweep == {"serving.concurrency": [16, 32, 48, 64]}
     assert lc.fabrics == ["zcube", "roft"] and lc.repetitions == 1 and lc.load_curve is None
     skip = {"name", "sweep", "repetitions", "calibration", "load_curve", "sensitivity", "sensitivity_result"}
     assert lc.model_dump(exclude=skip) == default.model_dump(exclude=skip)

@@ -251,17 +251,21 @@ def test_the_default_declares_the_shipped_set_and_every_alternative_resolves():
         ("adaptive", "port policy", {"serving.policy": "adaptive"}),
         ("single-node", "layout", {"serving.layout": "single-node"}),
         ("large-ep", "layout", {"serving.layout": "large-ep", "serving.prefill_chunk_tokens": 512}),
-        ("mooncake", "request sizes", {"trace.path": "../data/traces/mooncake_conversation.jsonl.gz"}),
+        ("hit-60", "prefix hit", {"trace.agentic_turns": 1.55, "trace.agentic_first_tokens": 44000}),
+        ("hit-96", "prefix hit", {"trace.agentic_turns": 30}),
+        ("decode-cache", "KV transfer", {"serving.decode_prefix_cache": True}),
+        ("layersplit", "KV senders", {"serving.mla_sender": "layersplit"}),
+        ("mooncake", "request mix", {"trace.workload": "mooncake-conversation"}),
         ("zipf", "expert popularity", {"serving.popularity": "zipf"}),
         ("100gbit", "link bandwidth", {"link.represents": "100gbit"})]
     base = planned[0].resolved.experiment
     # what the baseline is, so each alternative is an alternative to it
     assert (base.serving.policy, base.serving.layout, base.serving.popularity, base.link.represents) == (
         "striped", "glm5-recipe", "uniform", 200e9)
-    assert Path(base.trace.path).name == "azure2023_conv.csv.gz"
-    assert Path(planned[5].resolved.experiment.trace.path) == EXAMPLES_DIR.parent / "data" / "traces" / \
+    assert base.trace.workload == "agentic-coding" and base.serving.mla_sender == "rank0"
+    assert Path(planned[9].resolved.experiment.trace.path) == EXAMPLES_DIR.parent / "data" / "traces" / \
         "mooncake_conversation.jsonl.gz"
-    assert planned[7].resolved.experiment.link.represents == 100e9
+    assert planned[11].resolved.experiment.link.represents == 100e9
 
 
 def test_two_server_ep_is_left_out_because_it_is_large_ep_at_n32():
@@ -270,26 +274,25 @@ def test_two_server_ep_is_left_out_because_it_is_large_ep_at_n32():
     assert placement.layout_engines("large-ep", 64, 8, 0.5) != placement.layout_engines("two-server-ep", 64, 8, 0.5)
 
 
-def test_the_shipped_set_fits_the_budget_with_one_repetition_each():
-    # as shipped: one repetition each, 14 cluster seconds a run (default.yaml's 32 would take ~113 min)
-    planned = S.plan(None, [Override("repetitions", 1, "--reps"), Override("trace.duration_s", 14, "--set")])
-    # per run: 2 fabrics x 1 repetition x (14 cluster s x dilation 12 = 168 s + 40 s set-up) + 15 s report = 431 s;
-    # 8 runs and the baseline's report once more with the table: 8 x 431 + 15 = 3,463 s
-    assert [p.estimate_s for p in planned] == [431.0] * 8
-    assert S.estimate_s(planned) == 3463.0 <= S.BUDGET_S
+def test_the_shipped_set_fits_the_budget_on_the_emulator_only_with_one_repetition_each():
+    # per run on the emulator: 2 fabrics x 1 repetition x (25 cluster s x dilation 4 = 100 s + 40 s set-up) + 15 s
+    # report = 295 s; 12 runs and the baseline's report once more with the table: 12 x 295 + 15 = 3,555 s
+    planned = S.plan(None, [Override("repetitions", 1, "--reps")])
+    assert [p.estimate_s for p in planned] == [295.0] * 12
+    assert S.estimate_s(planned) == 3555.0 <= S.BUDGET_S
     lines = S.estimate_lines(planned)
-    assert lines[-1] == ("estimated wall time: 8 runs + the baseline's report again ~15 s = ~57.7 min (budget of the "
+    assert lines[-1] == ("estimated wall time: 12 runs + the baseline's report again ~15 s = ~59.2 min (budget of the "
                          "shipped set 60 min: within)")
-    over = S.plan(None, [Override("repetitions", 1, "--reps")])  # the file's own 32 s: 32 x 12 = 384 s a replay
-    assert S.estimate_s(over) == 8 * (2 * (384 + 40) + 15) + 15 and "OVER by" in S.estimate_lines(over)[-1]
+    over = S.plan(None, [])  # the file's own three repetitions: 6 x 140 s a run
+    assert S.estimate_s(over) == 12 * (6 * 140 + 15) + 15 and "OVER by" in S.estimate_lines(over)[-1]
 
 
 def test_dry_run_prints_every_run_and_builds_nothing(tmp_path, capsys):
-    argv = ["sensitivity", "--reps", "1", "--set", "trace.duration_s=14", "--dry-run", "--out", str(tmp_path)]
+    argv = ["sensitivity", "--reps", "1", "--dry-run", "--out", str(tmp_path)]
     assert main(argv) == 0
     captured = capsys.readouterr()
     doc = json.loads(captured.out)
-    assert [r["name"] for r in doc["runs"]][:2] == ["baseline", "pair-hash"] and doc["estimate_s"] == 3463
+    assert [r["name"] for r in doc["runs"]][:2] == ["baseline", "pair-hash"] and doc["estimate_s"] == 3555
     assert doc["runs"][3]["experiment"]["serving"]["layout"] == "single-node"
     assert "(budget of the shipped set 60 min: within)" in captured.err
     assert list(tmp_path.iterdir()) == []
