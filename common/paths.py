@@ -18,6 +18,17 @@ AZURE_TRACE = TRACES_DIR / "azure2023_conv.csv.gz"
 REPORTS = REPO / "reports"
 
 
+def shown(path: str | Path) -> str:
+    """A path as a user is shown it: relative to the repository root when it is inside it (the same in every
+    clone), else as given."""
+    p = Path(path)
+    if p.is_absolute():
+        try:
+            return str(p.resolve().relative_to(REPO))
+        except ValueError:
+            pass
+    return str(path)
+
 
 def module_env() -> dict[str, str]:
     """The environment for a child process that runs one of our modules (``python -m ...``): this
@@ -25,4 +36,4 @@ def module_env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(REPO)}
 
 
-__all__ = ["REPO", "DATA_DIR", "TRACES_DIR", "DEFAULT_TRACE", "AZURE_TRACE", "REPORTS", "module_env"]
+__all__ = ["REPO", "DATA_DIR", "TRACES_DIR", "DEFAULT_TRACE", "AZURE_TRACE", "REPORTS", "shown", "module_env"]

@@ -520,6 +520,7 @@ def test_a_calibration_applies_to_its_workload_whatever_the_knob_fabrics_and_pat
     from testbed.report.build import calibration_applies
 
     run = resolve(None).experiment.model_dump(mode="json")
+    run["trace"]["path"] = "/clone/data/traces/azure2023_conv.csv.gz"  # the default generates its workload
     calibrated = json.loads(json.dumps(run))
     calibrated.update(fabrics=["roft"], repetitions=1, name="moe-live", calibration=None)
     calibrated.pop("sweep")  # a calibration written before a key existed still applies
