@@ -532,3 +532,30 @@ def test_a_calibration_applies_to_its_workload_whatever_the_knob_fabrics_and_pat
     calibrated["serving"]["model"] = "deepseek-v3"
     assert calibration_applies({"experiment": calibrated}, exp) is False
     assert calibration_applies(None, exp) is None
+
+
+def _nav_and_sections(text: str) -> tuple[list[tuple[str, str]], list[str]]:
+    nav = re.search(r"<nav>(.*?)</nav>", text, re.S).group(1)
+    return re.findall(r'<a href="#([a-z]+)">([^<]*)</a>', nav), re.findall(r'<section id="([a-z]+)">', text)
+
+
+def test_the_nav_lists_exactly_the_sections_that_rendered_in_order(built, tmp_path):
+    from html import unescape
+
+    from common.paths import REPO
+    from testbed.report.build import SECTIONS
+
+    assert len({s.id for s in SECTIONS}) == len(SECTIONS)
+    label = {s.id: s.nav for s in SECTIONS}
+    order = [s.id for s in SECTIONS]
+    extras = write_experiment(tmp_path / "extras", reps=1)  # the shipped sensitivity and load curve: two more
+    for name in ("sensitivity.json", "load_curve.json"):
+        shutil.copy(REPO / "experiments" / name, extras / name)
+    seen = []
+    for page in (built[1], build_report(extras)):
+        nav, sections = _nav_and_sections(page.read_text())
+        assert [i for i, _ in nav] == sections and sections == [i for i in order if i in sections]
+        assert all(unescape(text) == label[i] for i, text in nav)
+        seen.append(sections)
+    assert set(seen[1]) - set(seen[0]) == {"sensitivity", "loadcurve"}
+    assert "faults" not in seen[0] and "breakdown" not in seen[0]  # bodies of None: neither section nor link
