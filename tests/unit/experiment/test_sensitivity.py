@@ -17,6 +17,7 @@ from testbed.experiment import sensitivity as S
 from testbed.experiment.schema import EXAMPLES_DIR, Override
 from testbed.report import sensitivity_section
 from tests.support import fake_runs
+from tests.support.no_fabric import no_fabric  # noqa: F401 (autouse: nothing here reaches the fabric)
 from traffic.model import placement
 
 SMALL = {"name": "sens16", "backend": "ideal", "gpus": 16, "gpus_per_switch": 4, "gpus_per_server": 4,
@@ -30,18 +31,6 @@ def write(tmp_path: Path, doc: dict, name: str = "sens16.yaml") -> Path:
     path = tmp_path / name
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path
-
-
-@pytest.fixture(autouse=True)
-def no_fabric(monkeypatch):
-    """Nothing here may reach the emulator."""
-    from testbed.emulation import fabricctl
-
-    def never(*args, **kwargs):
-        raise AssertionError("the sensitivity reached the emulated fabric")
-
-    for name in ("require_root", "require_ovs", "load_state", "up", "down", "read_queues"):
-        monkeypatch.setattr(fabricctl, name, never)
 
 
 # ------------------------------------------------------------------ refused before anything is built

@@ -27,6 +27,7 @@ import pytest
 
 from common.paths import REPO as ROOT
 from tests.support.frames import build_frame
+from tests.support.ports import free_port
 from traffic.model.errors import TrafficError
 from traffic.runtime import agent as ag
 from traffic.runtime import orders, sender, wire
@@ -419,9 +420,7 @@ def test_a_persistent_connection_closed_under_a_blocked_send_is_replaced_for_the
 def test_a_receiver_reports_whole_frames_only_and_leaves_cut_ones_to_the_sender(tmp_path: Path):
     """A frame cut by its connection's end is recorded, not reported: its sender retries it or reports the
     failure itself, and a coordinator told "arrived, not verified" would count a retried transfer failed."""
-    with socket.socket() as probe:
-        probe.bind((FAR, 0))
-        port = probe.getsockname()[1]
+    port = free_port(FAR)
 
     async def clients() -> None:
         _, cut = await asyncio.open_connection(FAR, port)
