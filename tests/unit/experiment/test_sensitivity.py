@@ -89,6 +89,18 @@ def test_only_names_declared_alternatives_and_a_file_without_any_is_refused(tmp_
         S.plan(write(tmp_path, SMALL | {"sensitivity": SMALL["sensitivity"][:1] * 2}, "twice.yaml"), [])
 
 
+def test_only_is_a_comma_list_of_names_and_the_dry_run_document_lists_every_run(tmp_path):
+    assert S.parse_only(None) is None and S.parse_only(" zipf, pair-hash ,") == ["zipf", "pair-hash"]
+    with pytest.raises(TestbedError, match="--only ',': expected alternative names"):
+        S.parse_only(",")
+    planned = S.plan(write(tmp_path, SMALL), [])
+    doc = S.dry_run_doc(planned)
+    assert [r["name"] for r in doc["runs"]] == ["baseline", "zipf", "pair-hash"]
+    assert doc["runs"][1]["overrides"] == {"serving.popularity": "zipf"} and doc["budget_s"] == S.BUDGET_S
+    assert doc["runs"][2]["experiment"]["serving"]["policy"] == "pair-hash"
+    assert doc["estimate_s"] == round(S.estimate_s(planned)) and doc["source"] == str(tmp_path / "sens16.yaml")
+
+
 def test_an_alternatives_relative_trace_is_the_experiment_files_and_the_command_line_applies_to_every_run(tmp_path):
     doc = SMALL | {"sensitivity": [{"name": "other", "set": {"trace.path": "traces/t.csv.gz"}}]}
     (tmp_path / "traces").mkdir()

@@ -369,6 +369,19 @@ def test_goodput_verdicts(r, status):
     assert f"{r:.3f}x" in row["sentence"]
 
 
+def test_verdict_of_takes_the_intervals_verdict_else_the_spread_rule_and_needs_a_ratio():
+    from testbed.report import headline
+
+    assert verdict.verdict_of(_summary({}), "throughput_tokens_per_s") == headline.NOT_MEASURED
+    conf = {"confidence": {"ratios": {"throughput_tokens_per_s": {"ci95": [1.02, 1.08]},
+                                      "ttft_ms.p99": {"ci95": [0.9, 1.1]}}}}
+    doc = _summary({"throughput_tokens_per_s": 1.05, "ttft_ms.p99": 1.0}) | conf
+    assert verdict.verdict_of(doc, "throughput_tokens_per_s") == headline.BETTER  # the interval excludes 1
+    assert verdict.verdict_of(doc, "ttft_ms.p99") == headline.NOT_RESOLVED
+    doc["confidence"]["ratios"]["ttft_ms.p99"] = {"verdict": headline.WORSE}  # a verdict recorded wins
+    assert verdict.verdict_of(doc, "ttft_ms.p99") == headline.WORSE
+
+
 def test_ttft_verdict_and_context():
     row = verdict.judge(_summary({"ttft_ms.p99": 0.6}), "ttft_ms.p99")
     assert row["status"] == "matches"

@@ -31,7 +31,7 @@ from tests.support.ports import free_port
 from traffic.model.errors import TrafficError
 from traffic.runtime import agent as ag
 from traffic.runtime import orders, sender, wire
-from traffic.runtime.records import COLUMNS, merge_results, read_jsonl, write_plans
+from traffic.runtime.records import COLUMNS, merge_results, read_jsonl, retry_counts, write_plans
 
 SENDER, NEAR = "127.0.0.1", "127.0.0.1"  # the planned port pair
 ALT = ("127.0.0.3", "127.0.0.2")  # the other port pair: its source, and FAR, where a receiver agent listens
@@ -463,3 +463,8 @@ def test_merged_rows_and_the_replay_summary_count_retried_and_moved_transfers(tm
                         {}, [])
     assert (summary["verified"], summary["failed"]) == (3, 0)
     assert (summary["transfers_retried"], summary["transfers_moved"]) == (1, 2)
+
+
+def test_retry_counts_count_the_rows_resent_and_those_moved_to_the_other_pair():
+    rows = [{"retried": True, "moved": True}, {"retried": True, "moved": False}, {}, {"retried": "", "moved": None}]
+    assert retry_counts(rows) == (2, 1) and retry_counts([]) == (0, 0)

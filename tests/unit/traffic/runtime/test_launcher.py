@@ -104,8 +104,10 @@ def test_killing_the_launcher_takes_its_agents_with_it(tmp_path):
     fleet, names = _fleet(tmp_path, 3, _ring)
     _wait([tmp_path / f"{n}.ready" for n in names], 30)
     pids = dict(fleet.pids)
+    assert fleet.launcher_alive()
     fleet.proc.kill()
     fleet.proc.wait()
+    assert not fleet.launcher_alive()
     deadline = time.monotonic() + 10
     alive = list(pids.values())
     while alive and time.monotonic() < deadline:
