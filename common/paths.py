@@ -16,7 +16,21 @@ TRACES_DIR = DATA_DIR / "traces"
 DEFAULT_TRACE = TRACES_DIR / "mooncake_conversation.jsonl.gz"
 AZURE_TRACE = TRACES_DIR / "azure2023_conv.csv.gz"
 REPORTS = REPO / "reports"
+# the running fabric's files (one fabric per machine), when $TESTBED_STATE_DIR does not name another folder:
+# testbed.emulation.state reads it, and testbed/mininet_topos.py (under `mn`, the standard library alone)
+DEFAULT_STATE_DIR = "/run/zcube-testbed"
 
+
+def shown(path: str | Path) -> str:
+    """A path as a user is shown it: relative to the repository root when it is inside it (the same in every
+    clone), else as given."""
+    p = Path(path)
+    if p.is_absolute():
+        try:
+            return str(p.resolve().relative_to(REPO))
+        except ValueError:
+            pass
+    return str(path)
 
 
 def module_env() -> dict[str, str]:
@@ -25,4 +39,5 @@ def module_env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(REPO)}
 
 
-__all__ = ["REPO", "DATA_DIR", "TRACES_DIR", "DEFAULT_TRACE", "AZURE_TRACE", "REPORTS", "module_env"]
+__all__ = ["REPO", "DATA_DIR", "TRACES_DIR", "DEFAULT_TRACE", "AZURE_TRACE", "REPORTS", "DEFAULT_STATE_DIR", "shown",
+           "module_env"]

@@ -175,8 +175,8 @@ def _dynamic_alpha(alpha, xoff: int | None, xon: int | None) -> float | None:
         return None
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or \
             not MIN_DYNAMIC_ALPHA <= alpha <= MAX_DYNAMIC_ALPHA:
-        raise TestbedError(f"pfc dynamic_alpha {alpha!r} is out of range: expected 1/128 (0.0078125) <= alpha "
-                           f"<= {MAX_DYNAMIC_ALPHA:g}", key="dynamic_alpha")
+        raise TestbedError(f"pfc dynamic_alpha {alpha!r} is out of range: expected 1/{1 / MIN_DYNAMIC_ALPHA:g} "
+                           f"({MIN_DYNAMIC_ALPHA:g}) <= alpha <= {MAX_DYNAMIC_ALPHA:g}", key="dynamic_alpha")
     given = [f"{name} {v} B" for name, v in (("xoff", xoff), ("xon", xon)) if v is not None]
     if given:
         raise TestbedError(f"pfc {given[0]} conflicts with dynamic_alpha {alpha:g}: the XOFF threshold is then "

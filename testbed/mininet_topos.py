@@ -14,8 +14,9 @@ address (10.2.x.y) and the testbed's cross-plane host routes and static
 neighbours are not configured by plain Mininet; ``testbed up`` does those.
 
 ``mn`` runs this file with /usr/bin/python3, which has none of the venv's
-packages: only ``fabrics`` is imported, and it needs the standard
-library alone. ``mn`` executes the file with ``exec`` in a fresh namespace
+packages: only ``fabrics`` and ``common`` (its errors, and the state
+directory's default from ``common.paths``) are imported, and they need the
+standard library alone. ``mn`` executes the file with ``exec`` in a fresh namespace
 (no ``__file__``), so the repository root is found from the code object's
 file name; under ``import`` or ``runpy`` ``__file__`` is used. Every global
 name here is copied into mn's own globals, hence the underscores.
@@ -32,6 +33,7 @@ if _REPO not in _sys.path:
     _sys.path.insert(0, _REPO)
 
 from common.errors import TestbedError as _TestbedError  # noqa: E402
+from common.paths import DEFAULT_STATE_DIR as _DEFAULT_STATE_DIR  # noqa: E402
 from fabrics import addressing as _addressing  # noqa: E402
 from fabrics import build_fabric as _build_fabric  # noqa: E402
 
@@ -40,7 +42,7 @@ def _refuse_if_fabric_up():
     """mn deletes and re-creates bridges (sw1, leaf1, ...) and -eth interfaces of the same names
     as a running testbed fabric, and on any error it removes every OVS bridge: stop first.
     SystemExit, not an Exception, so mn does not run that clean-up."""
-    state = _os.path.join(_os.environ.get("TESTBED_STATE_DIR", "/run/zcube-testbed"), "state.json")
+    state = _os.path.join(_os.environ.get("TESTBED_STATE_DIR", _DEFAULT_STATE_DIR), "state.json")
     if _os.path.exists(state):
         _sys.stderr.write(f"a testbed fabric is up ({state}): its bridges and interfaces have the same "
                           "names as this topology's; run 'testbed down' first\n")

@@ -36,6 +36,7 @@ from common import scale
 from common.errors import TestbedError
 from fabrics import Fabric
 from fabrics.datapath import DatapathConfig
+from traffic.runtime.agent import DEFAULT_TRANSFER_TIMEOUT_S
 
 Log = Callable[[str], None]
 # one queue's counters at one instant: bytes, packets, drops (packets), backlog (bytes); a counter the
@@ -150,7 +151,7 @@ class Conditions:
     cross_s: float = 0.0  # how long they run (wall seconds)
     faults: tuple[dict, ...] = ()  # {at, duration, target, action} on this fabric (needs FAULTS)
     wall_per_run_s: float = 1.0  # wall seconds per run second (a fault's ``at`` is in run seconds)
-    timeout_s: float = 60.0  # a message not delivered by then has failed
+    timeout_s: float = DEFAULT_TRANSFER_TIMEOUT_S  # a message not delivered by then has failed
     connections: str = "persistent"  # the senders' TCP connections (traffic.runtime.agent.CONNECTION_MODES)
     # the ECMP hash's seed where a backend draws the flows' source ports itself (the ns-3 twin): None = ``seed``;
     # another value draws a fresh ECMP outcome and leaves everything else that follows ``seed`` as it is

@@ -9,7 +9,8 @@ Data-plane recovery is measured with UDP probe streams (a datagram every PROBE_M
 between the NIC pairs whose data crosses a cut cable: from the cut to the arrival of the first datagram
 sent after it, the first byte delivered on the new path; TCP's own loss recovery (200 ms minimum RTO) would
 hide the switches' part. Per TCP flow crossing a cut cable: bytes its sender retransmitted while the cable
-was down, goodput before, during and after; a flow that delivered nothing while it was down is lost. At the
+was down, goodput before, during and after; a flow that delivered nothing while it was down is ``starved``
+(through the cut: TCP resends what it holds, so this is silence, not data loss; no loss count is measured). At the
 controller restart: packets the switches dropped for want of a rule (the table-miss counters, read from OVS
 directly), flows the restarted controller re-installed, and the bytes TCP resent in that window against a
 window as long before the first cut. ``fast`` mode: group buckets watch their ports; ``controller``: only
@@ -209,7 +210,8 @@ def analyse_cut(fabric: Fabric, flows: dict, cycle: int, end: tuple[str, int], c
                 sent: dict, probes: dict, cut_ms: float, clear_ms: float,
                 reactions: list[dict] = ()) -> tuple[list[dict], list[dict]]:
     """One cut: a row per probe stream whose data crosses the cable (data-plane recovery), a row per TCP flow
-    that may cross it (bytes resent while it was down, goodput before/during/after, lost), and one per other
+    that may cross it (bytes resent while it was down, goodput before/during/after, ``starved``: it delivered
+    nothing while the cable was down), and one per other
     flow that delivered nothing during it; ``stalled`` classifies each flow that delivered nothing
     (``classify_stalled``; ``reactions``: the reaction watch's streams that left by the cable)."""
     cable = {end, fabric.peer(*end)}
@@ -241,7 +243,7 @@ def analyse_cut(fabric: Fabric, flows: dict, cycle: int, end: tuple[str, int], c
         stalled = classify_stalled(pair, delivered, [r for r in mine if r["proto"] == reaction_watch.TCP],
                                    [r for r in mine if r["proto"] == reaction_watch.UDP],
                                    infos[2 + 2 * cycle] if len(infos) > 2 + 2 * cycle else {}, moved_ms, before)
-        rows.append({"cycle": cycle, "flow": key, "crossing": key in crossing, "lost": not delivered,
+        rows.append({"cycle": cycle, "flow": key, "crossing": key in crossing, "starved": not delivered,
                      "stalled": stalled,
                      "bytes_retrans": resent(infos, 1 + 2 * cycle, 2 + 2 * cycle),
                      "goodput_before_bps": round(goodput_bps(fb, cut_ms - 1000, cut_ms)),
@@ -252,8 +254,9 @@ def analyse_cut(fabric: Fabric, flows: dict, cycle: int, end: tuple[str, int], c
 
 def summarise(streams: list[dict], rows: list[dict], reactions: list[dict] = ()) -> dict:
     """The contract's figures over every cut: the switches' reaction (probe streams that left by a cut cable),
-    recovery of the streams that lost something, lost TCP flows (crossing the cut cable) and why every flow
-    that delivered nothing during a cut did."""
+    recovery of the streams that lost something, the TCP flows crossing the cut cable that delivered nothing
+    while it was down (``starved_through_cut``: silent, not a loss; they are among the flows classified
+    black-holed / back-off / downstream) and why every flow that delivered nothing during a cut did."""
     hit = [r for r in streams if r["stalled"]]
     moved = [r for r in reactions if r["proto"] == reaction_watch.UDP]
     crossing = [r for r in rows if r.get("crossing", True)]
@@ -266,7 +269,8 @@ def summarise(streams: list[dict], rows: list[dict], reactions: list[dict] = ())
             "recovery_ms": percentiles([r["recovery_ms"] for r in hit if r["recovery_ms"] is not None]),
             "blackhole_ms": percentiles([r["blackhole_ms"] for r in hit if r["blackhole_ms"] is not None]),
             "delay_ms": percentiles([r["delay_ms"] for r in hit if r["delay_ms"] is not None]),
-            "lost_transfers": sum(r["lost"] for r in crossing), "crossing": len(crossing), "probes": len(streams),
+            "starved_through_cut": sum(r["starved"] for r in crossing), "crossing": len(crossing),
+            "probes": len(streams),
             "probes_stalled": len(hit), "probes_lost": sum(r["recovery_ms"] is None for r in hit),
             "bytes_retrans": sum(r["bytes_retrans"] or 0 for r in crossing)}
 

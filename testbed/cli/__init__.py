@@ -1,8 +1,10 @@
 """Command line: `python -m testbed <verb> ...`.
 
-This package holds the verbs, one module per group (``plan``, ``fabric``, ``fault``, ``bench``,
-``replay``, ``run``, ``sensitivity``, ``report``, ``compare``, ``crosscheck``; shared flags in ``options``); this
-module only assembles the parser and runs a verb. Library code never imports from here.
+This package holds the verbs, one module per group (``plan``, ``fabric``, ``fault``, ``bench`` (a package: one
+module per benchmark), ``replay``, ``run``, ``sensitivity``, ``report``, ``compare``, ``crosscheck``, ``hosts``);
+every flag that sets an experiment key is defined once in ``flags`` (flag -> key path), the fabric and PFC options
+of the fabric verbs and benchmarks in ``options``, output folders in ``outputs``; this module only assembles the
+parser and runs a verb. Library code never imports from here.
 
 Every verb is a function taking the parsed arguments and returning an exit
 status. A ``TestbedError`` becomes one line on stderr (exit 2, or the error's

@@ -99,7 +99,9 @@ def _experiment_options(p) -> None:
     from common.paths import REPORTS
 
     p.add_argument("experiment", nargs="?", metavar="EXPERIMENT.yaml",
-                   help="experiment file (default: the built-in defaults, as experiments/default.yaml)")
+                   help="experiment file (default: experiments/default.yaml); a key the file leaves out takes the "
+                        "schema's default, a planned replay of llama-3.1-70b (experiments/kv-replay.yaml spells them "
+                        "out)")
     flags.add_flags(p, flags.RUN)
     flags.add_set(p)
     p.add_argument("--out", default=str(REPORTS), help="an existing folder where run directories go (default reports/)")

@@ -13,10 +13,10 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from common.paths import DEFAULT_STATE_DIR
 from fabrics import Fabric, build_fabric
 
 _LOSSY = {"enabled": False}  # the "pfc" entry of a fabric without PFC
-DEFAULT_STATE_DIR = "/run/zcube-testbed"
 
 
 def state_dir() -> Path:

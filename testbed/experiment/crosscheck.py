@@ -12,6 +12,10 @@ A link's bytes are the payload routed over it times what the wire adds per paylo
 headers, the agents' frame headers and acks, TCP's ACKs). When the two backends serve a different amount of
 work (the twin's throughput differs), the bytes differ with it; ``link_overhead`` separates the counting from
 the work: per link, (wire bytes / payload bytes routed over it, from link_traffic.csv) twin over emulator.
+
+A run given as ``--against`` must be the same workload as the twin's (``workload_differences``, the one
+definition in ``testbed.report.workload``): crosscheck.json's ``workload_differences`` lists the keys where it
+is not, and the table says so.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import statistics
 from pathlib import Path
 
 from common.errors import TestbedError
-from testbed.report import headline
+from testbed.report import headline, workload
 
 FIGURES = ("throughput_tokens_per_s", "ttft_p50_ms", "ttft_p99_ms", "kv_fct_p50_ms", "kv_fct_p99_ms",
            "ep_exchange_p99_ms", "pfc_pauses")
@@ -156,6 +160,17 @@ def side(run_dir: Path, rep: int = 1) -> dict[str, dict]:
     return out
 
 
+def workload_differences(emulator_dir: Path, twin_dir: Path) -> list[str] | None:
+    """The key paths in which the two runs' workloads differ (``testbed.report.workload``: the backend and the
+    other keys that do not define a workload aside): [] when ``--against`` is a run of the same experiment;
+    None when either has no experiment.json to tell."""
+    try:
+        a, b = (json.loads((Path(d) / "experiment.json").read_text())["experiment"] for d in (emulator_dir, twin_dir))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return workload.differences(a, b)
+
+
 def _fmt(v) -> str:
     if v is None:
         return "-"
@@ -187,6 +202,9 @@ def table(doc: dict) -> list[str]:
                      _fmt(doc["ratios"].get("twin", {}).get(k)), ""))
     lines = columns(rows)
     lines.append("within goals: " + ", ".join(f"{k}={_fmt(v)}" for k, v in doc["within_goals"].items()))
+    if doc.get("workload_differences"):
+        lines.append("NOT the same workload: the emulator's run differs from the twin's in "
+                     + ", ".join(doc["workload_differences"]))
     return lines
 
 
@@ -211,6 +229,10 @@ def run_crosscheck(experiment: str | None, overrides: list, out_root: Path, agai
         log("crosscheck: not root, so the emulator side is not run (give --against EMULATOR_RUN_DIR)")
     doc = compare(emulator, side(twin_dir))
     doc["runs"] = {"twin": str(twin_dir), "emulator": str(emulator_dir) if emulator_dir else None}
+    doc["workload_differences"] = workload_differences(emulator_dir, twin_dir) if emulator_dir else None
+    if doc["workload_differences"]:
+        log("crosscheck: the emulator's run is not the same workload as the twin's: it differs in "
+            + ", ".join(doc["workload_differences"]))
     (twin_dir / "crosscheck.json").write_text(json.dumps(doc, indent=1) + "\n")
     return doc, twin_dir
 

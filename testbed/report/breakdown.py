@@ -133,10 +133,10 @@ def _rows(exp: ExperimentRun, key: str, groups, parts, total: str) -> list[list[
     return rows
 
 
-def section(exp: ExperimentRun, figures: Path) -> str:
-    """The TTFT and decode-step breakdowns ('' when no repetition recorded them)."""
+def section(exp: ExperimentRun, figures: Path) -> str | None:
+    """The TTFT and decode-step breakdowns (None when no repetition recorded them: no section)."""
     if not _bars(exp, "ttft_breakdown_ms") and not _bars(exp, "decode_step_breakdown_ms"):
-        return ""
+        return None
     parts = [H.img(ttft_figure(exp, figures / "ttft_breakdown.png"),
                    "Each bar is one request of one repetition (the nearest-rank P50 and P99 request by TTFT, and the "
                    "mean of each part over the P99 request and every slower one), its TTFT cut into the parts "

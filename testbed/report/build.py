@@ -2,6 +2,10 @@
 
 Regenerating from the saved data only (no fabric, no root) means a report can
 be rebuilt after the code improves, on any machine, from a copied directory.
+
+The page is ``SECTIONS``, in order: each a ``Section`` (anchor, nav label, heading, and a function of the
+``LoadedRun`` that returns its HTML, or None when the run has nothing for it); the nav lists the sections
+that rendered.
 """
 
 from __future__ import annotations
@@ -9,11 +13,14 @@ from __future__ import annotations
 import csv
 import json
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from testbed.report import (
     breakdown,
     confidence,
+    congestion_section,
     faults,
     headline,
     hot_links,
@@ -33,13 +40,34 @@ from testbed.report.load import ExperimentRun, load_experiment
 from testbed.report.plots import name
 from testbed.report.serving import calibration_applies, calibration_differences  # noqa: F401 (re-exported)
 
-NAV = [("calibration", "Calibration"), ("headline", "Headline"), ("sensitivity", "Sensitivity"),
-       ("loadcurve", "Load curve"),
-       ("breakdown", "TTFT taken apart"), ("serving", "Serving"),
-       ("faults", "Faults"), ("operating", "Operating point"), ("seed", "Seed figures"), ("fct", "FCT"),
-       ("hotspots", "Hotspots"), ("pfc", "PFC"), ("nics", "NIC load"), ("goodput", "Goodput"),
-       ("topology", "Topology & cost"), ("assumptions", "Assumptions"), ("fidelity", "Fidelity"),
-       ("config", "Versions & config")]
+
+@dataclass(frozen=True)
+class LoadedRun:
+    """What every section is made from: the run directory as loaded, the report's summary document
+    (``summarize``), the figures drawn (``_figures``) and the fault analysis (``faults.analyze``; {}: no replay
+    had faults)."""
+
+    exp: ExperimentRun
+    doc: dict
+    figs: dict
+    faults: dict
+
+    @property
+    def figures(self) -> Path:
+        """The folder the figures go into (a section may draw its own there)."""
+        return self.exp.path / "figures"
+
+
+@dataclass(frozen=True)
+class Section:
+    """One section of the page: its anchor, its link in the nav, its heading, and its body made from the loaded
+    run (None: the run has nothing for it, and the page shows neither the section nor its link). ``SECTIONS``
+    lists them in the page's order; the nav is derived from the ones that rendered."""
+
+    id: str
+    nav: str
+    title: str
+    body: Callable[[LoadedRun], str | None]
 
 
 def summarize(exp: ExperimentRun) -> dict:
@@ -155,7 +183,8 @@ def traffic_sentence(config: dict) -> str:
             f"{s.get('mode')} transfers, NIC port policy {s.get('policy')}.")
 
 
-def _headline_section(doc: dict, exp: ExperimentRun) -> str:
+def _headline_section(run: LoadedRun) -> str:
+    doc, exp = run.doc, run.exp
     reps = doc["reps"]
     parts = []
     live = [r for f in exp.fabrics for r in exp.reps[f] if r.summary.get("driver") == "live"]
@@ -302,10 +331,11 @@ def _instance_table(exp: ExperimentRun, fabric: str) -> str:
             + H.table(head, rows, left=(2 if len(show) > 1 else 1)) + "</div>")
 
 
-def _operating_section(doc: dict, exp: ExperimentRun, figs: dict) -> str:
+def _operating_section(run: LoadedRun) -> str:
     """Whether the serving cluster kept up, so whether TTFT measures the network or a queue."""
     from traffic.model.schedule import MAX_UTILIZATION, MIN_QUEUE_GROWTH
 
+    doc, exp, figs = run.doc, run.exp, run.figs
     if doc.get("live"):
         return serving.live_operating_section(doc, exp)
     parts = []
@@ -412,9 +442,12 @@ def _fault_rows(reps: list[tuple[int, dict]]) -> list[list[str]]:
     return rows
 
 
-def _faults_section(docs: dict, exp: ExperimentRun, figures: Path) -> str:
+def _faults_section(run: LoadedRun) -> str | None:
     """Per fabric: the fault events, the goodput timeline with them, and what each fault affected against the
-    neighbouring traffic (``testbed.report.faults``)."""
+    neighbouring traffic (``testbed.report.faults``); None when no replay had faults."""
+    docs, exp, figures = run.faults, run.exp, run.figures
+    if not docs:
+        return None
     parts = []
     for f in exp.fabrics:
         reps = docs.get(f)
@@ -476,7 +509,8 @@ def _faults_section(docs: dict, exp: ExperimentRun, figures: Path) -> str:
     return "".join(parts)
 
 
-def _hotspot_section(doc: dict, exp: ExperimentRun, figs: dict) -> str:
+def _hotspot_section(run: LoadedRun) -> str:
+    doc, exp, figs = run.doc, run.exp, run.figs
     parts = []
     utils = [doc[f].get("max_link_utilization") for f in exp.fabrics if doc[f].get("max_link_utilization") is not None]
     if utils and max(utils) < 0.5:
@@ -492,7 +526,8 @@ def _hotspot_section(doc: dict, exp: ExperimentRun, figs: dict) -> str:
     return "".join(parts)
 
 
-def _pfc_section(doc: dict, exp: ExperimentRun, figs: dict) -> str:
+def _pfc_section(run: LoadedRun) -> str:
+    doc, exp, figs = run.doc, run.exp, run.figs
     on = [f for f in exp.fabrics if doc[f].get("pfc_enabled")]
     if not on:
         return ("<p><b>PFC was off</b> in every run (no pfc.txt, pfc_ports.csv or pfc summary): "
@@ -520,7 +555,8 @@ def _pfc_section(doc: dict, exp: ExperimentRun, figs: dict) -> str:
     return "".join(parts)
 
 
-def _nic_section(doc: dict, exp: ExperimentRun, figs: dict) -> str:
+def _nic_section(run: LoadedRun) -> str:
+    exp, figs = run.exp, run.figs
     rows = []
     for f in exp.fabrics:
         imb = stats.nic_imbalance(exp.reps[f][0])
@@ -535,7 +571,8 @@ def _nic_section(doc: dict, exp: ExperimentRun, figs: dict) -> str:
     return "".join(parts)
 
 
-def _topology_section(doc: dict, exp: ExperimentRun, figs: dict) -> str:
+def _topology_section(run: LoadedRun) -> str:
+    doc, exp, figs = run.doc, run.exp, run.figs
     def origin(f: str) -> str:
         return f"plan/{f}.png" if (exp.path / "plan" / f"{f}.png").is_file() else "drawn from the fabric model"
 
@@ -586,7 +623,8 @@ def _invariants_list(doc: dict, exp: ExperimentRun) -> str:
                                    for f, k, v in lines) + "</ul>"
 
 
-def _fidelity_section(doc: dict, exp: ExperimentRun) -> str:
+def _fidelity_section(run: LoadedRun) -> str:
+    doc, exp = run.doc, run.exp
     rows = []
     for f in exp.fabrics:
         e = doc[f]
@@ -623,7 +661,8 @@ def _fidelity_section(doc: dict, exp: ExperimentRun) -> str:
     return "".join(parts)
 
 
-def _config_section(doc: dict, exp: ExperimentRun) -> str:
+def _config_section(run: LoadedRun) -> str:
+    doc, exp = run.doc, run.exp
     parts = []
     if exp.versions:
         rows = [[H.escape(k), H.escape(str(v))] for k, v in exp.versions.items()]
@@ -652,6 +691,63 @@ def _subtitle(exp: ExperimentRun, doc: dict) -> str:
     return " · ".join(b for b in bits if b)
 
 
+def _calibration_section(run: LoadedRun) -> str:
+    cal = run.doc["calibration"]
+    return serving.calibration_section(cal, run.figs["calibration"], serving.calibration_applies(cal, run.exp),
+                                       serving.calibration_differences(cal, run.exp))
+
+
+def _fct_section(run: LoadedRun) -> str:
+    figs = run.figs
+    return (H.img(figs["fct_cdf"], "Every verified transfer of every repetition. Left: CDF; right: the tail on "
+                  "log-log axes, where P99 and P99.9 differences show.", "FCT CDF")
+            + H.img(figs["slowdown"], "Slowdown = measured FCT / FCT alone on an idle link, per equal-count size bin "
+                    "(slowdown_bins.json, median over repetitions). Below 1: the ideal's per-packet overhead is "
+                    "pessimistic for one-packet transfers.", "slowdown by size"))
+
+
+def _goodput_section(run: LoadedRun) -> str:
+    return H.img(run.figs["goodput"], "Bytes of the transfers that finished in each second (goodput.csv); "
+                 "repetition 1 bold, others faint.", "goodput")
+
+
+# The page, top to bottom; a section whose body is None is left out, and its link with it.
+SECTIONS: tuple[Section, ...] = (
+    Section("calibration", "Calibration", "Calibration: where the network matters as much as in the seed's cluster",
+            _calibration_section),
+    Section("headline", "Headline", "Headline", _headline_section),
+    Section("sensitivity", "Sensitivity", "Sensitivity: does the verdict survive other assumptions?",
+            lambda run: sensitivity_section.report_section(run.exp)),  # None: no result, no alternative declared
+    Section("loadcurve", "Load curve", "Load curve: TTFT and KV-transfer slowdown against load",
+            lambda run: curve.report_section(run.exp, run.figures)),  # None: the experiment named no load curve
+    Section("breakdown", "TTFT taken apart", "TTFT taken apart: where a request's and a decode step's time goes",
+            lambda run: breakdown.section(run.exp, run.figures)),  # None: no live repetition recorded the parts
+    Section("serving", "Serving", "Serving with the network in the loop",
+            lambda run: serving.serving_section(run.doc, run.exp, run.figs["serving"])),
+    Section("faults", "Faults", "Faults: the transfers each one affected, against their neighbours", _faults_section),
+    Section("operating", "Operating point", "Operating point: does TTFT measure the network or a queue?",
+            _operating_section),
+    Section("seed", "Seed figures", "Against the seed's production figures",
+            lambda run: H.seed_table(run.doc["seed_comparison"])),
+    Section("fct", "FCT", "KV-transfer completion times", _fct_section),
+    Section("congestion", "Congestion", "Where the congestion is: queues and pauses by port class",
+            lambda run: congestion_section.section(run.exp)),
+    Section("hotspots", "Hotspots", "Hotspots: link utilization and queues", _hotspot_section),
+    Section("pfc", "PFC", "PFC pause frames", _pfc_section),
+    Section("nics", "NIC load", "Load across each server's NICs", _nic_section),
+    Section("goodput", "Goodput", "Goodput over time", _goodput_section),
+    Section("topology", "Topology & cost", "Topology and cost", _topology_section),
+    Section("assumptions", "Assumptions", "Every assumption", lambda run: serving.assumptions_section(run.exp)),
+    Section("fidelity", "Fidelity", "Fidelity", _fidelity_section),
+    Section("config", "Versions & config", "Versions and configuration", _config_section),
+)
+
+
+def render_sections(run: LoadedRun) -> list[tuple[Section, str]]:
+    """Every section of ``SECTIONS`` with a body for this run, in order, with its body."""
+    return [(sec, body) for sec in SECTIONS for body in [sec.body(run)] if body is not None]
+
+
 def build_report(run_dir: Path | str) -> Path:
     """Write report.html, figures/*.png, summary.json and headline.csv into ``run_dir``; return the page."""
     exp = load_experiment(run_dir)
@@ -664,46 +760,11 @@ def build_report(run_dir: Path | str) -> Path:
     write_headline_csv(doc, exp.fabrics, exp.path / "headline.csv")
     n = (next(iter(exp.reps.values()))[0].config.get("fabric") or {}).get("gpus")
     title = " vs ".join(name(f) for f in exp.fabrics) + (f", n={n}" if n else "")
-    load_curve = curve.report_section(exp, exp.path / "figures")  # None: the experiment named no load curve
-    taken_apart = breakdown.section(exp, exp.path / "figures")  # '': no live repetition recorded the parts
-    sensitivity = sensitivity_section.report_section(exp)  # None: no result and no alternative declared
-    sections = [
-        ("calibration", "Calibration: where the network matters as much as in the seed's cluster",
-         serving.calibration_section(doc["calibration"], figs["calibration"],
-                                     serving.calibration_applies(doc["calibration"], exp),
-                                     serving.calibration_differences(doc["calibration"], exp))),
-        ("headline", "Headline", _headline_section(doc, exp)),
-        *([("sensitivity", "Sensitivity: does the verdict survive other assumptions?", sensitivity)]
-          if sensitivity else []),
-        *([("loadcurve", "Load curve: TTFT and KV-transfer slowdown against load", load_curve)] if load_curve else []),
-        *([("breakdown", "TTFT taken apart: where a request's and a decode step's time goes", taken_apart)]
-          if taken_apart else []),
-        ("serving", "Serving with the network in the loop", serving.serving_section(doc, exp, figs["serving"])),
-        *([("faults", "Faults: the transfers each one affected, against their neighbours",
-            _faults_section(fault_docs, exp, exp.path / "figures"))] if fault_docs else []),
-        ("operating", "Operating point: does TTFT measure the network or a queue?",
-         _operating_section(doc, exp, figs)),
-        ("seed", "Against the seed's production figures", H.seed_table(doc["seed_comparison"])),
-        ("fct", "KV-transfer completion times", H.img(figs["fct_cdf"], "Every verified transfer of every repetition. "
-         "Left: CDF; right: the tail on log-log axes, where P99 and P99.9 differences show.", "FCT CDF")
-         + H.img(figs["slowdown"], "Slowdown = measured FCT / FCT alone on an idle link, per equal-count size bin "
-                 "(slowdown_bins.json, median over repetitions). Below 1: the ideal's per-packet overhead is "
-                 "pessimistic for one-packet transfers.", "slowdown by size")),
-        ("hotspots", "Hotspots: link utilization and queues", _hotspot_section(doc, exp, figs)),
-        ("pfc", "PFC pause frames", _pfc_section(doc, exp, figs)),
-        ("nics", "Load across each server's NICs", _nic_section(doc, exp, figs)),
-        ("goodput", "Goodput over time", H.img(figs["goodput"], "Bytes of the transfers that finished in each "
-                                               "second (goodput.csv); repetition 1 bold, others faint.", "goodput")),
-        ("topology", "Topology and cost", _topology_section(doc, exp, figs)),
-        ("assumptions", "Every assumption", serving.assumptions_section(exp)),
-        ("fidelity", "Fidelity", _fidelity_section(doc, exp)),
-        ("config", "Versions and configuration", _config_section(doc, exp)),
-    ]
+    rendered = render_sections(LoadedRun(exp, doc, figs, fault_docs))
     title_verdict = doc["verdict"][:1].upper() + doc["verdict"][1:]
     alert = overload_alert(doc, exp)
-    nav = [item for item in NAV if (item[0] != "loadcurve" or load_curve) and (item[0] != "faults" or fault_docs)
-           and (item[0] != "breakdown" or taken_apart) and (item[0] != "sensitivity" or sensitivity)]
-    page = H.page(title, title_verdict, _subtitle(exp, doc), doc["fidelity_problems"], nav, sections,
+    page = H.page(title, title_verdict, _subtitle(exp, doc), doc["fidelity_problems"],
+                  [(sec.id, sec.nav) for sec, _ in rendered], [(sec.id, sec.title, body) for sec, body in rendered],
                   alerts=[alert] if alert else [])
     out = exp.path / "report.html"
     out.write_text(page, encoding="utf-8")

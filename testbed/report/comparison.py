@@ -5,7 +5,7 @@ summary.json may be stale or missing), so comparing never needs the reports buil
 ZCube/ROFT ratios of output tokens/s and TTFT P99 (the seed's two claims, ``headline.VERDICT_KEYS``) with their
 95 % intervals over the repetitions and verdicts, the repetitions and the requests measured, fidelity and the
 commit (versions.json's ``git``); and, across the runs, every key path where their experiments
-(experiment.json's ``experiment``) differ.
+(experiment.json's ``experiment``) differ, each marked as defining the workload or not (``testbed.report.workload``).
 
 They **agree** on a figure when no two verdicts contradict (one run's ZCube better, another's worse) and every
 run's interval covers every other run's ratio. A run without an interval (one repetition) cannot say whether
@@ -19,7 +19,8 @@ import json
 from pathlib import Path
 
 from common.errors import TestbedError
-from testbed.report import headline
+from common.paths import shown
+from testbed.report import headline, workload
 from testbed.report.build import summarize
 from testbed.report.fmt import num, ratio_text
 from testbed.report.load import load_experiment
@@ -52,31 +53,24 @@ def run_entry(run_dir: Path, label: str) -> tuple[dict, dict]:
     return entry, (exp.config or {}).get("experiment")
 
 
-def _flat(d: dict, prefix: str = "") -> dict:
-    out = {}
-    for k, v in (d or {}).items():
-        if isinstance(v, dict) and v:
-            out |= _flat(v, f"{prefix}{k}.")
-        else:  # a file by its name: the same trace in another clone is the same trace
-            out[f"{prefix}{k}"] = Path(v).name if k.endswith("path") and isinstance(v, str) else v
-    return out
-
-
 MISSING = "(absent)"
 
 
 def differences(experiments: list[dict | None]) -> list[dict]:
-    """[{"key": "link.rate", "values": [value of each run]}] for every key path where the runs' experiments
-    differ (MISSING where a run's experiment has no such key); runs without an experiment.json are left out."""
-    flats = [_flat(e) for e in experiments if e]
+    """[{"key": "link.rate", "values": [value of each run], "workload": True}] for every key path where the
+    runs' experiments differ (MISSING where a run's experiment has no such key), values compared as
+    ``testbed.report.workload`` compares them; ``workload``: whether the key defines a workload
+    (``workload.NOT_WORKLOAD_KEYS``: the seed, the backend, ... do not). Runs without an experiment.json are left
+    out."""
+    flats = [workload.flat(e) for e in experiments if e]
     if len(flats) < 2:
         return []
     keys = sorted(set().union(*flats))
     out = []
     for k in keys:
-        values = [f.get(k, MISSING) for f in flats]
-        if any(v != values[0] for v in values[1:]):
-            out.append({"key": k, "values": values})
+        if any(not workload.same_value(f.get(k), flats[0].get(k)) for f in flats[1:]):
+            out.append({"key": k, "values": [f.get(k, MISSING) for f in flats],
+                        "workload": workload.is_workload_key(k)})
     return out
 
 
@@ -118,6 +112,7 @@ def agreement(runs: list[dict], key: str) -> dict:
 
 def compare_runs(run_dirs: list[Path | str]) -> dict:
     """The comparison document (``testbed compare --json``): {"runs": [entry], "differences": [...],
+    "same_workload": whether no key that defines a workload differs (None: fewer than two experiment.json),
     "figures": {key: agreement}, "agree": True / False / None}. Fewer than two distinct run directories, or a
     folder that is not one, is a TestbedError naming it."""
     paths = [Path(p) for p in run_dirs]
@@ -139,7 +134,10 @@ def compare_runs(run_dirs: list[Path | str]) -> dict:
     figures = {k: agreement(runs, k) for k in FIGURE_KEYS}
     verdicts = [f["agree"] for f in figures.values()]
     overall = False if False in verdicts else (None if None in verdicts else True)
-    return {"runs": runs, "differences": differences(experiments),
+    diff = differences(experiments)
+    compared = sum(1 for e in experiments if e) > 1
+    return {"runs": runs, "differences": diff,
+            "same_workload": (not any(d["workload"] for d in diff)) if compared else None,
             "experiment_missing": [r["label"] for r, e in zip(runs, experiments) if not e],
             "figures": figures, "agree": overall}
 
@@ -166,11 +164,16 @@ def lines(doc: dict) -> list[str]:
             row += [_cell(f), headline.verdict_text(f["verdict"])]
         rows.append(row)
     out = headline.columns(rows)
-    out += [f"{r['label']}: {r['dir']}" for r in doc["runs"]]
+    out += [f"{r['label']}: {shown(r['dir'])}" for r in doc["runs"]]
     labels = [r["label"] for r in doc["runs"] if r["label"] not in doc["experiment_missing"]]
     if doc["differences"]:
         out.append("where their experiments differ (" + " vs ".join(labels) + "):")
-        out += [f"  {d['key']}: " + " vs ".join(_value(v) for v in d["values"]) for d in doc["differences"]]
+        out += [f"  {d['key']}: " + " vs ".join(_value(v) for v in d["values"]) for d in doc["differences"]
+                if d["workload"]]
+        out += [f"  {d['key']}: " + " vs ".join(_value(v) for v in d["values"]) + " (not the workload)"
+                for d in doc["differences"] if not d["workload"]]
+        if doc.get("same_workload"):
+            out.append("their workloads are the same (only keys that do not define one differ)")
     elif len(labels) > 1:
         out.append("their experiments are the same (" + ", ".join(labels) + ")")
     if doc["experiment_missing"]:

@@ -18,6 +18,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.ticker import FuncFormatter  # noqa: E402
 
+from common.paths import shown  # noqa: E402
 from testbed.report import html as H  # noqa: E402
 from testbed.report.fmt import num  # noqa: E402
 from testbed.report.plots import colour, name, save, style  # noqa: E402
@@ -123,7 +124,8 @@ def section(doc: dict, fig: Path | None, mine) -> str:
     fabrics = doc.get("fabrics") or {}
     levels = levels_of(doc)
     at = next((v for v in levels if mine is not None and same_level(v, mine)), None)
-    text = (f"This curve comes from a separate sweep over {knob} ({doc.get('dir', 'directory unknown')}, created "
+    made_in = shown(doc["dir"]) if doc.get("dir") else doc.get("dir", "directory unknown")
+    text = (f"This curve comes from a separate sweep over {knob} ({made_in}, created "
             f"{_created(doc.get('created'))}), not from this run's replays: means over its repetitions, [min, max] "
             "in brackets.")
     if at is not None:

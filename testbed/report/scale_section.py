@@ -19,6 +19,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from common.paths import shown  # noqa: E402
 from testbed.report import html as H  # noqa: E402
 from testbed.report.headline import pfc_pauses  # noqa: E402
 from testbed.report.plots import save, style  # noqa: E402
@@ -143,7 +144,7 @@ def section(d: dict, fig: Path | None) -> str:
         H.table(head, rows, left=1),
         f"<h3>Hottest links at n = {d['hottest_at']}</h3>" if hot else "",
         H.table(["fabric", "link", "utilization", "bytes"], hot, left=2) if hot else "",
-        f'<p class="note">From {H.escape(d["dir"])}{" (a paired sweep)" if d["paired"] else ""}.</p>'])
+        f'<p class="note">From {H.escape(shown(d["dir"]))}{" (a paired sweep)" if d["paired"] else ""}.</p>'])
 
 
 def write(sweep_dir: Path | str) -> Path:

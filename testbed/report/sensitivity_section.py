@@ -16,7 +16,9 @@ import json
 import subprocess
 from pathlib import Path
 
+from common.paths import shown
 from testbed.report import html as H
+from testbed.report import workload
 from testbed.report.load import ExperimentRun
 
 FILE = "sensitivity.json"
@@ -124,25 +126,12 @@ def age_note(made_on: str | None, code: str | None, count=_commits_between) -> s
 
 
 def _differences(doc: dict, config: dict) -> list[str]:
-    """Keys (dotted) where the sensitivity's baseline experiment differs from this run's, besides the
-    repetitions and the files the report shows."""
-    ignore = {"name", "repetitions", "sensitivity", "sensitivity_result", "calibration", "load_curve", "sweep"}
-
-    def flat(d: dict, prefix: str = "") -> dict:
-        out = {}
-        for k, v in (d or {}).items():
-            if not prefix and k in ignore:
-                continue
-            if isinstance(v, dict):
-                out |= flat(v, f"{prefix}{k}.")
-            else:  # a file by its name: the same trace in another clone is the same trace
-                out[f"{prefix}{k}"] = Path(v).name if k == "path" and isinstance(v, str) else v
-        return out
-
-    a, b = flat((doc.get("baseline") or {}).get("experiment") or {}), flat(config.get("experiment") or {})
+    """Keys (dotted) where the sensitivity's baseline experiment differs from this run's workload
+    (``testbed.report.workload.differences``: the keys that do not define a workload aside)."""
+    a, b = (doc.get("baseline") or {}).get("experiment"), config.get("experiment")
     if not a or not b:
         return []
-    return sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
+    return workload.differences(a, b)
 
 
 # ------------------------------------------------------------------ the section
@@ -170,7 +159,8 @@ def section(doc: dict, run_dir: Path | None = None, config: dict | None = None, 
     base = doc.get("baseline") or {}
     own = run_dir is not None and base.get("dir") and Path(base["dir"]).resolve() == Path(run_dir).resolve()
     made = (doc.get("versions") or {}).get("git")
-    where = (f"Made by <code>testbed sensitivity</code> ({H.escape(str(doc.get('dir')))}, created "
+    made_in = shown(doc["dir"]) if doc.get("dir") else str(doc.get("dir"))
+    where = (f"Made by <code>testbed sensitivity</code> ({H.escape(made_in)}, created "
              f"{H.escape(str(doc.get('created') or 'an unknown date')[:16].replace('T', ' '))}, commit "
              f"{H.escape(str(made or 'unknown'))}, backend {H.escape(str(doc.get('backend')))}, "
              f"{H.escape(str(doc.get('repetitions')))} repetition(s) a fabric each): the experiment once as "
@@ -210,7 +200,7 @@ def none_shipped(config: dict) -> str | None:
     if not alts:
         return None
     names = ", ".join(str(a.get("name")) for a in alts)
-    source = (config or {}).get("source") or "EXPERIMENT"
+    source = shown((config or {}).get("source") or "EXPERIMENT")
     return (f'<p class="warn">No sensitivity result is shipped for this experiment: nothing here says yet whether '
             f"the verdict survives its {len(alts)} declared alternatives ({H.escape(names)}).</p>"
             f'<p class="note"><code>sudo .venv/bin/python -m testbed sensitivity {H.escape(str(source))} --reps 1'

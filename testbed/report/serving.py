@@ -10,7 +10,6 @@ calibration applies to it.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import matplotlib
@@ -21,7 +20,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from testbed.report import html as H  # noqa: E402
-from testbed.report import stats  # noqa: E402
+from testbed.report import stats, workload  # noqa: E402
 from testbed.report.fmt import num  # noqa: E402
 from testbed.report.load import ExperimentRun  # noqa: E402
 from testbed.report.plots import colour, name, save  # noqa: E402
@@ -189,41 +188,27 @@ def calibration_section(cal: dict | None, fig: Path | None, matches: bool | None
 
 
 def calibration_applies(cal: dict | None, exp: ExperimentRun) -> bool | None:
-    """Whether the run's workload is the calibrated one (the knob, represents, fabrics, repetitions, seed
-    and name aside); None when unknown."""
+    """Whether the run's workload is the calibrated one, the knob and ``link.represents`` (what the calibration
+    varies) aside (``testbed.report.workload``); None when unknown."""
     diff = calibration_differences(cal, exp)
     return None if diff is None else not diff
 
 
+# what a calibration varies itself: the knob (its calibration.json names it; this, when it names none) and the
+# links' bandwidth (its 100 vs 200 Gbit/s ablation)
+CALIBRATION_KNOB = "serving.concurrency"
+CALIBRATION_VARIES = ("link.represents",)
+
+
 def calibration_differences(cal: dict | None, exp: ExperimentRun) -> list[str] | None:
     """The experiment keys (``serving.layout``, ...) in which the run's workload differs from the calibrated
-    one, the knob, represents, fabrics, repetitions, seed and name aside; None when unknown. A key only one
-    side has is the same when the other's value is empty (null, [] or {}): a key the schema gained after the
-    calibration was made, left at its default."""
+    one (``testbed.report.workload.differences``: keys that do not define a workload aside), the knob and
+    ``link.represents`` aside; None when unknown."""
     e = ((exp.config or {}).get("experiment")) or {}
     base = (cal or {}).get("experiment")
     if not cal or not base or not e:
         return None
-
-    def core(x: dict) -> dict:
-        x = json.loads(json.dumps(x))
-        for k in ("fabrics", "repetitions", "seed", "name", "calibration", "sweep", "load_curve"):
-            x.pop(k, None)
-        x.get("serving", {}).pop("concurrency", None)
-        x.get("link", {}).pop("represents", None)
-        if x.get("trace", {}).get("path"):  # the same trace wherever the clone lives
-            x["trace"]["path"] = Path(x["trace"]["path"]).name
-        return x
-
-    def differences(a, b, prefix: str = "") -> list[str]:
-        if isinstance(a, dict) and isinstance(b, dict):
-            return [d for k in sorted(set(a) | set(b)) for d in differences(a.get(k), b.get(k), prefix + k + ".")]
-        empty = (None, [], {})
-        if a == b or (a in empty and b in empty):
-            return []
-        return [prefix.rstrip(".")]
-
-    return differences(core(base), core(e))
+    return workload.differences(base, e, aside=(cal.get("knob") or CALIBRATION_KNOB, *CALIBRATION_VARIES))
 
 
 def _layout_of(summary: dict) -> dict | None:

@@ -2,7 +2,8 @@
 
 Every ``import`` in testbed/, controller/, pfc/, traffic/, fabrics/ and common/ counts, at module level and inside
 functions alike (a function-level import is still a dependency, only a later one). The layers
-and the rules are data below; a new module must be placed in a layer on purpose.
+and the rules are data below; a new module must be placed in a layer on purpose. Its sibling
+``test_one_definition.py`` forbids a second definition of a range or default outside its owner.
 """
 
 from __future__ import annotations

@@ -68,3 +68,31 @@ def test_ruff_is_clean():
     proc = subprocess.run([str(ruff), "check", "--no-cache", "."], cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-1000:]
 
+
+
+# tests/unit/'s own files, about the repository as a whole (the rest of its top level is testbed/'s top modules)
+REPO_WIDE_TESTS = ("test_import_contract.py", "test_repo_contract.py", "test_every_module_is_tested.py",
+                   "test_one_definition.py")
+
+
+def _stands_for(rel: Path) -> Path | None:
+    """The package a folder of tests/unit/ mirrors: testbed's subpackages without the testbed/ prefix, the other
+    product packages by name, ci/ for .ci/ (None: none)."""
+    if rel.parts[0] == "ci":
+        return ROOT / ".ci" if len(rel.parts) == 1 else None
+    for where in (ROOT / "testbed" / rel, ROOT / rel if rel.parts[0] in PRODUCT else None):
+        if where is not None and where.is_dir() and any(where.glob("*.py")):
+            return where
+    return None
+
+
+def test_unit_tests_mirror_the_packages():
+    unit = ROOT / "tests" / "unit"
+    folders = sorted(p for p in unit.rglob("*") if p.is_dir() and p.name != "__pycache__")
+    stray = [str(d.relative_to(ROOT)) for d in folders if _stands_for(d.relative_to(unit)) is None]
+    assert not stray, f"test folders that stand for no package (tests/unit/<package>/ mirrors it): {stray}"
+    no_init = [str(d.relative_to(ROOT)) for d in folders if not (d / "__init__.py").is_file()]
+    assert not no_init, f"test folders without __init__.py (two test files of one name would clash): {no_init}"
+    top = sorted(p.name for p in unit.glob("test_*.py"))
+    loose = [n for n in top if n not in REPO_WIDE_TESTS and not (ROOT / "testbed" / n.removeprefix("test_")).is_file()]
+    assert not loose, f"tests/unit/ holds the repository-wide tests and those of testbed/'s top modules: {loose}"

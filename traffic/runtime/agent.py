@@ -17,10 +17,15 @@ more frames ``HEADER`` (magic, transfer id u64, payload length u64, crc32 u32)
 bytes, first/last byte times, crc check, verified) and answers with ``ACK``
 (magic, id, bytes received, crc ok).
 
-Sender: each plan line is one transfer, sent on its own TCP connection bound
-to ``src_ip`` at ``t0 + start`` (one task per transfer, so a slow one never
-holds up others); the sender waits for the ack and writes a line to
-``<name>.sent.jsonl``. Failures (refused, reset, timeout, stop) are written
+Sender: each plan line is one transfer, handed over at ``t0 + start`` (one
+task per transfer, so a slow one never holds up others). By default
+(``--connections persistent``) every transfer of one NIC port pair (``src_ip``
+-> ``dst_ip``, the destination's port) goes on that pair's one persistent TCP
+connection, bound to ``src_ip``, queued behind the pair's earlier transfers,
+frames back to back and acks in order, like a KV transfer engine's queue pair
+(``traffic.runtime.sender.Channel``); ``--connections per-transfer`` gives each
+transfer a TCP connection of its own. The sender waits for the ack and writes a
+line to ``<name>.sent.jsonl``. Failures (refused, reset, timeout, stop) are written
 with ``ok: false`` and the error, never dropped. Once every planned transfer
 has ended, ``<name>.done`` appears; the agent keeps receiving until SIGTERM or
 SIGINT, then records what was in flight, flushes and exits 0.

@@ -8,7 +8,7 @@ Rules (issue 26), and how they are met:
   multi-rail (odd) switch, the one that plays ROFT's rail leaf. One rule then cuts both fabrics
   along rails. ZCube's wiring is symmetric in its two ports (odd and even switches swap roles
   under a renumbering of the GPUs), so anchoring on port 2 would cross as many cables
-  (``tests/unit/hosts/test_placement.py`` computes both); port 1 is the choice that means the
+  (``tests/unit/emulation/hosts/test_assign.py`` computes both); port 1 is the choice that means the
   same thing on both fabrics.
 * Balance: anchors (and so GPUs, agents, NIC queues) as evenly as possible over the hosts, then
   switches as evenly as possible. Without balance, everything on one host crosses nothing.

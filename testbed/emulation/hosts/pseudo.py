@@ -44,7 +44,7 @@ import time
 from pathlib import Path
 
 from common.errors import EnvironmentProblem, TestbedError
-from common.paths import REPO
+from common.paths import DEFAULT_STATE_DIR, REPO
 from testbed.emulation.hosts import hostsfile
 
 NETNS_PREFIX = "tb-ph"
@@ -59,7 +59,7 @@ OVS_CTL = "/usr/share/openvswitch/scripts/ovs-ctl"
 OVS_SNDBUF_BYTES = 16 * 1024 * 1024  # as the one-host fabric asks (build.OVS_SNDBUF_BYTES)
 READY_TIMEOUT_S = 60
 # what each pseudo-host gets a private copy of (a tmpfs, or a bind mount of its own folder)
-PRIVATE_TMPFS = ("/run/netns", "/run/openvswitch", "/run/zcube-testbed", "/tmp")
+PRIVATE_TMPFS = ("/run/netns", "/run/openvswitch", DEFAULT_STATE_DIR, "/tmp")
 PRIVATE_DIRS = {"/etc/openvswitch": "etc-openvswitch", "/var/log/openvswitch": "log"}
 
 

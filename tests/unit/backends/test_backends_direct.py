@@ -42,6 +42,14 @@ def test_the_ideal_network_refuses_what_it_cannot_do(tmp_path):
                                    print)
 
 
+def test_planned_traffic_ends_with_its_last_start_and_conditions_take_the_agents_timeout():
+    from traffic.runtime.agent import DEFAULT_TRANSFER_TIMEOUT_S
+
+    assert base.PlannedTraffic([{"start": 0.5}, {"start": 2.0}, {"start": 1.0}]).last_start_s == 2.0
+    assert base.PlannedTraffic([]).last_start_s == 0.0
+    assert base.Conditions().timeout_s == DEFAULT_TRANSFER_TIMEOUT_S
+
+
 def test_an_unfinished_message_is_never_completed():
     row = ideal._row(PLAN | {"kind": "kv"}, 0.5, None)
     assert (row["verified"], row["received_bytes"], row["error"], row["kind"]) == (False, None, "never completed", "kv")

@@ -18,18 +18,7 @@ from testbed.backends.base import Conditions, FabricSpec, PlannedTraffic
 from testbed.cli import main
 from testbed.experiment.schema import EXAMPLES_DIR, Resolved, repetition_spec, validate
 from testbed.repetition.orchestrate import run_repetition
-
-
-@pytest.fixture(autouse=True)
-def no_fabric(monkeypatch):
-    """Nothing here may reach the emulator."""
-    from testbed.emulation import fabricctl
-
-    def never(*args, **kwargs):
-        raise AssertionError("the ideal backend reached the emulated fabric")
-
-    for name in ("require_root", "require_ovs", "load_state", "up", "down", "read_queues"):
-        monkeypatch.setattr(fabricctl, name, never)
+from tests.support.no_fabric import no_fabric  # noqa: F401 (autouse: nothing here reaches the fabric)
 
 
 def _repetition(tmp_path, raw: dict, kind: str = "zcube"):

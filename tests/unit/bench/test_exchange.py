@@ -65,3 +65,17 @@ def test_an_unverified_message_fails_the_goal():
     assert "MISSED" in ex.table(doc)[-1]
     ok = ex.summarize("zcube", per[:1], {"model": "glm-5", "concurrency": 128})
     assert ok["goal_met"] is True and ok["groups"]["decode dispatch"]["from_order"]["n"] == 1
+
+
+def test_ideal_phases_are_the_serving_loops_expert_exchanges_by_engine_step_and_kind():
+    from common.paths import AZURE_TRACE
+    from testbed.repetition.drivers.live import prepare_live
+    from tests.support.settings import repetition
+
+    spec = repetition({"trace": {"path": str(AZURE_TRACE), "duration_s": 2}, "link": {"time_dilation": 4},
+                       "gpus": 16, "gpus_per_switch": 4, "gpus_per_server": 4,
+                       "serving": {"driver": "live", "arrivals": "closed", "concurrency": 8, "model": "glm-5"}})
+    phases = ex.ideal_phases(prepare_live(spec, 16, 3e6), 400e9)
+    assert phases and {k[2] for k in phases} == {"dispatch", "combine"}  # MoE: no KV transfer among them
+    for (engine, step, kind), messages in phases.items():
+        assert all((m.engine, m.step, m.kind) == (engine, step, kind) for m in messages)

@@ -136,15 +136,16 @@ def test_backoff_needs_the_senders_timer_and_otherwise_the_flow_was_held_downstr
 
 def test_summarise_counts_reactions_of_probe_streams_only_and_names_stalled_flows_apart():
     streams = [{"stalled": True, "recovery_ms": 50.0, "blackhole_ms": 5.0, "delay_ms": 40.0, "lost": 3}]
-    rows = [{"crossing": True, "lost": True, "stalled": "backoff", "bytes_retrans": 100},
-            {"crossing": False, "lost": True, "stalled": "downstream", "bytes_retrans": 0},
-            {"crossing": True, "lost": False, "stalled": None, "bytes_retrans": 50}]
+    rows = [{"crossing": True, "starved": True, "stalled": "backoff", "bytes_retrans": 100},
+            {"crossing": False, "starved": True, "stalled": "downstream", "bytes_retrans": 0},
+            {"crossing": True, "starved": False, "stalled": None, "bytes_retrans": 50}]
     moved = [reaction(float(i)) for i in range(1, 101)] + [reaction(None, 1500.0), reaction(3.0, 0, 6)]
     got = summarise(streams, rows, moved)
     assert got["switch_reaction_ms"] == {"p50": 50.0, "p99": 99.0, "max": 100.0, "n": 100}
     assert got["probes_never_moved"] == 1 and got["switch_into_dead_ms"]["max"] == 1500.0
     assert (got["blackholed_flows"], got["backoff_flows"], got["downstream_flows"]) == (0, 1, 1)
-    assert (got["lost_transfers"], got["crossing"], got["bytes_retrans"]) == (1, 2, 150)
+    assert (got["starved_through_cut"], got["crossing"], got["bytes_retrans"]) == (1, 2, 150)
+    assert not any("lost" in k for k in got if k != "probes_lost")  # nothing else reads as data loss
 
 
 def test_probe_windows_surround_the_cuts_a_pair_crosses_or_are_empty_when_it_crosses_all():

@@ -18,6 +18,10 @@ def test_incast_senders_spread_over_switches(kind, n, count):
     assert max(per.values()) - min(per.values()) <= 1  # round robin over the senders' switches
 
 
+def test_every_incast_sender_uses_the_victims_other_port_number():
+    assert pfc.incast_flows((1, 2), [5, 9]) == [((5, 1), (1, 2)), ((9, 1), (1, 2))]
+
+
 def test_incast_senders_bad_count_is_one_line():
     with pytest.raises(TestbedError, match="incast senders 40 is out of range: expected 1 .. 31"):
         pfc.incast_senders(build_fabric("zcube", gpus=32), (1, 2), 40)
@@ -88,3 +92,9 @@ def test_host_warnings_only_when_steal_is_above_one_percent():
     assert pfc.host_warnings(None) == [] and pfc.host_warnings(0.23) == [] and pfc.host_warnings(1.0) == []
     (w,) = pfc.host_warnings(4.88)
     assert w.startswith("the host took 4.88 % of a vCPU during the incast")
+
+
+def test_cpu_times_read_each_cpus_eight_counters_from_proc_stat():
+    got = pfc.cpu_times()
+    assert got and all(k.startswith("cpu") and k != "cpu" for k in got)
+    assert all(len(v) == 8 and all(isinstance(x, int) and x >= 0 for x in v) for v in got.values())

@@ -19,6 +19,7 @@ from testbed.cli import main, outputs
 from testbed.experiment import run, rundir
 from testbed.experiment.schema import EXAMPLES_DIR
 from tests.support import fake_runs
+from tests.support.no_fabric import no_fabric  # noqa: F401 (autouse: nothing here reaches the fabric)
 
 SMOKE = str(EXAMPLES_DIR / "smoke.yaml")
 
@@ -28,12 +29,10 @@ def _never(*args, **kwargs):
 
 
 @pytest.fixture(autouse=True)
-def no_fabric(monkeypatch):
-    from testbed.emulation import fabricctl
+def no_repetition(monkeypatch):
+    """Besides the fabric (``no_fabric``): no repetition runs either."""
     from testbed.repetition import orchestrate
 
-    for name in ("require_root", "require_ovs", "load_state", "up", "down"):
-        monkeypatch.setattr(fabricctl, name, _never)
     monkeypatch.setattr(orchestrate, "run_repetition", _never)
     monkeypatch.setattr(run, "run_repetition", _never)
 

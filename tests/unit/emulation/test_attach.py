@@ -7,6 +7,7 @@ import pytest
 
 pytest.importorskip("mininet.cli")
 
+from common.errors import TestbedError  # noqa: E402
 from fabrics import addressing, build_fabric  # noqa: E402
 from fabrics.datapath import RX_OFPORT, netns_of  # noqa: E402
 from testbed.cli import build_parser, main  # noqa: E402
@@ -90,3 +91,14 @@ def test_recorded_fabric_whose_namespaces_are_gone_is_one_line(state_dir, capsys
     err = capsys.readouterr().err
     assert err.count("\n") == 1
     assert "is not running (tb-gpu1 is missing and 15 more)" in err and "testbed clean" in err
+
+
+def test_check_running_names_the_first_namespace_or_bridge_missing_and_how_many_more(monkeypatch):
+    spec = attach.attach_spec(build_fabric("zcube", gpus=16, gpus_per_switch=8))
+    monkeypatch.setattr(netns, "exists", lambda name: True)
+    assert attach.check_running(spec) is None and attach.check_running(spec, {s.name for s in spec.switches}) is None
+    with pytest.raises(TestbedError, match=r"not running \(bridge sw1 is missing and 3 more\): run 'testbed clean'"):
+        attach.check_running(spec, set())
+    monkeypatch.setattr(netns, "exists", lambda name: name != "tb-gpu3")
+    with pytest.raises(TestbedError, match=r"is not running \(tb-gpu3 is missing\)"):
+        attach.check_running(spec)

@@ -83,3 +83,27 @@ def test_a_refined_calibration_measures_the_midpoints_and_chooses_among_every_ro
     assert status == 0 and [r["level"] for r in doc["levels"]] == [16, 28, 40, 64]
     assert doc["chosen"]["level"] == 28 and len(doc["sweeps"]) == 3
     assert (cal_dir / "calibration.json").is_file() and (cal_dir / "calibrated.yaml").is_file()
+
+
+def test_a_finished_sweep_is_read_again_and_written_as_calibration_json_and_the_chosen_experiment(tmp_path,
+                                                                                                  monkeypatch):
+    import json
+
+    import yaml
+
+    from testbed.report import headline
+
+    made = {f"points/{lv}-{bw}": point(lv, bw, reps)["fabrics"] for lv, bw, reps in (
+        (100, "100gbit", [(1000, 2000, 500)]), (100, "200gbit", [(1190, 1560, 400)]))}
+    (tmp_path / "sweep.json").write_text(json.dumps({"points": [
+        {"values": {"serving.concurrency": "100", "link.represents": d.rsplit("-", 1)[1]}, "dir": d} for d in made]}))
+    monkeypatch.setattr(headline, "fabric_headlines", lambda point_dir: made[str(point_dir.relative_to(tmp_path))])
+    assert [p["fabrics"] for p in calibrate.points_of(tmp_path)] == list(made.values())
+    experiment = {"name": "x", "serving": {"concurrency": 8, "model": "glm-5"}}
+    doc = calibrate.write_calibration(tmp_path, [tmp_path], experiment)
+    assert json.loads((tmp_path / "calibration.json").read_text()) == doc
+    assert doc["chosen"]["level"] == 100 and doc["experiment"] == experiment and doc["dir"] == str(tmp_path)
+    text = (tmp_path / "calibrated.yaml").read_text()
+    assert text.startswith("# Written by `testbed calibrate`") and "# chosen: serving.concurrency = 100" in text
+    assert yaml.safe_load(text)["serving"] == {"concurrency": 100, "model": "glm-5"}
+    assert experiment["serving"]["concurrency"] == 8  # the caller's mapping is left alone

@@ -17,6 +17,7 @@ from testbed.experiment import sensitivity as S
 from testbed.experiment.schema import EXAMPLES_DIR, Override
 from testbed.report import sensitivity_section
 from tests.support import fake_runs
+from tests.support.no_fabric import no_fabric  # noqa: F401 (autouse: nothing here reaches the fabric)
 from traffic.model import placement
 
 SMALL = {"name": "sens16", "backend": "ideal", "gpus": 16, "gpus_per_switch": 4, "gpus_per_server": 4,
@@ -30,18 +31,6 @@ def write(tmp_path: Path, doc: dict, name: str = "sens16.yaml") -> Path:
     path = tmp_path / name
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path
-
-
-@pytest.fixture(autouse=True)
-def no_fabric(monkeypatch):
-    """Nothing here may reach the emulator."""
-    from testbed.emulation import fabricctl
-
-    def never(*args, **kwargs):
-        raise AssertionError("the sensitivity reached the emulated fabric")
-
-    for name in ("require_root", "require_ovs", "load_state", "up", "down", "read_queues"):
-        monkeypatch.setattr(fabricctl, name, never)
 
 
 # ------------------------------------------------------------------ refused before anything is built
@@ -98,6 +87,18 @@ def test_only_names_declared_alternatives_and_a_file_without_any_is_refused(tmp_
         S.plan(path, [Override("fabrics", ["roft"], "--fabrics")])
     with pytest.raises(TestbedError, match="alternative 'zipf' is listed twice"):
         S.plan(write(tmp_path, SMALL | {"sensitivity": SMALL["sensitivity"][:1] * 2}, "twice.yaml"), [])
+
+
+def test_only_is_a_comma_list_of_names_and_the_dry_run_document_lists_every_run(tmp_path):
+    assert S.parse_only(None) is None and S.parse_only(" zipf, pair-hash ,") == ["zipf", "pair-hash"]
+    with pytest.raises(TestbedError, match="--only ',': expected alternative names"):
+        S.parse_only(",")
+    planned = S.plan(write(tmp_path, SMALL), [])
+    doc = S.dry_run_doc(planned)
+    assert [r["name"] for r in doc["runs"]] == ["baseline", "zipf", "pair-hash"]
+    assert doc["runs"][1]["overrides"] == {"serving.popularity": "zipf"} and doc["budget_s"] == S.BUDGET_S
+    assert doc["runs"][2]["experiment"]["serving"]["policy"] == "pair-hash"
+    assert doc["estimate_s"] == round(S.estimate_s(planned)) and doc["source"] == str(tmp_path / "sens16.yaml")
 
 
 def test_an_alternatives_relative_trace_is_the_experiment_files_and_the_command_line_applies_to_every_run(tmp_path):

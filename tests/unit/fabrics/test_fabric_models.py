@@ -6,7 +6,7 @@ import networkx as nx
 import pytest
 
 from common.errors import TestbedError
-from fabrics import build_fabric
+from fabrics import build_fabric, fabric_args
 from fabrics.roft import roft_shape
 from fabrics.zcube import default_cables
 
@@ -128,3 +128,11 @@ def test_bad_parameters_are_rejected_in_one_line(kwargs, words):
         build_fabric(**kwargs)
     message = str(err.value)
     assert words in message and "\n" not in message
+
+
+def test_fabric_args_name_only_the_knobs_that_shape_the_fabric():
+    assert fabric_args("zcube", 32, 8, None, 8, 16) == {"kind": "zcube", "gpus": 32, "gpus_per_switch": 8,
+                                                        "cables": None}
+    assert fabric_args("roft", 32, 8, 4, 8, None) == {"kind": "roft", "gpus": 32, "gpus_per_switch": 8,
+                                                      "gpus_per_server": 8, "radix": None}
+    assert build_fabric(**fabric_args("roft", 32, 8, 4, 8, None)).n_gpus == 32

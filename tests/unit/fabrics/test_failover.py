@@ -14,7 +14,16 @@ import pytest
 
 from common.errors import TestbedError
 from fabrics import build_fabric
-from fabrics.failover import Dead, Route, bucket_order, detour, live_buckets, live_tables, usable_ports
+from fabrics.failover import (
+    Dead,
+    Route,
+    bucket_order,
+    detour,
+    failover_tables,
+    live_buckets,
+    live_tables,
+    usable_ports,
+)
 from fabrics.routing import NextHop, PortChoice, Send, forwarding_tables, plan_ports, select_ports
 
 BOTH = [PortChoice(1, 2, 0.5), PortChoice(2, 1, 0.5)]
@@ -223,3 +232,21 @@ def test_pause_daemon_can_pause_whoever_a_failed_over_sibling_cable_carries():
         assert all(reach[q][f] == union for f in feeds)  # failed over: any of them on any cable
     roft = build_fabric("roft", gpus=16, gpus_per_switch=8)
     assert failover_sources_via(roft) == sources_via(roft)  # ECMP sets are already every port
+
+
+def test_failover_tables_add_a_cables_parallel_siblings_and_keep_ecmp_sets(z1, z2, roft):
+    """What the switches may forward on without asking anyone: a ZCube cable then its siblings (none at one
+    cable a pair), every other next hop as planned."""
+    for fabric in (z1, z2, roft):
+        tables, over = forwarding_tables(fabric), failover_tables(fabric)
+        assert over.keys() == tables.keys()
+        for sw, table in tables.items():
+            for dst, hop in table.items():
+                got = over[sw][dst].ports
+                peer = fabric.peer(sw, hop.ports[0])[0]
+                if fabric.kind == "zcube" and not peer.startswith("gpu"):
+                    assert got[0] == hop.ports[0] and sorted(got) == sorted(fabric.ports_towards(sw, peer))
+                else:
+                    assert got == hop.ports
+    assert any(len(h.ports) == 2 for t in failover_tables(z2).values() for h in t.values())
+    assert all(len(h.ports) == 1 for t in failover_tables(z1).values() for h in t.values())

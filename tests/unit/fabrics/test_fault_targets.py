@@ -92,3 +92,10 @@ def test_cut_switches_are_the_ends_of_what_went_down(zcube):
     sw, _ = zcube.attachment[(3, 1)]
     assert cut_switches(zcube, [{"action": "down", "target": "link gpu3:p1"}]) == {sw}
     assert cut_switches(zcube, [{"action": "down", "target": "switch sw2"}]) == {"sw1", "sw2", "sw3"}
+
+
+def test_a_target_cuts_one_end_of_its_cable_every_port_of_its_switch_or_nothing(zcube):
+    (a, pa), (b, pb) = _fabric_cable(zcube)
+    assert parse_target(zcube, f"link {a}:{pa}").cut_ends(zcube) == [parse_target(zcube, f"link {a}:{pa}").ends[0]]
+    assert parse_target(zcube, f"switch {a}").cut_ends(zcube) == [(a, p) for p in sorted(zcube.switches[a].ports)]
+    assert parse_target(zcube, "controller").cut_ends(zcube) == []

@@ -11,6 +11,7 @@ from fabrics.routing import (
     ecmp_bucket,
     egress_port_for,
     forwarding_tables,
+    links_on_path,
     paths,
     select_ports,
     walk,
@@ -119,3 +120,13 @@ def test_path_query_rejects_unknown_gpus():
     f = build_fabric("zcube", gpus=16, gpus_per_switch=4)
     with pytest.raises(TestbedError, match="dst=17"):
         paths(f, 1, 17)
+
+
+def test_links_on_path_count_the_nic_link_and_one_per_switch_left():
+    z = build_fabric("zcube", gpus=32, gpus_per_switch=8)
+    assert links_on_path(z, (3, 1), (17, 2)) == 3  # gpu3:p1 -> sw5 -> sw6 -> gpu17:p2 (the CLI contract's path)
+    r = build_fabric("roft", gpus=32)
+    assert links_on_path(r, (1, 1), (9, 1)) == 2  # the same rail: its leaf only
+    assert links_on_path(r, (1, 1), (2, 1)) == 4  # across rails: leaf, spine, leaf
+    with pytest.raises(TestbedError, match="no path from gpu1:p1 to gpu2:p1"):
+        links_on_path(build_fabric("railonly", gpus=32), (1, 1), (2, 1))

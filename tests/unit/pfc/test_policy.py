@@ -14,7 +14,9 @@ from pfc.policy import (
     host_destinations,
     policy_doc,
     queue_limit,
+    queue_limits,
     resolve,
+    resolve_on,
     thresholds,
 )
 
@@ -302,3 +304,13 @@ def test_thresholds_and_policy_doc():
     assert "sw1:9" in doc["paused_by"]["gpu1:p1"]
     inverse = {(u, d) for u, ds in doc["paused_by"].items() for d in ds}
     assert inverse == {(u, d) for d, ups in fd.items() for u in ups}
+
+
+def test_queue_limits_are_the_thresholds_limits_on_the_links_and_none_with_pfc_off():
+    from fabrics.datapath import DatapathConfig
+
+    fabric, links = fabric_of("zcube16"), DatapathConfig(rate_bps=RATE, mtu=MTU, buffer_bytes=BUFFER)
+    got = queue_limits(fabric, links, PfcConfig())
+    th = thresholds(fabric, resolve_on(PfcConfig(), links))
+    assert got == {q: t["limit"] for q, t in th.items()} and all(v >= th[q]["xoff"] for q, v in got.items())
+    assert queue_limits(fabric, links, PfcConfig(enabled=False)) == {} and queue_limits(fabric, links, None) == {}

@@ -25,7 +25,7 @@ def test_only_repetitions_that_recorded_a_breakdown_are_drawn():
     exp = _exp({"zcube": [{"ttft_breakdown_ms": TTFT}, {}], "roft": [{"ttft_breakdown_ms": {"p50": None}}]})
     assert [(f, k) for f, k, _ in breakdown._bars(exp, "ttft_breakdown_ms")] == [("zcube", 1)]
     assert breakdown._bars(exp, "decode_step_breakdown_ms") == []
-    assert breakdown.section(_exp({"zcube": [{}]}), Path("/nonexistent")) == ""  # nothing recorded: no section
+    assert breakdown.section(_exp({"zcube": [{}]}), Path("/nonexistent")) is None  # nothing recorded: no section
 
 
 def test_the_rows_carry_each_group_and_the_tail_count():

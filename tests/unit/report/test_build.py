@@ -369,6 +369,19 @@ def test_goodput_verdicts(r, status):
     assert f"{r:.3f}x" in row["sentence"]
 
 
+def test_verdict_of_takes_the_intervals_verdict_else_the_spread_rule_and_needs_a_ratio():
+    from testbed.report import headline
+
+    assert verdict.verdict_of(_summary({}), "throughput_tokens_per_s") == headline.NOT_MEASURED
+    conf = {"confidence": {"ratios": {"throughput_tokens_per_s": {"ci95": [1.02, 1.08]},
+                                      "ttft_ms.p99": {"ci95": [0.9, 1.1]}}}}
+    doc = _summary({"throughput_tokens_per_s": 1.05, "ttft_ms.p99": 1.0}) | conf
+    assert verdict.verdict_of(doc, "throughput_tokens_per_s") == headline.BETTER  # the interval excludes 1
+    assert verdict.verdict_of(doc, "ttft_ms.p99") == headline.NOT_RESOLVED
+    doc["confidence"]["ratios"]["ttft_ms.p99"] = {"verdict": headline.WORSE}  # a verdict recorded wins
+    assert verdict.verdict_of(doc, "ttft_ms.p99") == headline.WORSE
+
+
 def test_ttft_verdict_and_context():
     row = verdict.judge(_summary({"ttft_ms.p99": 0.6}), "ttft_ms.p99")
     assert row["status"] == "matches"
@@ -520,6 +533,7 @@ def test_a_calibration_applies_to_its_workload_whatever_the_knob_fabrics_and_pat
     from testbed.report.build import calibration_applies
 
     run = resolve(None).experiment.model_dump(mode="json")
+    run["trace"]["path"] = "/clone/data/traces/azure2023_conv.csv.gz"  # the default generates its workload
     calibrated = json.loads(json.dumps(run))
     calibrated.update(fabrics=["roft"], repetitions=1, name="moe-live", calibration=None)
     calibrated.pop("sweep")  # a calibration written before a key existed still applies
@@ -531,3 +545,30 @@ def test_a_calibration_applies_to_its_workload_whatever_the_knob_fabrics_and_pat
     calibrated["serving"]["model"] = "deepseek-v3"
     assert calibration_applies({"experiment": calibrated}, exp) is False
     assert calibration_applies(None, exp) is None
+
+
+def _nav_and_sections(text: str) -> tuple[list[tuple[str, str]], list[str]]:
+    nav = re.search(r"<nav>(.*?)</nav>", text, re.S).group(1)
+    return re.findall(r'<a href="#([a-z]+)">([^<]*)</a>', nav), re.findall(r'<section id="([a-z]+)">', text)
+
+
+def test_the_nav_lists_exactly_the_sections_that_rendered_in_order(built, tmp_path):
+    from html import unescape
+
+    from common.paths import REPO
+    from testbed.report.build import SECTIONS
+
+    assert len({s.id for s in SECTIONS}) == len(SECTIONS)
+    label = {s.id: s.nav for s in SECTIONS}
+    order = [s.id for s in SECTIONS]
+    extras = write_experiment(tmp_path / "extras", reps=1)  # the shipped sensitivity and load curve: two more
+    for name in ("sensitivity.json", "load_curve.json"):
+        shutil.copy(REPO / "experiments" / name, extras / name)
+    seen = []
+    for page in (built[1], build_report(extras)):
+        nav, sections = _nav_and_sections(page.read_text())
+        assert [i for i, _ in nav] == sections and sections == [i for i in order if i in sections]
+        assert all(unescape(text) == label[i] for i, text in nav)
+        seen.append(sections)
+    assert set(seen[1]) - set(seen[0]) == {"sensitivity", "loadcurve"}
+    assert "faults" not in seen[0] and "breakdown" not in seen[0]  # bodies of None: neither section nor link

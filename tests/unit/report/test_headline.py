@@ -181,7 +181,8 @@ def test_two_runs_that_agree(tmp_path):
     assert tok["verdict"] == "better" and tok["per_rep"] == [1.05, 1.04, 1.06]
     assert ra["figures"]["ttft_ms.p99"]["verdict"] == "not resolved at this sample size"
     # the same trace file in another folder is the same trace; the link rate differs
-    assert doc["differences"] == [{"key": "link.rate", "values": ["3mbit", "4mbit"]}]
+    assert doc["differences"] == [{"key": "link.rate", "values": ["3mbit", "4mbit"], "workload": True}]
+    assert doc["same_workload"] is False
     text = lines(doc)
     assert text[0].split()[:3] == ["run", "commit", "reps"] and "link.rate: 3mbit vs 4mbit" in " ".join(text)
     assert text[-1] == "the runs agree"
@@ -208,7 +209,11 @@ def test_overlapping_intervals_that_miss_a_ratio_disagree_and_one_repetition_can
     got = agreement(runs, "k")
     assert got["agree"] is None and got["without_interval"] == ["A"] and "cannot tell" in got["why"]
     assert differences([{"a": {"b": 1}}, None, {"a": {"b": 1, "c": 2}}]) == [{"key": "a.c",
-                                                                          "values": ["(absent)", 2]}]
+                                                                          "values": ["(absent)", 2],
+                                                                          "workload": True}]
+    # a key one run lacks and the other leaves empty is no difference; the seed is one, but not the workload's
+    assert differences([{"a": {"b": 1}, "seed": 0}, {"a": {"b": 1, "c": None}, "seed": 1}]) == [
+        {"key": "seed", "values": [0, 1], "workload": False}]
 
 
 def test_the_verb_prints_json_and_refuses_bad_input_in_one_line(tmp_path, capsys):
@@ -216,7 +221,8 @@ def test_the_verb_prints_json_and_refuses_bad_input_in_one_line(tmp_path, capsys
     b = _pair(tmp_path / "b", [0.95, 0.94, 0.96], [1.0, 1.0, 1.0])
     assert main(["compare", str(a), str(b), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert set(doc) == {"runs", "differences", "experiment_missing", "figures", "agree"} and doc["agree"] is False
+    assert set(doc) == {"runs", "differences", "same_workload", "experiment_missing", "figures", "agree"}
+    assert doc["agree"] is False
     assert set(doc["runs"][0]) == {"label", "dir", "run_id", "commit", "reps", "pairs", "requests_measured",
                                    "fidelity_ok", "fidelity_problems", "figures"}
     nothing = tmp_path / "nothing"
@@ -228,6 +234,20 @@ def test_the_verb_prints_json_and_refuses_bad_input_in_one_line(tmp_path, capsys
         assert err.count("\n") == 1 and named in err and err.startswith("testbed: error: ")
     with pytest.raises(TestbedError, match="only one run directory"):
         compare_runs([a])
+
+
+def test_runs_differing_only_in_keys_that_do_not_define_a_workload_are_the_same_workload(tmp_path):
+    a = _pair(tmp_path / "a", [1.05, 1.04, 1.06], [1.0, 1.1, 0.9])
+    b = _pair(tmp_path / "b", [1.05, 1.04, 1.06], [1.0, 1.1, 0.9])
+    doc = json.loads((b / "experiment.json").read_text())
+    doc["experiment"] |= {"name": "other", "repetitions": 5, "sweep_paired": True}
+    (b / "experiment.json").write_text(json.dumps(doc))
+    got = compare_runs([a, b])
+    assert got["same_workload"] is True and [d["key"] for d in got["differences"]] == ["name", "repetitions",
+                                                                                      "sweep_paired"]
+    text = lines(got)
+    assert "  repetitions: 3 vs 5 (not the workload)" in text
+    assert "their workloads are the same (only keys that do not define one differ)" in text
 
 
 def test_a_copied_run_compares_equal_to_itself(tmp_path):

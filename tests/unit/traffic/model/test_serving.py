@@ -50,6 +50,7 @@ def test_one_request_on_an_idle_dense_cluster_ttft_is_prefill_plus_kv_plus_one_s
     assert r.ttft_s == pytest.approx(0.125 + 16_384_000 * 8 / 200e9 + 0.02)
     assert r.done_s - r.first_token_s == pytest.approx(2 * 0.02)  # 3 tokens: two more steps
     assert {m.kind for m in c.messages.values()} == {"kv"}  # dense: no expert traffic
+    assert c.quiet and not serving.Cluster(dense_spec(), [Request(7, 0.0, 1000, 3)]).quiet  # ended / not begun
 
 
 def test_closed_loop_keeps_concurrency_requests_in_flight_until_the_end():

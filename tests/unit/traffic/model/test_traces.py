@@ -10,7 +10,7 @@ import pytest
 from common.errors import TestbedError
 from common.paths import TRACES_DIR
 from traffic.model.errors import TrafficError
-from traffic.model.traces import AZURE_HEADER, Request, detect_format, read_trace, slice_requests
+from traffic.model.traces import AZURE_HEADER, Request, detect_format, read_trace, served_requests, slice_requests
 
 
 def _real(name: str) -> Path:
@@ -200,6 +200,17 @@ REQS = [Request(i, float(t), 100, 10) for i, t in enumerate([0, 1, 2, 3, 4, 5, 6
 def test_slice_window_rebases_and_keeps_ids():
     out = slice_requests(REQS, start_s=2.0, end_s=5.0)
     assert [(r.request_id, r.arrival_s) for r in out] == [(2, 0.0), (3, 1.0), (4, 2.0)]
+
+
+def test_served_requests_a_closed_loop_takes_sizes_from_the_start_an_open_one_the_window():
+    closed = served_requests(REQS, 2.0, 1.0, 3, 2.0, closed=True)  # no window, no speed: the next three
+    assert [(r.request_id, r.arrival_s) for r in closed] == [(2, 2.0), (3, 3.0), (4, 4.0)]
+    opened = served_requests(REQS, 2.0, 3.0, None, 2.0, closed=False)
+    assert [(r.request_id, r.arrival_s) for r in opened] == [(2, 0.0), (3, 0.5), (4, 1.0)]
+    with pytest.raises(TrafficError, match="^mine: no request arrives at or after 7 s"):
+        served_requests(REQS, 7.0, 1.0, None, 1.0, closed=True, label="mine")
+    with pytest.raises(TrafficError, match=r"^the trace: the window 7 \.\. 8 s holds no request"):
+        served_requests(REQS, 7.0, 1.0, None, 1.0, closed=False)
 
 
 def test_slice_first_n_and_speed():

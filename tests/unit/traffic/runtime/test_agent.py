@@ -12,7 +12,6 @@ import json
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,6 +22,7 @@ import pytest
 from common.errors import TestbedError
 from common.paths import REPO as ROOT
 from tests.support.frames import build_frame
+from tests.support.ports import free_port
 from traffic.model.metrics import percentile
 from traffic.runtime import agent as ag
 from traffic.runtime import orders, sender, wire
@@ -37,13 +37,6 @@ from traffic.runtime.records import (
 )
 
 # --------------------------------------------------------------------------- helpers
-
-def _free_port(host: str) -> int:
-    """A port nothing listens on right now at ``host`` (the OS picks it)."""
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
 
 def _agent_cmd(name: str, listen: list[str], plan: Path, out: Path, t0: float, *extra: str) -> list[str]:
     cmd = [sys.executable, "-m", "traffic.runtime.agent", "--name", name, "--plan", str(plan), "--out", str(out),
@@ -79,7 +72,7 @@ def _replay(tmp_path: Path, transfers_for, n_agents: int, *extra: str, lead_s: f
     """Start ``n_agents`` agents with two addresses each, replay, SIGTERM after done; return (rows, rcs)."""
     names = [f"gpu{i}" for i in range(1, n_agents + 1)]
     addrs = {name: [f"127.0.0.{2 * i + 2}", f"127.0.0.{2 * i + 3}"] for i, name in enumerate(names)}
-    ports = {name: [_free_port(a) for a in addrs[name]] for name in names}
+    ports = {name: [free_port(a) for a in addrs[name]] for name in names}
     transfers = transfers_for(names, addrs, ports)
     plans = write_plans(transfers, tmp_path, agents=names)
     t0 = time.monotonic() + lead_s
@@ -174,7 +167,7 @@ def test_receiver_acks_a_bad_crc_and_records_it(tmp_path: Path):
 # --------------------------------------------------------------------------- real replays
 
 def test_three_agents_replay_and_merge(tmp_path: Path):
-    dead_port = _free_port("127.0.0.1")
+    dead_port = free_port("127.0.0.1")
     make_random = _random_transfers(60, 1.5)
 
     def make(names, addrs, ports):
@@ -242,7 +235,7 @@ def test_per_transfer_connections_open_one_connection_each(tmp_path: Path):
 
 
 def test_a_refused_persistent_connection_fails_its_transfers_and_the_next_one_retries(tmp_path: Path):
-    dead_port = _free_port("127.0.0.1")
+    dead_port = free_port("127.0.0.1")
 
     def make(names, addrs, ports):
         return [{"id": i, "request_id": i, "src": names[0], "dst": "nobody", "src_ip": addrs[names[0]][0],
@@ -254,7 +247,7 @@ def test_a_refused_persistent_connection_fails_its_transfers_and_the_next_one_re
 
 
 def test_sigterm_records_unstarted_transfers_and_exits_0(tmp_path: Path):
-    port = _free_port("127.0.0.2")
+    port = free_port("127.0.0.2")
     plan = write_plans([{"id": 1, "src": "gpu1", "dst": "gpu1", "src_ip": "127.0.0.2", "dst_ip": "127.0.0.2",
                          "dst_port": port, "bytes": 10, "start": 3600.0}], tmp_path)["gpu1"]
     proc = subprocess.Popen(_agent_cmd("gpu1", [f"127.0.0.2:{port}"], plan, tmp_path, time.monotonic()),

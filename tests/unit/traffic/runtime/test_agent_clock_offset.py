@@ -12,15 +12,10 @@ import time
 from pathlib import Path
 
 from common.paths import REPO as ROOT
+from tests.support.ports import free_port
 from traffic.runtime.records import read_jsonl
 
 OFFSET_S = 100.0  # "this host's clock is 100 s ahead of the coordinator's"
-
-
-def _free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 def test_orders_and_reports_are_moved_by_the_clock_offset(tmp_path: Path):
@@ -30,7 +25,7 @@ def test_orders_and_reports_are_moved_by_the_clock_offset(tmp_path: Path):
     srv.listen(1)
     srv.settimeout(10)
     a, b = "127.0.0.20", "127.0.0.21"
-    pa, pb = _free_port(a), _free_port(b)
+    pa, pb = free_port(a), free_port(b)
     proc = subprocess.Popen([sys.executable, "-m", "traffic.runtime.agent", "--name", "gpu1", "--control",
                              str(sock_path), "--clock-offset", repr(OFFSET_S), "--out", str(tmp_path),
                              "--listen", f"{a}:{pa}", "--listen", f"{b}:{pb}"], cwd=ROOT, stderr=subprocess.PIPE,

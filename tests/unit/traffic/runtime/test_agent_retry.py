@@ -27,10 +27,11 @@ import pytest
 
 from common.paths import REPO as ROOT
 from tests.support.frames import build_frame
+from tests.support.ports import free_port
 from traffic.model.errors import TrafficError
 from traffic.runtime import agent as ag
 from traffic.runtime import orders, sender, wire
-from traffic.runtime.records import COLUMNS, merge_results, read_jsonl, write_plans
+from traffic.runtime.records import COLUMNS, merge_results, read_jsonl, retry_counts, write_plans
 
 SENDER, NEAR = "127.0.0.1", "127.0.0.1"  # the planned port pair
 ALT = ("127.0.0.3", "127.0.0.2")  # the other port pair: its source, and FAR, where a receiver agent listens
@@ -419,9 +420,7 @@ def test_a_persistent_connection_closed_under_a_blocked_send_is_replaced_for_the
 def test_a_receiver_reports_whole_frames_only_and_leaves_cut_ones_to_the_sender(tmp_path: Path):
     """A frame cut by its connection's end is recorded, not reported: its sender retries it or reports the
     failure itself, and a coordinator told "arrived, not verified" would count a retried transfer failed."""
-    with socket.socket() as probe:
-        probe.bind((FAR, 0))
-        port = probe.getsockname()[1]
+    port = free_port(FAR)
 
     async def clients() -> None:
         _, cut = await asyncio.open_connection(FAR, port)
@@ -464,3 +463,8 @@ def test_merged_rows_and_the_replay_summary_count_retried_and_moved_transfers(tm
                         {}, [])
     assert (summary["verified"], summary["failed"]) == (3, 0)
     assert (summary["transfers_retried"], summary["transfers_moved"]) == (1, 2)
+
+
+def test_retry_counts_count_the_rows_resent_and_those_moved_to_the_other_pair():
+    rows = [{"retried": True, "moved": True}, {"retried": True, "moved": False}, {}, {"retried": "", "moved": None}]
+    assert retry_counts(rows) == (2, 1) and retry_counts([]) == (0, 0)

@@ -13,19 +13,14 @@ import time
 import pytest
 
 from common.paths import REPO
+from tests.support.ports import free_port
 from traffic.runtime import bulk, netns
 
 BULK = [sys.executable, str(REPO / "traffic" / "runtime" / "bulk.py")]
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_bulk_counts_each_flow_inside_the_window():
-    port = _port()
+    port = free_port()
     start = time.monotonic() + 0.5
     proc = subprocess.run([*BULK, "--listen", f"127.0.0.1:{port}", "--connect", f"127.0.0.1>127.0.0.1:{port}",
                            "--start", f"{start:.3f}", "--duration", "1.0", "--omit", "0.5", "--linger", "0.2"],
@@ -61,7 +56,7 @@ def test_tcp_info_reads_the_counters_of_a_connection():
 
 def test_cross_client_without_a_server_reports_the_error_as_json():
     proc = subprocess.run([sys.executable, "-m", "traffic.runtime.cross", "client", "--bind", "127.0.0.1", "--to",
-                           "127.0.0.1", "--port", str(_port()), "--duration", "1"], cwd=REPO, capture_output=True,
+                           "127.0.0.1", "--port", str(free_port()), "--duration", "1"], cwd=REPO, capture_output=True,
                           text=True, timeout=60)
     assert proc.returncode == 1
     doc = json.loads(proc.stdout)

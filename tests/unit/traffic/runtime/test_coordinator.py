@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from common.paths import REPO
+from tests.support.ports import free_port
 from traffic.runtime import coordinator, records
 
 
@@ -45,19 +45,11 @@ def start_agents(cfg: dict, port: int) -> list[subprocess.Popen]:
     return procs
 
 
-def _port_the_os_gives() -> int:
-    """A port the OS hands out as free on every address (bound on the wildcard, so no address holds it); every
-    agent then listens on it at its own 127/8 addresses. Not a number made up from the pid."""
-    with socket.socket() as s:
-        s.bind(("0.0.0.0", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.parametrize("policy", ["striped", "adaptive"])
 def test_coordinator_and_agents_serve_and_verify_every_message(tmp_path, policy):
     cfg = config(tmp_path, policy)
     Path(cfg["agents_dir"]).mkdir()
-    port = _port_the_os_gives()
+    port = free_port("0.0.0.0")  # free on every address: each agent listens on it at its own 127/8 address
     cfg["port"] = port
 
     async def main():

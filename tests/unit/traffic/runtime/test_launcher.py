@@ -7,29 +7,23 @@ No root: the agents stay in this namespace (netns None) on distinct 127/8 addres
 from __future__ import annotations
 
 import os
-import socket
 import time
 from pathlib import Path
 
 import pytest
 
 from common.paths import REPO as ROOT
+from tests.support.ports import free_port
 from traffic.runtime.launcher import AgentSpec, Fleet
 from traffic.runtime.records import merge_results, write_plans
 
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 
 
-def _free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
 def _fleet(tmp_path: Path, n: int, transfers_for) -> tuple[Fleet, list[str]]:
     names = [f"gpu{i}" for i in range(1, n + 1)]
     addr = {name: f"127.0.1.{i + 1}" for i, name in enumerate(names)}
-    port = {name: _free_port(addr[name]) for name in names}
+    port = {name: free_port(addr[name]) for name in names}
     plans = write_plans(transfers_for(names, addr, port), tmp_path, agents=names)
     specs = [AgentSpec(name, None, ["--name", name, "--plan", str(plans[name]), "--out", str(tmp_path),
                                     "--t0-stdin", "--ready-file", str(tmp_path / f"{name}.ready"),
@@ -110,8 +104,10 @@ def test_killing_the_launcher_takes_its_agents_with_it(tmp_path):
     fleet, names = _fleet(tmp_path, 3, _ring)
     _wait([tmp_path / f"{n}.ready" for n in names], 30)
     pids = dict(fleet.pids)
+    assert fleet.launcher_alive()
     fleet.proc.kill()
     fleet.proc.wait()
+    assert not fleet.launcher_alive()
     deadline = time.monotonic() + 10
     alive = list(pids.values())
     while alive and time.monotonic() < deadline:

@@ -146,3 +146,9 @@ def test_cross_traffic_and_faults_over_hosts_are_refused_before_anything_is_buil
     b = multihost.MultiHostBackend("/nonexistent/hosts.yaml")  # never read: refused first
     with pytest.raises(TestbedError, match="cross traffic and faults are not supported with --hosts"):
         getattr(b, verb)(None, None, Conditions(cross_flows=2), Path("."), print)
+
+
+def test_a_multi_host_verb_without_a_hosts_file_is_one_line():
+    with pytest.raises(TestbedError, match="^--hosts FILE is required$"):
+        cluster.refuse_no_hosts(None)
+    assert cluster.refuse_no_hosts("hosts.yaml") is None

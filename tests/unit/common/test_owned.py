@@ -15,6 +15,7 @@ import pytest
 
 from common import owned
 from common.errors import EnvironmentProblem
+from common.paths import REPO
 
 PY = sys.executable
 
@@ -238,7 +239,7 @@ time.sleep(60)
 @pytest.mark.parametrize("how,seen", [("kill", "cut"), ("release", "released")])
 def test_a_lifeline_is_cut_by_the_starters_death_and_released_on_purpose(how, seen):
     starter = subprocess.Popen([PY, "-c", STARTER.format(watcher=WATCHER), how], stdout=subprocess.PIPE, text=True,
-                               cwd=Path(__file__).resolve().parents[2])
+                               cwd=REPO)
     child = int(starter.stdout.readline())
     assert owned.proc_info(child) is not None
     if how == "kill":

@@ -15,17 +15,7 @@ from testbed.backends.base import Conditions, PlannedTraffic
 from testbed.backends.ns3.backend import Ns3Backend
 from testbed.experiment.schema import Resolved, repetition_spec, validate
 from testbed.repetition.orchestrate import run_repetition
-
-
-@pytest.fixture(autouse=True)
-def no_fabric(monkeypatch):
-    from testbed.emulation import fabricctl
-
-    def never(*args, **kwargs):
-        raise AssertionError("the ns3 backend reached the emulated fabric")
-
-    for name in ("require_root", "require_ovs", "load_state", "up", "down", "read_queues"):
-        monkeypatch.setattr(fabricctl, name, never)
+from tests.support.no_fabric import no_fabric  # noqa: F401 (autouse: nothing here reaches the fabric)
 
 
 @pytest.mark.parametrize("kind", ["zcube", "roft"])

@@ -97,6 +97,26 @@ def test_fidelity_prints_the_summary_of_what_it_measured(monkeypatch, capsys):
         "permutation targets (median >= 0.95, min >= 0.85, not saturated): met"]
 
 
+def test_failover_prints_flows_that_delivered_nothing_as_silent_not_lost(monkeypatch, capsys):
+    from testbed.bench import failover as bench
+
+    rows = [{"crossing": True, "starved": True, "stalled": "backoff", "bytes_retrans": 100},
+            {"crossing": True, "starved": False, "stalled": None, "bytes_retrans": 50}]
+    streams = [{"stalled": True, "recovery_ms": 50.0, "blackhole_ms": 5.0, "delay_ms": 40.0, "lost": 0}]
+    doc = {"fabric": "roft", "mode": "fast", "cables": ["leaf1:9"], "cycles": 8, **bench.summarise(streams, rows),
+           "ovs_port_status_ms": {"p50": 90.0, "p99": 200.0}, "restored_ms": {"p50": 10.0},
+           "controller_restart_drops": 0, "flows_reinstalled": 0, "cpu_saturated": False, "per_flow": rows}
+    monkeypatch.setattr(bench, "bench", lambda *a, **k: [doc])
+    assert failover.cmd(parse("failover", "roft", "--mode", "fast")) == 0
+    line = capsys.readouterr().out
+    assert "1/2 crossing TCP flows delivered nothing while their cable was down" in line and " lost" not in line
+    assert "1 in RTO back-off (transport)" in line
+    assert failover.cmd(parse("failover", "roft", "--mode", "fast", "--json")) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert (got["starved_through_cut"], got["probes_lost"]) == (1, 0) and "per_flow" not in got
+    assert "lost_transfers" not in got
+
+
 def test_lateness_checks_its_levels_and_logs_before_anything_is_built(tmp_path):
     with pytest.raises(TestbedError, match="levels"):
         lateness._check(parse("lateness", "--levels", "x", "--logs", str(tmp_path)))

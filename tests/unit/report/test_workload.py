@@ -1,0 +1,110 @@
+"""One definition of a workload (testbed.report.workload) used by every comparison of experiments: the
+calibration's applicability, a shipped sensitivity's baseline, `testbed compare` and `testbed crosscheck
+--against`; and paths shown relative to the repository."""
+
+from __future__ import annotations
+
+import html
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from common.paths import REPO, shown
+from testbed.experiment import crosscheck
+from testbed.experiment.schema import Experiment, resolve
+from testbed.report import sensitivity_section, workload
+from testbed.report.comparison import differences as compare_differences
+from testbed.report.serving import calibration_applies, calibration_differences
+
+# a value for every key that does not define a workload, other than the default's
+RUN_KEYS_CHANGED = {"name": "elsewhere", "fabrics": ["roft"], "backend": "ideal", "hosts": "/tmp/hosts.yaml",
+                    "repetitions": 7, "seed": 9, "calibration": "/x/calibration.json", "load_curve": "/x/lc.json",
+                    "sensitivity": [{"name": "a", "assumption": None, "set": {"serving.policy": "adaptive"}}],
+                    "sensitivity_result": "/x/sensitivity.json", "sweep": {"seed": [1, 2]}, "sweep_paired": True}
+
+
+def _default() -> dict:
+    return resolve(None).experiment.model_dump(mode="json")
+
+
+def _run(experiment: dict) -> SimpleNamespace:
+    return SimpleNamespace(config={"experiment": experiment})
+
+
+def test_the_list_names_only_keys_of_the_schema_and_every_one_is_changed_here():
+    assert set(workload.NOT_WORKLOAD_KEYS) <= set(Experiment.model_fields)
+    assert set(RUN_KEYS_CHANGED) == set(workload.NOT_WORKLOAD_KEYS)
+    assert not workload.is_workload_key("seed") and not workload.is_workload_key("sweep_paired")
+    assert workload.is_workload_key("serving.concurrency") and workload.is_workload_key("trace.path")
+
+
+def test_a_run_differing_only_in_keys_that_do_not_define_a_workload_is_the_same_workload():
+    base = _default()
+    other = json.loads(json.dumps(base)) | RUN_KEYS_CHANGED
+    assert workload.differences(base, other) == []
+    # the calibration applies (the report's warning named sensitivity_result and sweep_paired before)
+    assert calibration_applies({"experiment": base, "knob": "serving.concurrency"}, _run(other)) is True
+    # a shipped sensitivity's baseline is not called different from this run
+    assert sensitivity_section._differences({"baseline": {"experiment": base}}, {"experiment": other}) == []
+    # compare lists the keys, none of them as the workload
+    diff = compare_differences([base, other])
+    assert {d["key"].split(".")[0] for d in diff} == set(RUN_KEYS_CHANGED)
+    assert not any(d["workload"] for d in diff)
+
+
+def test_a_run_differing_in_the_knob_only_is_the_calibrated_workload_and_in_more_is_not():
+    calibrated = _default()
+    run = json.loads(json.dumps(calibrated))
+    run["serving"]["concurrency"] = calibrated["serving"]["concurrency"] * 2
+    cal = {"experiment": calibrated, "knob": "serving.concurrency"}
+    assert calibration_differences(cal, _run(run)) == [] and calibration_applies(cal, _run(run)) is True
+    # without the knob set aside it is a difference like any other
+    assert workload.differences(calibrated, run) == ["serving.concurrency"]
+    # the knob the calibration names, not a fixed one
+    assert calibration_differences(cal | {"knob": "serving.decode_batch"}, _run(run)) == ["serving.concurrency"]
+    run["serving"]["model"] = "deepseek-v3"
+    assert calibration_differences(cal, _run(run)) == ["serving.model"]
+    assert calibration_applies(cal, _run(run)) is False
+
+
+def test_files_by_name_and_a_key_one_side_lacks_left_at_its_empty_default():
+    a = {"trace": {"path": "/one/clone/data/traces/x.csv.gz"}, "serving": {"new_key": None}}
+    b = {"trace": {"path": "/another/data/traces/x.csv.gz"}}
+    assert workload.differences(a, b) == []
+    b["serving"] = {"new_key": 3}
+    assert workload.differences(a, b) == ["serving.new_key"]
+    assert workload.differences(a, b, aside=("serving",)) == []
+
+
+def test_crosscheck_against_another_workload_says_so(tmp_path):
+    base = _default()
+    for name, exp in (("emu", base | {"backend": "emulated"}), ("twin", base | {"backend": "ns3"})):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "experiment.json").write_text(json.dumps({"experiment": exp}))
+    assert crosscheck.workload_differences(tmp_path / "emu", tmp_path / "twin") == []
+    other = json.loads(json.dumps(base))
+    other["link"]["represents"] = 1e11
+    (tmp_path / "emu" / "experiment.json").write_text(json.dumps({"experiment": other}))
+    assert crosscheck.workload_differences(tmp_path / "emu", tmp_path / "twin") == ["link.represents"]
+    assert crosscheck.workload_differences(tmp_path / "emu", tmp_path / "none") is None
+    doc = crosscheck.compare(None, {"zcube": {}, "roft": {}}) | {"workload_differences": ["link.represents"]}
+    assert crosscheck.table(doc)[-1].startswith("NOT the same workload") and "link.represents" in crosscheck.table(
+        doc)[-1]
+
+
+@pytest.mark.parametrize("given,expected", [
+    (str(REPO / "reports" / "20261205-sensitivity-default"), "reports/20261205-sensitivity-default"),
+    (REPO / "experiments" / "default.yaml", "experiments/default.yaml"),
+    ("/somewhere/else/reports/x", "/somewhere/else/reports/x"),
+    ("reports/x (on the machine that ran it)", "reports/x (on the machine that ran it)"),
+])
+def test_a_path_under_the_repository_is_shown_relative_to_it(given, expected):
+    assert shown(given) == expected
+
+
+def test_the_sensitivity_caption_shows_where_it_was_made_relative_to_the_repository():
+    doc = {"dir": str(REPO / "reports" / "20261205-161422-sensitivity-default"), "baseline": {"name": "baseline"},
+           "alternatives": []}
+    text = html.unescape(sensitivity_section.section(doc))
+    assert "(reports/20261205-161422-sensitivity-default, created" in text and str(REPO) not in text
