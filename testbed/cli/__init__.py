@@ -1,7 +1,8 @@
 """Command line: `python -m testbed <verb> ...`.
 
 This package holds the verbs, one module per group (``plan``, ``fabric``, ``fault``, ``bench`` (a package: one
-module per benchmark), ``replay``, ``run``, ``sensitivity``, ``report``, ``compare``, ``crosscheck``, ``hosts``);
+module per benchmark), ``replay``, ``run``, ``sensitivity``, ``spread``, ``report``, ``compare``, ``crosscheck``,
+``hosts``);
 every flag that sets an experiment key is defined once in ``flags`` (flag -> key path), the fabric and PFC options
 of the fabric verbs and benchmarks in ``options``, output folders in ``outputs``; this module only assembles the
 parser and runs a verb. Library code never imports from here.
@@ -30,7 +31,20 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from testbed.cli import bench, compare, crosscheck, fabric, fault, hosts, plan, replay, report, run, sensitivity
+    from testbed.cli import (
+        bench,
+        compare,
+        crosscheck,
+        fabric,
+        fault,
+        hosts,
+        plan,
+        replay,
+        report,
+        run,
+        sensitivity,
+        spread,
+    )
 
     parser = OneLineParser(prog="testbed", description="ZCube vs rail-optimized fat-tree testbed")
     sub = parser.add_subparsers(dest="verb", required=True, parser_class=OneLineParser)
@@ -43,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     replay.register(sub)  # replay
     run.register(sub)  # run, sweep, calibrate
     sensitivity.register(sub)  # sensitivity
+    spread.register(sub)  # spread (ROFT over ECMP outcomes)
     report.register(sub)  # report
     compare.register(sub)  # compare (several runs' headlines: do they agree?)
     crosscheck.register(sub)  # crosscheck (the ns-3 twin beside the emulator)

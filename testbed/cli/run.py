@@ -95,7 +95,7 @@ def cmd_calibrate(args) -> int:
     return status
 
 
-def _experiment_options(p) -> None:
+def experiment_options(p) -> None:
     from common.paths import REPORTS
 
     p.add_argument("experiment", nargs="?", metavar="EXPERIMENT.yaml",
@@ -110,13 +110,13 @@ def _experiment_options(p) -> None:
 
 def register(sub) -> None:
     p = sub.add_parser("run", help="run an experiment: the same trace slice on every fabric, repeated; report.html")
-    _experiment_options(p)
+    experiment_options(p)
     p.add_argument("--hosts", metavar="FILE", help="run on the fabric spread over the hosts of this file "
                    "(docs/multihost.md)")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("sweep", help="one run per point of a grid: sweep EXP.yaml --param link.rate=3mbit,4mbit")
-    _experiment_options(p)
+    experiment_options(p)
     p.add_argument("--param", action="append", metavar="KEY=V1,V2",
                    help="a dotted experiment key and its values (one or two --param)")
     p.add_argument("--slo-ttft", metavar="SECONDS",
@@ -125,7 +125,7 @@ def register(sub) -> None:
     p.set_defaults(func=cmd_sweep)
 
     p = sub.add_parser("calibrate", help="find the load where ROFT's 100 vs 200 Gbit/s ablation matches the seed's")
-    _experiment_options(p)
+    experiment_options(p)
     p.add_argument("--levels", default="128,256,384",
                    help="serving.concurrency levels to try first (default 128,256,384)")
     p.add_argument("--refine", type=int, default=0, metavar="ROUNDS",
