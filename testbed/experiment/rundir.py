@@ -113,6 +113,8 @@ def start_run_dir(resolved: Resolved, run_dir: Path, versions: dict, log: Log, r
         shutil.copyfile(exp.calibration, run_dir / "calibration.json")
     if exp.load_curve:  # the report shows the sweep's curve and marks this run's level on it
         shutil.copyfile(exp.load_curve, run_dir / "load_curve.json")
+    if exp.scale_result:  # the headline shows the shipped run at the seed's scale beside this one
+        shutil.copyfile(exp.scale_result, run_dir / "scale_result.json")
     if exp.sensitivity_result:  # the report shows the last sensitivity shipped for this experiment
         shutil.copyfile(exp.sensitivity_result, run_dir / "sensitivity.json")
     write_plan(exp, run_dir, log)

@@ -60,8 +60,8 @@ def _existing_beside_experiment(v: str, info: ValidationInfo, expected: str) -> 
 
 # keys an alternative of `testbed sensitivity` may not set: every alternative runs every fabric, the same
 # repetitions on the same backend into its own folder, and is not itself a sensitivity
-NOT_ALTERNATIVE_KEYS = ("name", "fabrics", "repetitions", "backend", "sensitivity", "sensitivity_result", "sweep",
-                        "sweep_paired")
+NOT_ALTERNATIVE_KEYS = ("name", "fabrics", "repetitions", "backend", "sensitivity", "sensitivity_result",
+                        "scale_result", "sweep", "sweep_paired")
 
 
 class Alternative(_Section):
@@ -140,6 +140,10 @@ class Experiment(_Section):
     sensitivity: list[Alternative] = Field([], description="the alternatives `testbed sensitivity` runs besides "
                                            "the experiment as given (each a few keys set otherwise); `run` "
                                            "ignores them")
+    scale_result: Optional[str] = Field(None, description="a shipped run of this workload at the seed's scale "
+                                        "(scale_result.json, from `python -m testbed.report.scale_result RUN_DIR "
+                                        "OUT`; relative to the experiment file's folder): the headline shows it "
+                                        "beside the run's")
     sensitivity_result: Optional[str] = Field(None, description="sensitivity.json written by `testbed sensitivity` "
                                                                 "(relative to the experiment file's folder); the "
                                                                 "report shows it after the headline")
@@ -180,6 +184,21 @@ class Experiment(_Section):
         if not isinstance(doc, dict) or not isinstance(doc.get("knob"), str) or not isinstance(doc.get("fabrics"),
                                                                                              dict):
             raise ValueError(f"{p} has no knob and fabrics: {expected}")
+        return os.path.normpath(os.path.abspath(p))
+
+    @field_validator("scale_result")
+    @classmethod
+    def _scale_file(cls, v: Optional[str], info: ValidationInfo) -> Optional[str]:
+        if v is None:
+            return None
+        expected = "expected a scale_result.json written by python -m testbed.report.scale_result RUN_DIR OUT.json"
+        p = _existing_beside_experiment(v, info, expected)
+        try:
+            doc = json.loads(p.read_text())
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"{p} cannot be read as JSON ({type(exc).__name__}): {expected}") from None
+        if not isinstance(doc, dict) or not isinstance(doc.get("headline"), dict):
+            raise ValueError(f"{p} has no headline: {expected}")
         return os.path.normpath(os.path.abspath(p))
 
     @field_validator("sensitivity_result")

@@ -14,6 +14,7 @@ importing it should not pay for the plotting stack.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 
@@ -29,10 +30,15 @@ def headline_lines(run_dir: Path | str) -> list[str]:
     summary.json the report wrote, else of the figures computed again from the saved files); one line saying why
     when there is none (no repetition finished, unreadable files), so a run never fails on its headline."""
     try:
+        from testbed.report import scale_result
         from testbed.report.build import summary_of
         from testbed.report.headline import lines
 
-        return lines(summary_of(run_dir)["headline"])
+        out = lines(summary_of(run_dir)["headline"])
+        shipped = Path(run_dir) / scale_result.FILE
+        if shipped.is_file():
+            out += [""] + scale_result.lines(json.loads(shipped.read_text()))
+        return out
     except Exception as exc:  # noqa: BLE001 - the repetitions' results are kept; say why there is no headline
         return [f"no headline: {type(exc).__name__}: {exc}"]
 

@@ -26,6 +26,7 @@ from testbed.report import (
     hot_links,
     plots,
     plots_net,
+    scale_result,
     sensitivity_section,
     serving,
     stats,
@@ -716,6 +717,8 @@ SECTIONS: tuple[Section, ...] = (
     Section("calibration", "Calibration", "Calibration: where the network matters as much as in the seed's cluster",
             _calibration_section),
     Section("headline", "Headline", "Headline", _headline_section),
+    Section("scale", "At the seed's scale", "At the seed's scale: the shipped run beside this one",
+            lambda run: scale_result.report_section(run.exp.path, run.doc)),
     Section("sensitivity", "Sensitivity", "Sensitivity: does the verdict survive other assumptions?",
             lambda run: sensitivity_section.report_section(run.exp)),  # None: no result, no alternative declared
     Section("loadcurve", "Load curve", "Load curve: TTFT and KV-transfer slowdown against load",

@@ -27,6 +27,7 @@ import json
 import statistics
 from pathlib import Path
 
+from testbed.report import port_classes
 from testbed.report.fmt import flat_get, num, ratio_text
 
 # ------------------------------------------------------------------ the stored counts, one key each
@@ -274,6 +275,7 @@ def summary_keys(doc: dict) -> dict:
             "fidelity_ok": bool(doc.get("fidelity_ok")), "fidelity_problems": len(doc.get("fidelity_problems") or []),
             "pfc_pauses": {f: _range(doc[f], "pfc_pauses") for f in fabrics},
             "queue_drops": {f: _range(doc[f], "queue_drops") for f in fabrics},
+            "congestion": port_classes.sentence({f: doc[f].get("per_rep") or [] for f in fabrics}) if both else None,
             "verdict": doc.get("verdict")}
 
 
@@ -385,6 +387,8 @@ def lines(h: dict) -> list[str]:
         out += ["", REP_CAPTION]
         out += columns([reps[0], *reps[1]])
     out.append("")
+    if h.get("congestion"):
+        out.append(f"where the congestion is: {h['congestion']}")
     out += facts(h)
     out.append(NOTE)
     return out

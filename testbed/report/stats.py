@@ -164,6 +164,7 @@ def rep_metrics(rep: Rep) -> dict:
         out["hottest_queue"] = s.get("hottest_queue")
     imb = nic_imbalance(rep)
     out["nic_imbalance"] = imb["max"] if imb else None
+    out["congestion"] = s.get("congestion")  # by port class (testbed.repetition.congestion)
     return out
 
 

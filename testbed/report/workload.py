@@ -29,9 +29,11 @@ NOT_WORKLOAD_KEYS = (
     "hosts",  # the machines the emulated fabric is spread over
     "repetitions",  # how often
     "seed",  # the first repetition's seed (repetition r uses seed + r - 1)
+    "hash_seed",  # the ECMP outcome's seed (a draw, as the seed)
     "calibration",  # files the report shows beside the run
     "load_curve",
     "sensitivity_result",
+    "scale_result",
     "sensitivity",  # what `testbed sensitivity` and `testbed sweep` run besides; `run` ignores them
     "sweep",
     "sweep_paired",

@@ -1,7 +1,7 @@
-"""testbed.report.congestion_section: the medians by port class and the one sentence naming where the
+"""testbed.report.port_classes: the medians by port class and the one sentence naming where the
 ZCube-vs-ROFT difference in congestion is."""
 
-from testbed.report import congestion_section as C
+from testbed.report import port_classes as C
 
 
 def _rep(congested: dict, backlog: float = 0.0) -> dict:

@@ -1,0 +1,38 @@
+"""testbed.report.scale_result: the shipped run at the seed's scale, extracted from a run directory and shown
+beside a run's headline (page and terminal); the congestion section of a live run."""
+
+import json
+
+from testbed.report import build_report, congestion_section, headline_lines, scale_result
+from testbed.report.load import load_experiment
+from tests.support.report_fixture import write_live_experiment
+
+
+def test_a_scale_result_is_extracted_shipped_and_shown_beside_the_run(tmp_path):
+    scale_run = write_live_experiment(tmp_path / "scale", reps=2)
+    build_report(scale_run)
+    doc = scale_result.extract(scale_run)
+    assert doc["gpus"] == 16 and doc["repetitions"] == 2 and set(doc["headline"]["figures"]) >= {
+        "throughput_tokens_per_s", "ttft_ms.p99"}
+    run = write_live_experiment(tmp_path / "run", reps=2)
+    (run / scale_result.FILE).write_text(json.dumps(doc))
+    page = build_report(run).read_text()
+    assert "At the seed&#x27;s scale" in page or "At the seed's scale" in page
+    text = "\n".join(headline_lines(run))
+    assert "at the seed's scale (16 GPUs" in text and "Output tokens/s: ZCube / ROFT" in text
+    ratio = doc["headline"]["figures"]["throughput_tokens_per_s"]["ratio"]
+    assert f"{ratio:.4g}" in text
+
+
+def test_the_congestion_section_shows_every_class_of_both_fabrics(tmp_path):
+    run = write_live_experiment(tmp_path / "run", reps=1)
+    exp = load_experiment(run)
+    for f in exp.fabrics:  # the fixture writes no congestion records: give each repetition one by hand
+        for r in exp.reps[f]:
+            r.summary["congestion"] = {"by_class": {c: {"congested_s": 1.0 if f == "roft" else 0.5, "paused_s": 0.0,
+                                                        "backlog_mean_bytes": 10.0, "backlog_max_bytes": 100}
+                                                    for c in ("switch_to_gpu", "gpu_to_switch", "switch_to_switch")},
+                                       "kv_by_nic": {"server1": {"ports": {"gpu1:p1": 2e9, "gpu1:p2": 0},
+                                                                 "bytes": 2e9, "max_over_mean": 2.0}}}
+    html = congestion_section.section(exp)
+    assert html.count("switch -&gt; switch") >= 2 and "gpu1:p1 2 GB" in html and "ROFT has more" in html
