@@ -24,6 +24,7 @@ report it reads saved files only. What is here:
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from pathlib import Path
 
@@ -356,11 +357,32 @@ def facts(h: dict) -> list[str]:
         if h.get(what):
             out.append(f"{noun}: " + ", ".join(f"{fabric_name(f)} {' + '.join(str(n) for n in ns)}"
                                                 for f, ns in h[what].items()) + " (per repetition)")
+    short = lacking_requests(h)
+    if short:
+        out.append(short)
     out.append("fidelity: ok" if h["fidelity_ok"] else
                f"fidelity: NOT ok ({h['fidelity_problems']} problem{'s' if h['fidelity_problems'] != 1 else ''}: "
                "these numbers may describe the emulator, not the fabric; the report's Fidelity section lists them)")
     out.append(f"PFC pauses: {_per_fabric(h, 'pfc_pauses')}; queue drops: {_per_fabric(h, 'queue_drops')}")
     return out
+
+
+ENOUGH_REQUESTS = 1000  # measured requests a fabric for a TTFT P99 ratio of +-6 % (docs/serving.md, How sure)
+
+
+def lacking_requests(h: dict) -> str | None:
+    """One line when a fabric measured fewer than ``ENOUGH_REQUESTS`` requests: how many it has and what the TTFT
+    P99 then rests on (None when every fabric has enough, or nothing was counted)."""
+    counts = {f: sum(ns) for f, ns in (h.get("requests_measured") or {}).items()}
+    if not counts or min(counts.values()) >= ENOUGH_REQUESTS:
+        return None
+    fewest = min(counts.values())
+    rank = max(1, fewest - math.ceil(0.99 * fewest) + 1)
+    return (f"LACKS REQUESTS: {', '.join(f'{fabric_name(f)} {n}' for f, n in counts.items())} measured, of the "
+            f"{ENOUGH_REQUESTS:,} a fabric a TTFT P99 ratio resolved to about +-6 % needs (docs/serving.md, How sure): "
+            f"each repetition's P99 is among its few slowest requests (over all repetitions, the {rank}"
+            f"{'st' if rank == 1 else 'nd' if rank == 2 else 'rd' if rank == 3 else 'th'} slowest of {fewest}); "
+            "more repetitions or longer ones would add them")
 
 
 NOTE = ("Per fabric: the median over its repetitions [min, max]. ZCube / ROFT: the geometric mean of ZCube rep k / "

@@ -256,3 +256,15 @@ def test_a_copied_run_compares_equal_to_itself(tmp_path):
     doc = compare_runs([a, b])
     assert doc["agree"] is True and doc["differences"] == []
     assert doc["runs"][0]["figures"] == doc["runs"][1]["figures"]
+
+
+def test_a_run_with_fewer_than_a_thousand_requests_a_fabric_says_what_it_lacks():
+    from testbed.report.headline import lacking_requests
+
+    few = {"requests_measured": {"zcube": [36, 40, 36], "roft": [36, 40, 35]}}
+    line = lacking_requests(few)
+    # 111 requests: the nearest-rank P99 is the 110th of 111, the 2nd slowest
+    assert line.startswith("LACKS REQUESTS: ZCube 112, ROFT 111 measured, of the 1,000 a fabric")
+    assert "the 2nd slowest of 111" in line
+    assert lacking_requests({"requests_measured": {"zcube": [500, 600], "roft": [700, 300]}}) is None
+    assert lacking_requests({"requests_measured": None}) is None
