@@ -5,7 +5,7 @@ in the last value must not surface an hour in). Layout:
 
     reports/<YYYYmmdd-HHMMSS>-sweep-<name>/
       sweep.json, sweep.csv       the grid and, per point and fabric, the headline numbers
-      load_curve.json, .png       a sweep over one key: TTFT P99 and KV slowdown P99 per level (load_curve)
+      load_curve.json, .png       a sweep over one load key: TTFT P99 and KV slowdown P99 per level (load_curve)
       points/<key=value,...>/     a complete run directory each (testbed.experiment.run)
 
 sweep.csv, sweep.json and the load curve are rewritten after every point, so an
@@ -25,6 +25,9 @@ from common.errors import TestbedError
 from testbed.experiment import run, rundir
 from testbed.experiment.schema import Override, Resolved, check_key_path, cli_value, resolve
 
+# the one-key sweeps whose points are loads, for which a load curve is drawn (a sweep over a seed, a rate or a
+# policy has no load axis)
+LOAD_KEYS = ("serving.concurrency", "trace.speed", "trace.first_n", "gpus")
 CSV_FIELDS = ("goodput_bps", "goodput_bps_min", "goodput_bps_max", "fct_p99_ms", "ttft_p99_ms", "pfc_pauses",
               "queue_drops", "throughput_tokens_per_s", "kv_slowdown_p99", "ttft_p50_ms")
 
@@ -146,7 +149,7 @@ def run_sweep(path: str | Path | None, overrides: list[Override], params: list[t
             doc["slo_goodput"] = {"slo_ttft_p99_ms": slo_ttft_ms, "key": keys[0],
                                   "fabrics": slo_goodput(rows, keys[0], slo_ttft_ms)}
         _write(sweep_dir, keys, doc, rows)
-        if len(keys) == 1:
+        if len(keys) == 1 and keys[0] in LOAD_KEYS:
             _write_load_curve(sweep_dir, log, last=i == len(points) - 1)
     if "gpus" in keys:
         _write_scale(sweep_dir, log)

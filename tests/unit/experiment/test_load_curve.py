@@ -162,18 +162,19 @@ def test_the_figure_and_the_document_are_written(curve):
 
 
 # ---------------------------------------------------------------- testbed sweep
-def _by_seed(spec) -> dict:
-    """A replay whose TTFT and slowdown depend on the seed and fabric only (written by hand below)."""
+def _by_speed(spec) -> dict:
+    """A replay whose TTFT and slowdown depend on the trace's speed (the load) and fabric only (written by hand
+    below)."""
     zcube = spec.kind == "zcube"
     return summary(ttft_p99=200.0 if zcube else 300.0, ttft_p50=20.0 if zcube else 30.0,
-                   slowdown_p99=(2.0 if zcube else 6.0) + spec.seed, tokens=1000.0)
+                   slowdown_p99=(2.0 if zcube else 6.0) + spec.trace.speed, tokens=1000.0)
 
 
 @pytest.fixture
 def no_real_fabric(monkeypatch):
-    """As in test_run_plan: the real repetition replaced by one whose figures depend on the seed and fabric,
+    """As in test_run_plan: the real repetition replaced by one whose figures depend on the load and fabric,
     a stub report, fixed versions."""
-    fake_runs.install(monkeypatch, fake_runs.FakeReplay(summary_of=_by_seed))
+    fake_runs.install(monkeypatch, fake_runs.FakeReplay(summary_of=_by_speed))
     fake_runs.no_report(monkeypatch)
 
 
@@ -183,22 +184,25 @@ def test_a_one_key_sweep_writes_its_load_curve_and_the_csv_its_new_columns(tmp_p
     smoke = EXAMPLES_DIR / "smoke.yaml"
     log = []
     status, sweep_dir = sweep.run_sweep(smoke, [Override("fabrics", ["zcube", "roft"], "--fabrics")],
-                                        [("seed", ["10", "2"])], tmp_path, log=log.append,
+                                        [("trace.speed", ["10", "2"])], tmp_path, log=log.append,
                                         out=lambda line: None)
     assert status == 0
     doc = json.loads((sweep_dir / "load_curve.json").read_text())
-    assert doc["knob"] == "seed" and [r["level"] for r in doc["fabrics"]["roft"]] == [2, 10]
+    assert doc["knob"] == "trace.speed" and [r["level"] for r in doc["fabrics"]["roft"]] == [2, 10]
     assert doc["fabrics"]["roft"][1]["kv_slowdown_p99"]["mean"] == 16.0
     assert doc["fabrics"]["zcube"][0]["kv_slowdown_p99"]["mean"] == 4.0
     assert (sweep_dir / "load_curve.png").read_bytes().startswith(PNG)
     assert any(line.startswith("load curve: ") for line in log)
     rows = list(csv.DictReader(open(sweep_dir / "sweep.csv")))
-    assert [(r["seed"], r["fabric"], r["kv_slowdown_p99"], r["ttft_p50_ms"]) for r in rows] == [
+    assert [(r["trace.speed"], r["fabric"], r["kv_slowdown_p99"], r["ttft_p50_ms"]) for r in rows] == [
         ("10", "zcube", "12.0", "20.0"), ("10", "roft", "16.0", "30.0"),
         ("2", "zcube", "4.0", "20.0"), ("2", "roft", "8.0", "30.0")]
 
 
-def test_a_two_key_sweep_writes_no_load_curve(tmp_path, no_real_fabric):
+def test_a_sweep_over_a_seed_or_two_keys_writes_no_load_curve(tmp_path, no_real_fabric):
+    status, seeds = sweep.run_sweep(EXAMPLES_DIR / "smoke.yaml", [Override("fabrics", ["roft"], "--fabrics")],
+                                    [("seed", ["1", "2"])], tmp_path, log=lambda m: None, out=lambda line: None)
+    assert status == 0 and not (seeds / "load_curve.json").exists()  # a seed is no load axis
     status, sweep_dir = sweep.run_sweep(EXAMPLES_DIR / "smoke.yaml", [Override("fabrics", ["roft"], "--fabrics")],
                                         [("seed", ["1"]), ("trace.speed", ["2"])], tmp_path,
                                         log=lambda m: None, out=lambda line: None)
