@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import math
 import os
@@ -95,9 +96,9 @@ CONNECTION_MODES = ("persistent", "per-transfer")
 class RecordFile:
     """JSON-lines output, line-buffered so a crash leaves every finished record on disk."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, buffering: int = 1) -> None:
         try:
-            self._file: TextIO = open(path, "w", encoding="utf-8", buffering=1)
+            self._file: TextIO = open(path, "w", encoding="utf-8", buffering=buffering)
         except OSError as exc:
             raise AgentError(f"cannot write {path}: {exc.strerror}") from None
 
@@ -139,8 +140,13 @@ class Agent:
                  transfer_timeout: float = DEFAULT_TRANSFER_TIMEOUT_S, io: str = "sock",
                  connections: str = "persistent", control: str | None = None,
                  dead_after: float = DEFAULT_DEAD_AFTER_S, dead_hold: float = DEFAULT_DEAD_HOLD_S,
-                 clock_offset: float = 0.0) -> None:
+                 clock_offset: float = 0.0, netns: str | None = None,
+                 on_report: Callable[[dict[str, Any]], None] | None = None, record_buffering: int = 1) -> None:
         self.name = name
+        # hosted in a process that serves many GPUs (traffic.runtime.host): the GPU's namespace, entered only to
+        # create its sockets (a socket stays in the namespace it was made in), and where reports go: a call
+        self.netns = netns
+        self.on_report = on_report
         self.dead_after = dead_after
         self.dead_hold = dead_hold
         self._dead_until: dict[tuple[str, str], float] = {}  # (src_ip, dst_ip) -> monotonic end of its hold
@@ -164,8 +170,8 @@ class Agent:
         self._pending = len(plan)
         self._started = 0
         self._stopping = False
-        self._sent = RecordFile(os.path.join(out_dir, f"{name}.sent.jsonl"))
-        self._recv = RecordFile(os.path.join(out_dir, f"{name}.recv.jsonl"))
+        self._sent = RecordFile(os.path.join(out_dir, f"{name}.sent.jsonl"), record_buffering)
+        self._recv = RecordFile(os.path.join(out_dir, f"{name}.recv.jsonl"), record_buffering)
 
     # -- records
     def record_recv(self, r: Received, peer: str, local: str) -> None:
@@ -177,7 +183,10 @@ class Agent:
 
     def _report(self, obj: dict[str, Any]) -> None:
         """Tell the coordinator (control mode only) what arrived or failed; lines of one loop turn
-        go in one write."""
+        go in one write. Hosted: the coordinator's own call, at once."""
+        if self.on_report is not None:
+            self.on_report(obj)
+            return
         if self._control_out is None:
             return
         if not self._reports:
@@ -210,6 +219,30 @@ class Agent:
         if self._pending == 0 and not self._stopping and self.control is None:
             _touch(os.path.join(self.out_dir, f"{self.name}.done"))
 
+    # -- sockets in this GPU's namespace
+    def _in_netns(self):
+        from traffic.runtime import netns
+
+        return netns.inside(self.netns) if self.netns else contextlib.nullcontext()
+
+    def open_socket(self, src_ip: str, dead_after: float) -> socket.socket:
+        """A sender socket bound to ``src_ip``, made in this GPU's namespace."""
+        with self._in_netns():
+            return bound_socket(src_ip, dead_after)
+
+    def _listener(self, host: str, port: int) -> socket.socket:
+        with self._in_netns():
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((host, port))
+            sock.listen(1024)
+            sock.setblocking(False)
+        except BaseException:
+            sock.close()
+            raise
+        return sock
+
     # -- lifecycle
     async def bind(self) -> list[str]:
         """Start every listener; the bound ``ip:port`` list (port 0 resolved)."""
@@ -219,7 +252,7 @@ class Agent:
             local = f"{host}:{port}"
             try:
                 server = await loop.create_server(lambda local=local: Receiver(self, local),
-                                                  host, port, reuse_address=True, backlog=1024)
+                                                  sock=self._listener(host, port))
             except OSError as exc:
                 raise AgentError(f"cannot listen on {local}: {exc.strerror or exc}") from None
             self._servers.append(server)
@@ -269,12 +302,28 @@ class Agent:
             except AgentError as exc:
                 print(f"traffic.runtime.agent: error: {exc}", file=sys.stderr)
                 break
-            self.plan.append(t)
-            self._started += 1
-            task = asyncio.create_task(self._transfer(t))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self.order(t)
         stop.set()
+
+    def order(self, t: PlannedTransfer) -> None:
+        """Send ``t`` now: on a persistent connection its frame goes out in this call when the connection is
+        idle (``Channel.submit``); a task waits for its ack and records it."""
+        self.follow(self.put_on_wire(t))
+
+    def put_on_wire(self, t: PlannedTransfer) -> tuple:
+        """``order``'s first half: the frame on its way (persistent connections); what ``follow`` takes. A
+        step's orders all go out before any of their tasks is made (``traffic.runtime.host``)."""
+        start = time.monotonic()
+        self.plan.append(t)
+        self._started += 1
+        route = self._route(t)
+        return t, start, route, self._submit(t, route) if self.persistent else None
+
+    def follow(self, sent: tuple) -> None:
+        """``order``'s second half: the task that waits for the ack, retries and records."""
+        task = asyncio.create_task(self._transfer(*sent))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def _dispatch(self) -> None:
         """Sleep on the loop's timer to each start time and launch that transfer's task.
@@ -293,17 +342,18 @@ class Agent:
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
-    async def _transfer(self, t: PlannedTransfer) -> None:
+    async def _transfer(self, t: PlannedTransfer, start: float | None = None, route: Route | None = None,
+                        first: tuple | None = None) -> None:
         """Send ``t`` (on its pair's persistent connection or its own), retrying once after a dead
         connection, and wait for its ack; always leaves exactly one sent record. ``start`` is when it was
         due and handed over, ``connected`` when the last attempt connected (its own connection) or put
         its first byte on the wire (persistent: so its FCT includes waiting behind earlier transfers)."""
-        start = time.monotonic()
-        route = self._route(t)
+        start = time.monotonic() if start is None else start
+        route = self._route(t) if route is None else route
         end = acked = error = None
         try:
             async with asyncio.timeout(self.transfer_timeout):
-                ack = await self._with_retry(t, route)
+                ack = await self._with_retry(t, route, first)
             end = time.monotonic()
             acked, error = check_ack(ack, t)
         except (TimeoutError, asyncio.CancelledError, OSError) as exc:
@@ -321,11 +371,14 @@ class Agent:
         """A dead connection on this pair ended less than ``dead_hold`` ago."""
         return time.monotonic() < self._dead_until.get((src_ip, dst_ip), -math.inf)
 
-    async def _with_retry(self, t: PlannedTransfer, route: Route) -> bytes:
+    async def _with_retry(self, t: PlannedTransfer, route: Route, first: tuple | None = None) -> bytes:
         """One attempt; after a dead connection, hold its pair dead and make one more, whole, on a fresh
-        connection over the other pair (an RDMA NIC's retry-exceeded, then the engine resubmits elsewhere)."""
+        connection over the other pair (an RDMA NIC's retry-exceeded, then the engine resubmits elsewhere).
+        ``first``: the first attempt, already submitted (``order``)."""
         attempt = self._on_channel if self.persistent else self._on_own_connection
         try:
+            if first is not None:
+                return await self._acked(first, route)
             return await attempt(t, route)
         except OSError as exc:
             if self._stopping or not is_dead(exc):
@@ -336,13 +389,22 @@ class Agent:
             route.connected = None
         return await attempt(t, route)
 
-    async def _on_channel(self, t: PlannedTransfer, route: Route) -> bytes:
-        """Queue ``t`` on the persistent connection of ``route``'s pair; its ack."""
+    def _submit(self, t: PlannedTransfer, route: Route) -> tuple:
+        """Queue ``t`` on the persistent connection of ``route``'s pair: (ack future, [time on the wire])."""
         key = (route.src_ip, route.dst_ip, t.dst_port)
         channel = self._channels.get(key)
         if channel is None:
-            channel = self._channels[key] = Channel(route.src_ip, (route.dst_ip, t.dst_port), self.dead_after)
-        fut, on_wire = channel.submit(t)
+            channel = self._channels[key] = Channel(route.src_ip, (route.dst_ip, t.dst_port), self.dead_after,
+                                                    self.open_socket)
+        return channel.submit(t)
+
+    async def _on_channel(self, t: PlannedTransfer, route: Route) -> bytes:
+        """Queue ``t`` on the persistent connection of ``route``'s pair; its ack."""
+        return await self._acked(self._submit(t, route), route)
+
+    @staticmethod
+    async def _acked(submitted: tuple, route: Route) -> bytes:
+        fut, on_wire = submitted
         try:
             return await asyncio.shield(fut)
         finally:
@@ -353,7 +415,7 @@ class Agent:
     async def _on_own_connection(self, t: PlannedTransfer, route: Route) -> bytes:
         """Connect from ``route``'s source to its destination, send, read the ack; close."""
         loop = asyncio.get_running_loop()
-        sock = bound_socket(route.src_ip, self.dead_after)
+        sock = self.open_socket(route.src_ip, self.dead_after)
         try:
             await connect(loop, sock, (route.dst_ip, t.dst_port), self.dead_after)
             route.connected = time.monotonic()

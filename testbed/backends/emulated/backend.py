@@ -80,11 +80,11 @@ class EmulatedBackend(Backend):
 
     def serve(self, spec: FabricSpec, traffic: ServingTraffic, conditions: Conditions, run_dir: Path,
               log: Log) -> Carried:
-        from testbed.backends.emulated.serving import run_serving
+        from testbed.backends.emulated.serving import run_hosted
 
         def run(st: FabricState, on_t0) -> tuple[AgentsRun, ServingOutcome]:
             gpus = list(st.model().gpus())
-            return run_serving(gpus, traffic, run_dir, conditions.timeout_s, conditions.connections, log, on_t0)
+            return run_hosted(gpus, traffic, run_dir, conditions.timeout_s, conditions.connections, log, on_t0)
 
         return self._session(spec, conditions, run_dir, log, run)
 
