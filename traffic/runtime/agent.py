@@ -56,6 +56,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import json
 import math
 import os
@@ -66,7 +67,7 @@ import time
 from typing import Any, Awaitable, Callable, TextIO
 
 from traffic.runtime.orders import AgentError, PlannedTransfer, order_transfer, parse_listen, read_plan
-from traffic.runtime.receiver import RECV_BUFFER_BYTES, Receiver
+from traffic.runtime.receiver import RECV_BUFFER_BYTES, Listener, Receiver
 from traffic.runtime.sender import (
     DEFAULT_DEAD_AFTER_S,
     IO_MODES,
@@ -86,6 +87,7 @@ from traffic.runtime.wire import Received
 DEFAULT_TRANSFER_TIMEOUT_S = 60.0
 DEFAULT_DEAD_HOLD_S = 2.0
 CONNECTION_MODES = ("persistent", "per-transfer")
+SWEEP_S = 1.0  # hosted: how often transfers waiting for their ack are checked against the timeout
 
 
 # --------------------------------------------------------------------------- payload and frames
@@ -165,8 +167,11 @@ class Agent:
         self._channels: dict[tuple[str, str, int], Channel] = {}
         self.recv_buffer = memoryview(bytearray(RECV_BUFFER_BYTES))
         self.connections: set[Receiver] = set()
-        self._servers: list[asyncio.Server] = []
+        self._servers: list[Listener] = []
         self._tasks: set[asyncio.Task[None]] = set()
+        self._waiting: dict[int, tuple[float, asyncio.Future]] = {}  # hosted: id -> (start, ack future)
+        self._timed_out: set[int] = set()
+        self._sweep: asyncio.TimerHandle | None = None
         self._pending = len(plan)
         self._started = 0
         self._stopping = False
@@ -246,13 +251,11 @@ class Agent:
     # -- lifecycle
     async def bind(self) -> list[str]:
         """Start every listener; the bound ``ip:port`` list (port 0 resolved)."""
-        loop = asyncio.get_running_loop()
         bound = []
         for host, port in self.listen:
             local = f"{host}:{port}"
             try:
-                server = await loop.create_server(lambda local=local: Receiver(self, local),
-                                                  sock=self._listener(host, port))
+                server = Listener(self, local, self._listener(host, port))
             except OSError as exc:
                 raise AgentError(f"cannot listen on {local}: {exc.strerror or exc}") from None
             self._servers.append(server)
@@ -320,10 +323,72 @@ class Agent:
         return t, start, route, self._submit(t, route) if self.persistent else None
 
     def follow(self, sent: tuple) -> None:
-        """``order``'s second half: the task that waits for the ack, retries and records."""
-        task = asyncio.create_task(self._transfer(*sent))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        """``order``'s second half: the task that waits for the ack, retries and records. Hosted, on a
+        persistent connection: a callback on the ack instead (a task per message costs its loop turns in the
+        one loop that also stamps every arrival); the timeout is a sweep once a second, a retry a task."""
+        t, start, route, first = sent
+        if first is None or self.on_report is None:
+            task = asyncio.create_task(self._transfer(*sent))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+            return
+        fut, on_wire = first
+        self._waiting[t.id] = (start, fut)
+        fut.add_done_callback(functools.partial(self._first_done, t, start, route, on_wire))
+        if self._sweep is None:
+            self._sweep = asyncio.get_running_loop().call_later(SWEEP_S, self._sweep_timeouts)
+
+    def _first_done(self, t: PlannedTransfer, start: float, route: Route, on_wire: list, fut) -> None:
+        self._waiting.pop(t.id, None)
+        route.connected = on_wire[0] if on_wire else None
+        if fut.cancelled():
+            timed_out = t.id in self._timed_out
+            self._timed_out.discard(t.id)
+            error = f"timeout after {self.transfer_timeout:g} s" if timed_out else \
+                "cancelled: agent stopped before the transfer ended"
+            self._record_sent(t, route, start, None, None, error)
+            return
+        exc = fut.exception()
+        if exc is None:
+            end = time.monotonic()
+            acked, error = check_ack(fut.result(), t)
+            self._record_sent(t, route, start, end, acked, error)
+        elif isinstance(exc, OSError) and is_dead(exc) and not self._stopping:
+            task = asyncio.create_task(self._retry(t, start, route, exc))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        else:
+            self._record_sent(t, route, start, None, None, self._failure(exc))
+
+    async def _retry(self, t: PlannedTransfer, start: float, route: Route, exc: OSError) -> None:
+        """The second attempt after a dead connection (``_with_retry``'s), within what is left of the timeout."""
+        self._move(t, route, exc)
+        end = acked = error = None
+        try:
+            async with asyncio.timeout(max(0.0, start + self.transfer_timeout - time.monotonic())):
+                ack = await self._on_channel(t, route)
+            end = time.monotonic()
+            acked, error = check_ack(ack, t)
+        except (TimeoutError, asyncio.CancelledError, OSError) as e:
+            error = self._failure(e)
+        self._record_sent(t, route, start, end, acked, error)
+
+    def _sweep_timeouts(self) -> None:
+        now = time.monotonic()
+        for tid, (start, fut) in list(self._waiting.items()):
+            if now - start >= self.transfer_timeout and not fut.done():
+                self._timed_out.add(tid)
+                fut.cancel()
+        self._sweep = None if self._stopping else asyncio.get_running_loop().call_later(SWEEP_S, self._sweep_timeouts)
+
+    async def settle(self, timeout_s: float) -> None:
+        """Until every transfer ordered so far has its ack (or ``timeout_s``)."""
+        deadline = time.monotonic() + timeout_s
+        while (self._tasks or self._waiting) and time.monotonic() < deadline:
+            if self._tasks:
+                await asyncio.wait(set(self._tasks), timeout=min(0.05, max(0.0, deadline - time.monotonic())))
+            else:
+                await asyncio.sleep(0.01)
 
     async def _dispatch(self) -> None:
         """Sleep on the loop's timer to each start time and launch that transfer's task.
@@ -383,11 +448,15 @@ class Agent:
         except OSError as exc:
             if self._stopping or not is_dead(exc):
                 raise
-            self._dead_until[(route.src_ip, route.dst_ip)] = time.monotonic() + self.dead_hold
-            route.first_error = error_text(exc)
-            route.src_ip, route.dst_ip = route.other(t)
-            route.connected = None
+            self._move(t, route, exc)
         return await attempt(t, route)
+
+    def _move(self, t: PlannedTransfer, route: Route, exc: OSError) -> None:
+        """Hold ``route``'s pair dead and point it at the other pair for the retry."""
+        self._dead_until[(route.src_ip, route.dst_ip)] = time.monotonic() + self.dead_hold
+        route.first_error = error_text(exc)
+        route.src_ip, route.dst_ip = route.other(t)
+        route.connected = None
 
     def _submit(self, t: PlannedTransfer, route: Route) -> tuple:
         """Queue ``t`` on the persistent connection of ``route``'s pair: (ack future, [time on the wire])."""
@@ -437,6 +506,12 @@ class Agent:
         dispatcher.cancel()
         for server in self._servers:
             server.close()
+        if self._sweep is not None:
+            self._sweep.cancel()
+        for _, fut in list(self._waiting.values()):
+            fut.cancel()
+        if self._waiting:
+            await asyncio.sleep(0)  # their callbacks record them
         for task in list(self._tasks):
             task.cancel()
         if self._tasks:

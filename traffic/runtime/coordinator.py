@@ -86,9 +86,16 @@ class Coordinator:
 
     def __init__(self, cfg: dict) -> None:
         self.cfg = cfg
-        self.spec = spec_from_config(cfg)
-        self.requests = requests_from_config(cfg)
-        self.cluster = serving.Cluster(self.spec, self.requests)
+        if "pulse" in cfg:  # a synthetic load with a step's shape (traffic.runtime.pulse: bench control-path)
+            from traffic.runtime import pulse
+
+            self.spec = pulse.PulseSpec.of(cfg["pulse"])
+            self.requests = []
+            self.cluster = pulse.PulseCluster(self.spec)
+        else:
+            self.spec = spec_from_config(cfg)
+            self.requests = requests_from_config(cfg)
+            self.cluster = serving.Cluster(self.spec, self.requests)
         self.dilation = float(cfg.get("dilation", 1.0))
         self.agents: list[str] = cfg["agents"]
         self.ips: dict[int, list[str]] = {int(g): ips for g, ips in cfg["ips"].items()}

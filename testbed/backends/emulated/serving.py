@@ -177,9 +177,11 @@ def run_hosted(gpus: list[int], traffic: ServingTraffic, run_dir: Path, timeout_
     names = [f"gpu{g}" for g in gpus]
     hosted = [{"name": f"gpu{g}", "netns": netns_of(g),
                "listen": [f"{addressing.ip_of(g, p)}:{AGENT_PORT}" for p in (1, 2)]} for g in gpus]
-    config = dict(traffic.config, agents_dir=str(agents_dir), run_dir=str(run_dir), port=AGENT_PORT, agents=names,
-                  hosted=hosted, transfer_timeout_s=timeout_s, connections=connections,
-                  drain_timeout_s=DRAIN_TIMEOUT_S)
+    from testbed.emulation.cpus import lateness_cpus
+
+    config = {"scheduling": "fifo", **traffic.config, "agents_dir": str(agents_dir), "run_dir": str(run_dir),
+              "port": AGENT_PORT, "agents": names, "hosted": hosted, "transfer_timeout_s": timeout_s,
+              "connections": connections, "drain_timeout_s": DRAIN_TIMEOUT_S, "cpus": lateness_cpus()}
     (run_dir / "serving_config.json").write_text(json.dumps(config))
     t_ready = time.monotonic()
     coord = _Coordinator(run_dir / "serving_config.json", run_dir / "coordinator.log", "traffic.runtime.host")
