@@ -9,6 +9,7 @@ import pytest
 
 from common.errors import TestbedError
 from testbed.bench import control_path as cp
+from testbed.cli.bench import control_path as cli_control_path
 from traffic.model.serving_events import Send, Timer
 from traffic.runtime.pulse import PulseCluster, PulseSpec
 
@@ -86,3 +87,12 @@ def test_the_cli_refuses_bad_flags_in_one_line_before_root(capsys):
     assert main(["bench", "control-path", "--rate", "-1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--rate" in err[0]
+
+
+def test_the_verb_is_registered_with_its_flags():
+    import argparse
+
+    p = argparse.ArgumentParser()
+    cli_control_path.register(p.add_subparsers())
+    args = p.parse_args(["control-path", "roft", "--rate", "500", "--path", "hosted"])
+    assert (args.fabric, args.rate, args.path, args.burst) == ("roft", 500.0, "hosted", cp.BURST)
