@@ -250,6 +250,22 @@ class Carried:
 
 
 # --------------------------------------------------------------------- the seam
+class Held:
+    """What ``Backend.hold`` returns: a context; ``renew`` builds the fabric again (a repetition's retry after
+    an environment failure gets a fresh one). Nothing held by default."""
+
+    holds = False
+
+    def __enter__(self) -> "Held":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        return None
+
+    def renew(self) -> None:
+        return None
+
+
 class Backend(abc.ABC):
     """A way to carry a repetition's messages (see the module docstring)."""
 
@@ -257,6 +273,12 @@ class Backend(abc.ABC):
     supports: ClassVar[frozenset[str]] = frozenset()  # CROSS_TRAFFIC, FAULTS
     realtime: ClassVar[bool] = False  # a repetition takes its run's wall time (else: as long as it computes)
     setup_s: ClassVar[float] = 5.0  # a repetition's time besides the run itself, for the estimates
+    fabric_setup_s: ClassVar[float] = 0.0  # once per fabric a held fabric is built and taken down (``hold``)
+
+    def hold(self, spec: FabricSpec, log: Log) -> "Held":
+        """A fabric kept for several repetitions (``with backend.hold(spec, log) as held``): the emulated
+        backend builds it once and every repetition on ``spec`` runs on it; others have nothing to keep."""
+        return Held()
 
     def check(self, build_own: bool) -> None:
         """Raise when this machine cannot carry a repetition now (``build_own``: every repetition brings

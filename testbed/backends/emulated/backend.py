@@ -16,7 +16,7 @@ from typing import Callable
 
 from common.errors import TestbedError
 from fabrics import build_fabric
-from pfc.files import LOG_FILE, STATUS_FILE
+from pfc.files import LATENCY_FILE, LOG_FILE, STATUS_FILE
 from testbed.backends.base import (
     CROSS_TRAFFIC,
     FAULTS,
@@ -25,6 +25,7 @@ from testbed.backends.base import (
     Conditions,
     FabricRecord,
     FabricSpec,
+    Held,
     LinkSettings,
     Log,
     Network,
@@ -51,6 +52,10 @@ class EmulatedBackend(Backend):
     supports = frozenset({CROSS_TRAFFIC, FAULTS})
     realtime = True
     setup_s = 40.0  # bring-up, agents' start, lead time, teardown, queue sampling and merge
+    fabric_setup_s = 0.0
+
+    def hold(self, spec: FabricSpec, log: Log) -> "HeldFabric":
+        return HeldFabric(spec, log)
 
     def check(self, build_own: bool) -> None:
         fabricctl.require_root()
@@ -100,6 +105,7 @@ class EmulatedBackend(Backend):
             if own:
                 fabricctl.require_root()
                 st = fabricctl.up(spec.args, spec.datapath, log=log, pfc=spec.pfc)
+            marks = None if own else pause_marks(st)  # a held fabric: this repetition's part of its files
             sampler = QueueSampler(st)
             sampler.start()
             cross = start_cross_traffic(st.model(), cond.cross_flows, cond.seed, cond.cross_s) if cond.cross_flows \
@@ -114,7 +120,7 @@ class EmulatedBackend(Backend):
                 cross_result = stop_cross_traffic(cross) if cross else None
                 sampler.stop()
             t_end = time.monotonic()
-            pauses = pause_log(st)
+            pauses = pause_log(st, marks)
             fabric = FabricRecord(st.fabric, st.config, st.pfc, tuple(st.warnings))
         finally:
             if own and fabricctl.load_state() is not None:
@@ -124,7 +130,66 @@ class EmulatedBackend(Backend):
                        agents_run.ready_s, agents_run.cpu_s, serving, cross_result, events, fault_errors)
 
 
-def pause_log(st: FabricState) -> PauseLog:
+class HeldFabric(Held):
+    """One fabric for several repetitions: up on entry, down on exit (also on Ctrl-C). A repetition on it
+    still gets its own queue counters (its sampler's first and last snapshots), its own slice of the pause
+    log (by time, as always) and its own pause latencies (the daemon's latency lines written during it), and
+    fresh TCP connections (so fresh ECMP hash outcomes). Bring-up and teardown are paid once per fabric."""
+
+    holds = True
+
+    def __init__(self, spec: FabricSpec, log: Log) -> None:
+        self.spec, self.log = spec, log
+
+    def __enter__(self) -> "HeldFabric":
+        fabricctl.require_root()
+        fabricctl.up(self.spec.args, self.spec.datapath, log=self.log, pfc=self.spec.pfc)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if fabricctl.load_state() is not None:
+            fabricctl.down()
+
+    def renew(self) -> None:
+        self.__exit__(None, None, None)
+        self.__enter__()
+
+
+def pause_marks(st: FabricState) -> dict:
+    """Where the pause daemon's cumulative files stand now (a repetition on a held fabric reads past them)."""
+    try:
+        lat = (st.directory / LATENCY_FILE).stat().st_size
+    except OSError:
+        lat = 0
+    try:
+        errors = json.loads((st.directory / STATUS_FILE).read_text()).get("netlink_errors") or 0
+    except (OSError, ValueError):
+        errors = 0
+    return {"latency_bytes": lat, "netlink_errors": errors}
+
+
+def _latencies_since(st: FabricState, offset: int) -> tuple[dict | None, dict | None]:
+    """Pause and resume latency percentiles (ms) of the daemon's latency lines past ``offset``."""
+    from pfc.analysis import percentiles
+
+    try:
+        with open(st.directory / LATENCY_FILE, "rb") as fh:
+            fh.seek(offset)
+            text = fh.read().decode(errors="replace")
+    except OSError:
+        return None, None
+    lat: dict[str, list[float]] = {"pause": [], "resume": []}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) >= 7 and parts[0] in lat:
+            try:
+                lat[parts[0]].append(float(parts[6]))
+            except ValueError:
+                continue
+    return percentiles(lat["pause"]), percentiles(lat["resume"])
+
+
+def pause_log(st: FabricState, marks: dict | None = None) -> PauseLog:
     """The pause daemon's figures and the fabric's pause log, read before the fabric goes down."""
     if not st.pfc_enabled:
         return PauseLog()
@@ -137,5 +202,10 @@ def pause_log(st: FabricState) -> PauseLog:
         lines = (st.directory / LOG_FILE).read_text().splitlines()
     except OSError:
         lines = []
-    return PauseLog(True, tuple(lines), status.get("pause_latency_ms"), status.get("resume_latency_ms"),
-                    status.get("netlink_errors"))
+    if marks is None:
+        return PauseLog(True, tuple(lines), status.get("pause_latency_ms"), status.get("resume_latency_ms"),
+                        status.get("netlink_errors"))
+    pause, resume = _latencies_since(st, marks["latency_bytes"])
+    errors = status.get("netlink_errors")
+    return PauseLog(True, tuple(lines), pause, resume,
+                    None if errors is None else max(0, errors - marks["netlink_errors"]))
