@@ -152,6 +152,9 @@ class Conditions:
     wall_per_run_s: float = 1.0  # wall seconds per run second (a fault's ``at`` is in run seconds)
     timeout_s: float = 60.0  # a message not delivered by then has failed
     connections: str = "persistent"  # the senders' TCP connections (traffic.runtime.agent.CONNECTION_MODES)
+    # the ECMP hash's seed where a backend draws the flows' source ports itself (the ns-3 twin): None = ``seed``;
+    # another value draws a fresh ECMP outcome and leaves everything else that follows ``seed`` as it is
+    hash_seed: int | None = None
 
 
 # -------------------------------------------------------------------- returned

@@ -56,6 +56,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import errno
 import functools
 import json
 import math
@@ -67,6 +68,7 @@ import time
 from typing import Any, Awaitable, Callable, TextIO
 
 from traffic.runtime.orders import AgentError, PlannedTransfer, order_transfer, parse_listen, read_plan
+from traffic.runtime.ports import source_port
 from traffic.runtime.receiver import RECV_BUFFER_BYTES, Listener, Receiver
 from traffic.runtime.sender import (
     DEFAULT_DEAD_AFTER_S,
@@ -143,12 +145,17 @@ class Agent:
                  connections: str = "persistent", control: str | None = None,
                  dead_after: float = DEFAULT_DEAD_AFTER_S, dead_hold: float = DEFAULT_DEAD_HOLD_S,
                  clock_offset: float = 0.0, netns: str | None = None,
-                 on_report: Callable[[dict[str, Any]], None] | None = None, record_buffering: int = 1) -> None:
+                 on_report: Callable[[dict[str, Any]], None] | None = None, record_buffering: int = 1,
+                 port_seed: int | None = None) -> None:
         self.name = name
         # hosted in a process that serves many GPUs (traffic.runtime.host): the GPU's namespace, entered only to
         # create its sockets (a socket stays in the namespace it was made in), and where reports go: a call
         self.netns = netns
         self.on_report = on_report
+        # persistent connections' source ports drawn from this seed (traffic.runtime.ports; None: the kernel's)
+        self.port_seed = port_seed
+        self._ports_used: set[tuple[str, int]] = set()
+        self.opened: list[tuple[str, int, str, int]] = []  # (src ip, src port, dst ip, dst port) of each one
         self.dead_after = dead_after
         self.dead_hold = dead_hold
         self._dead_until: dict[tuple[str, str], float] = {}  # (src_ip, dst_ip) -> monotonic end of its hold
@@ -230,10 +237,20 @@ class Agent:
 
         return netns.inside(self.netns) if self.netns else contextlib.nullcontext()
 
-    def open_socket(self, src_ip: str, dead_after: float) -> socket.socket:
-        """A sender socket bound to ``src_ip``, made in this GPU's namespace."""
-        with self._in_netns():
-            return bound_socket(src_ip, dead_after)
+    def open_socket(self, src_ip: str, dead_after: float, dst: tuple[str, int] | None = None) -> socket.socket:
+        """A sender socket bound to ``src_ip``, made in this GPU's namespace; towards ``dst`` with a port seed,
+        bound to the drawn source port (the next one while the kernel refuses it)."""
+        if self.port_seed is None or dst is None:
+            with self._in_netns():
+                return bound_socket(src_ip, dead_after)
+        for _ in range(64):
+            port = source_port(self.port_seed, src_ip, dst[0], self._ports_used)
+            with self._in_netns():
+                sock = bound_socket(src_ip, dead_after, port)
+            if sock is not None:
+                self.opened.append((src_ip, port, dst[0], dst[1]))
+                return sock
+        raise OSError(errno.EADDRINUSE, f"no free source port on {src_ip} after 64 draws")
 
     def _listener(self, host: str, port: int) -> socket.socket:
         with self._in_netns():
@@ -463,8 +480,9 @@ class Agent:
         key = (route.src_ip, route.dst_ip, t.dst_port)
         channel = self._channels.get(key)
         if channel is None:
-            channel = self._channels[key] = Channel(route.src_ip, (route.dst_ip, t.dst_port), self.dead_after,
-                                                    self.open_socket)
+            dst = (route.dst_ip, t.dst_port)
+            channel = self._channels[key] = Channel(route.src_ip, dst, self.dead_after,
+                                                    functools.partial(self.open_socket, dst=dst))
         return channel.submit(t)
 
     async def _on_channel(self, t: PlannedTransfer, route: Route) -> bytes:

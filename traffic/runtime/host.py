@@ -17,7 +17,9 @@ order its plan line, so the merge and the write-up are unchanged.
 Usage: ``python -m traffic.runtime.host CONFIG.json``: the coordinator's config plus ``hosted``, one
 ``{"name", "netns", "listen": ["ip:port", ...]}`` per agent (``netns`` null: this namespace), and the
 senders' ``transfer_timeout_s``, ``connections``, ``dead_after_s``, ``dead_hold_s``, and ``scheduling``
-(``fifo``, the default, or ``nice``: ``set_scheduling``) on ``cpus`` (a list, or null). Events on stdout
+(``fifo``, the default, or ``nice``: ``set_scheduling``) on ``cpus`` (a list, or null), and ``port_seed``: the
+persistent connections' source ports are drawn from it (``traffic.runtime.ports``: the repetition's ECMP outcome
+on ROFT; null: the kernel's), listed in the results' ``connections``. Events on stdout
 as the coordinator's: ``ready``, ``started`` (t0), ``done`` (with the results) or ``error``. Root is
 needed only to enter the namespaces.
 """
@@ -95,7 +97,8 @@ class HostCoordinator(Coordinator):
                 connections=self.cfg.get("connections", "persistent"),
                 dead_after=float(self.cfg.get("dead_after_s", DEFAULT_DEAD_AFTER_S)),
                 dead_hold=float(self.cfg.get("dead_hold_s", DEFAULT_DEAD_HOLD_S)),
-                netns=a.get("netns"), on_report=self.on_report, record_buffering=RECORD_BUFFER_BYTES)
+                netns=a.get("netns"), on_report=self.on_report, record_buffering=RECORD_BUFFER_BYTES,
+                port_seed=self.cfg.get("port_seed"))
         missing = sorted(set(self.agents) - set(self.hosted))
         if missing:
             raise TrafficError(f"no hosted agent for {', '.join(missing[:8])}")
@@ -144,7 +147,8 @@ class HostCoordinator(Coordinator):
                 await agent.shutdown(asyncio.create_task(asyncio.sleep(0)))
             for fh in self.plans.values():
                 fh.close()
-        return self.results() | {"scheduling": self.scheduling}
+        return self.results() | {"scheduling": self.scheduling, "port_seed": self.cfg.get("port_seed"),
+                                 "connections": [list(c) for a in self.hosted.values() for c in a.opened]}
 
 
 def main(argv: list[str] | None = None) -> int:

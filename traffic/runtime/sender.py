@@ -23,8 +23,9 @@ FAST_PATH_BYTES = 1 << 17  # frames up to this size may go out in Channel.submit
 ACK_READ_BYTES = 1 << 16
 
 
-def bound_socket(src_ip: str, dead_after: float = DEFAULT_DEAD_AFTER_S) -> socket.socket:
-    """A non-blocking TCP socket bound to ``src_ip`` so routing sends it from that NIC port.
+def bound_socket(src_ip: str, dead_after: float = DEFAULT_DEAD_AFTER_S, port: int = 0):
+    """A non-blocking TCP socket bound to ``src_ip`` so routing sends it from that NIC port (and to ``port`` when
+    given: None if the kernel refuses that port, EADDRINUSE).
 
     IP_BIND_ADDRESS_NO_PORT defers the port choice to connect(), so thousands of
     short transfers do not run out of ephemeral ports held in TIME_WAIT.
@@ -36,9 +37,17 @@ def bound_socket(src_ip: str, dead_after: float = DEFAULT_DEAD_AFTER_S) -> socke
         sock.setblocking(False)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # no Nagle stall on the tail
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, max(1, round(dead_after * 1000)))
-        if hasattr(socket, "IP_BIND_ADDRESS_NO_PORT"):
+        if port:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a port of an earlier run in TIME_WAIT
+        elif hasattr(socket, "IP_BIND_ADDRESS_NO_PORT"):
             sock.setsockopt(socket.IPPROTO_IP, socket.IP_BIND_ADDRESS_NO_PORT, 1)
-        sock.bind((src_ip, 0))
+        try:
+            sock.bind((src_ip, port))
+        except OSError as exc:
+            if port and exc.errno == errno.EADDRINUSE:
+                sock.close()
+                return None
+            raise
     except BaseException:
         sock.close()
         raise

@@ -89,7 +89,8 @@ class EmulatedBackend(Backend):
 
         def run(st: FabricState, on_t0) -> tuple[AgentsRun, ServingOutcome]:
             gpus = list(st.model().gpus())
-            return run_hosted(gpus, traffic, run_dir, conditions.timeout_s, conditions.connections, log, on_t0)
+            return run_hosted(gpus, traffic, run_dir, conditions.timeout_s, conditions.connections, log, on_t0,
+                              port_seed=hash_seed(conditions))
 
         return self._session(spec, conditions, run_dir, log, run)
 
@@ -120,6 +121,11 @@ class EmulatedBackend(Backend):
                 cross_result = stop_cross_traffic(cross) if cross else None
                 sampler.stop()
             t_end = time.monotonic()
+            if serving is not None and serving.results.get("connections") is not None:
+                from testbed.backends.emulated import ecmp
+
+                ecmp.record(st, serving.results["connections"], hash_seed(cond), cond.hash_seed is not None, run_dir,
+                            log)
             pauses = pause_log(st, marks)
             fabric = FabricRecord(st.fabric, st.config, st.pfc, tuple(st.warnings))
         finally:
@@ -128,6 +134,12 @@ class EmulatedBackend(Backend):
         rows = records.merge_results(agents_run.agents_dir, t0=agents_run.t0)
         return Carried(agents_run.t0, t_end, rows, fabric, sampler.counters(), pauses, agents_run.crashed,
                        agents_run.ready_s, agents_run.cpu_s, serving, cross_result, events, fault_errors)
+
+
+def hash_seed(cond: Conditions) -> int:
+    """The seed the agents draw their connections' source ports from (ROFT's ECMP outcome): the conditions'
+    ``hash_seed``, else the repetition's seed."""
+    return cond.seed if cond.hash_seed is None else cond.hash_seed
 
 
 class HeldFabric(Held):

@@ -169,9 +169,10 @@ def run_serving(gpus: list[int], traffic: ServingTraffic, run_dir: Path, timeout
 
 
 def run_hosted(gpus: list[int], traffic: ServingTraffic, run_dir: Path, timeout_s: float, connections: str,
-               log=print, on_t0=None) -> tuple[AgentsRun, ServingOutcome]:
+               log=print, on_t0=None, port_seed: int | None = None) -> tuple[AgentsRun, ServingOutcome]:
     """The cluster and every GPU's agent in one process (``traffic.runtime.host``); ``run_serving``'s
-    contract. The agents' CPU is the host process's (the cluster's included)."""
+    contract. The agents' CPU is the host process's (the cluster's included). ``port_seed``: the persistent
+    connections' source ports are drawn from it (the results list them under ``connections``)."""
     agents_dir = run_dir / "agents"
     agents_dir.mkdir(parents=True, exist_ok=True)
     names = [f"gpu{g}" for g in gpus]
@@ -181,7 +182,8 @@ def run_hosted(gpus: list[int], traffic: ServingTraffic, run_dir: Path, timeout_
 
     config = {"scheduling": "fifo", **traffic.config, "agents_dir": str(agents_dir), "run_dir": str(run_dir),
               "port": AGENT_PORT, "agents": names, "hosted": hosted, "transfer_timeout_s": timeout_s,
-              "connections": connections, "drain_timeout_s": DRAIN_TIMEOUT_S, "cpus": lateness_cpus()}
+              "connections": connections, "drain_timeout_s": DRAIN_TIMEOUT_S, "cpus": lateness_cpus(),
+              "port_seed": port_seed}
     (run_dir / "serving_config.json").write_text(json.dumps(config))
     t_ready = time.monotonic()
     coord = _Coordinator(run_dir / "serving_config.json", run_dir / "coordinator.log", "traffic.runtime.host")
