@@ -276,7 +276,8 @@ class Backend(abc.ABC):
     supports: ClassVar[frozenset[str]] = frozenset()  # CROSS_TRAFFIC, FAULTS
     realtime: ClassVar[bool] = False  # a repetition takes its run's wall time (else: as long as it computes)
     setup_s: ClassVar[float] = 5.0  # a repetition's time besides the run itself, for the estimates
-    fabric_setup_s: ClassVar[float] = 0.0  # once per fabric a held fabric is built and taken down (``hold``)
+    held_setup_s: ClassVar[float] = 5.0  # a repetition's time besides the run itself on a held fabric (``hold``)
+    fabric_setup_s: ClassVar[float] = 0.0  # once per fabric a held fabric is built and taken down
 
     def hold(self, spec: FabricSpec, log: Log) -> "Held":
         """A fabric kept for several repetitions (``with backend.hold(spec, log) as held``): the emulated

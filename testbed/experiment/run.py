@@ -92,19 +92,28 @@ def replayed_s(exp) -> float:
 
 
 def _per_repetition(exp, backend: Backend) -> tuple[float, float]:
-    """(wall seconds of the run itself, set-up seconds) of one repetition on ``backend``."""
-    return (replayed_s(exp) if backend.realtime else 0.0), backend.setup_s
+    """(wall seconds of the run itself, set-up seconds) of one repetition on ``backend`` (on a held fabric:
+    ``held_setup_s``)."""
+    setup = backend.held_setup_s if holds_fabrics(exp, backend) else backend.setup_s
+    return (replayed_s(exp) if backend.realtime else 0.0), setup
+
+
+def _per_fabric(exp, backend: Backend) -> float:
+    """Set-up seconds once per fabric (bring-up and teardown of a held fabric)."""
+    return backend.fabric_setup_s if holds_fabrics(exp, backend) else 0.0
 
 
 def estimate_s(exp, backend: Backend) -> float:
-    """fabrics x repetitions x (replayed wall time + set-up overhead)."""
-    return len(exp.fabrics) * exp.repetitions * sum(_per_repetition(exp, backend))
+    """fabrics x (repetitions x (replayed wall time + set-up overhead) + a held fabric's bring-up and teardown)."""
+    return len(exp.fabrics) * (exp.repetitions * sum(_per_repetition(exp, backend)) + _per_fabric(exp, backend))
 
 
 def estimate_text(exp, backend: Backend) -> str:
     run_s, setup_s = _per_repetition(exp, backend)
     each = f"{replayed_s(exp):g} s replayed + ~{setup_s:g} s set-up" if run_s else f"~{setup_s:g} s of computing"
-    return (f"{len(exp.fabrics)} fabric(s) x {exp.repetitions} repetition(s) x ({each}) = "
+    fabric = _per_fabric(exp, backend)
+    once = f" + ~{fabric:g} s a fabric" if fabric else ""
+    return (f"{len(exp.fabrics)} fabric(s) x ({exp.repetitions} repetition(s) x ({each}){once}) = "
             f"~{minutes(estimate_s(exp, backend))}")
 
 

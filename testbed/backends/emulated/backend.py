@@ -52,7 +52,11 @@ class EmulatedBackend(Backend):
     supports = frozenset({CROSS_TRAFFIC, FAULTS})
     realtime = True
     setup_s = 40.0  # bring-up, agents' start, lead time, teardown, queue sampling and merge
-    fabric_setup_s = 0.0
+    # measured (py-spy of a default repetition on ROFT, docs/replay.md "Where a default run's time goes"): on a
+    # held fabric the host's start ~3.6 s, ECMP probing ~3.4 s, the write-up ~4 s, the cluster's config ~3 s, the
+    # pause log's flush 1.2 s, drain and stops; bring-up ~5 s and teardown ~8 s once per fabric
+    held_setup_s = 22.0
+    fabric_setup_s = 14.0
 
     def hold(self, spec: FabricSpec, log: Log) -> "HeldFabric":
         return HeldFabric(spec, log)

@@ -46,11 +46,18 @@ def exchange_ideal_s(messages: list[dict], rate_bps: float, mtu: int, links: int
     return max(load.values()) * 8 / (ports * rate_bps) + (links - 1) * last_packet * 8 / rate_bps
 
 
-def longest_path(fabric: Fabric, messages: list[dict], tables=None) -> int:
-    """The most links any of ``messages`` crosses, over the NIC port pair it went over (the routing model's)."""
+def longest_path(fabric: Fabric, messages: list[dict], tables=None, known: dict | None = None) -> int:
+    """The most links any of ``messages`` crosses, over the NIC port pair it went over (the routing model's);
+    ``known``: each address pair's count so far (a run's phases repeat the same pairs)."""
     tables = tables or forwarding_tables(fabric)
-    pairs = {tuple(addressing.parse_ip(ip) for ip in sent_pair(m)) for m in messages}
-    return max(links_on_path(fabric, src, dst, tables) for src, dst in pairs)
+    known = {} if known is None else known
+    most = 0
+    for pair in {sent_pair(m) for m in messages}:
+        if pair not in known:
+            src, dst = (addressing.parse_ip(ip) for ip in pair)
+            known[pair] = links_on_path(fabric, src, dst, tables)
+        most = max(most, known[pair])
+    return most
 
 
 def exchange_vs_ideal(messages: list[dict], rate_bps: float, mtu: int, fabric: Fabric, ports: int = 2) -> list[float]:
@@ -61,8 +68,10 @@ def exchange_vs_ideal(messages: list[dict], rate_bps: float, mtu: int, fabric: F
         if m["verified"] and m.get("step") is not None:
             phases.setdefault((m.get("engine"), m["step"], m.get("kind")), []).append(m)
     tables = forwarding_tables(fabric) if phases else None
+    known: dict = {}
     return [(max(m["end"] for m in ms) - min(m["start"] for m in ms))
-            / exchange_ideal_s(ms, rate_bps, mtu, longest_path(fabric, ms, tables), ports) for ms in phases.values()]
+            / exchange_ideal_s(ms, rate_bps, mtu, longest_path(fabric, ms, tables, known), ports)
+            for ms in phases.values()]
 
 
 def start_lateness(rows: list[dict]) -> list[float]:

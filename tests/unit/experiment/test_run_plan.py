@@ -70,14 +70,15 @@ def test_targets_are_repetition_major_with_seeds_seed_plus_r_minus_one():
 
 
 def test_wall_time_estimate_of_the_default_fits_fifteen_minutes():
-    """experiments/default.yaml: 32 s of cluster time at dilation 12 = 384 s replayed (live, closed loop), plus
-    40 s of set-up, for 2 fabrics x 1 repetition: 2 x 424 s = 848 s = 14.1 min, under 15 min."""
+    """experiments/default.yaml: 25 s of cluster time at dilation 4 = 100 s replayed (live, closed loop), plus
+    22 s of set-up a repetition on a fabric built once (14 s a fabric), for 2 fabrics x 3 repetitions:
+    2 x (3 x 122 + 14) = 760 s = 12.7 min, under 15 min."""
     from testbed.backends.emulated.backend import EmulatedBackend
 
     exp = resolve(None).experiment
-    assert run.estimate_s(exp, EmulatedBackend()) == 848.0
-    assert run.estimate_text(exp, EmulatedBackend()) == ("2 fabric(s) x 1 repetition(s) x (384 s replayed + ~40 s "
-                                                         "set-up) = ~14.1 min")
+    assert run.estimate_s(exp, EmulatedBackend()) == 760.0
+    assert run.estimate_text(exp, EmulatedBackend()) == ("2 fabric(s) x (3 repetition(s) x (100 s replayed + ~22 s "
+                                                         "set-up) + ~14 s a fabric) = ~12.7 min")
 
 
 def test_run_ids_are_unique_and_named(tmp_path):
