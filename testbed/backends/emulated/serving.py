@@ -19,7 +19,7 @@ import threading
 import time
 from pathlib import Path
 
-from common.errors import EnvironmentProblem
+from common.errors import EnvironmentProblem, TestbedError
 from common.paths import REPO, module_env
 from fabrics import addressing
 from fabrics.datapath import netns_of
@@ -188,6 +188,10 @@ def run_hosted(gpus: list[int], traffic: ServingTraffic, run_dir: Path, timeout_
     t_ready = time.monotonic()
     coord = _Coordinator(run_dir / "serving_config.json", run_dir / "coordinator.log", "traffic.runtime.host")
     try:
+        _wait(coord.started, AGENTS_READY_TIMEOUT_S + 5, _alive(coord, run_dir))
+        said = coord.event("error")
+        if said is not None and coord.event("started") is None:  # the cluster's config: the experiment's fault
+            raise TestbedError(f"the serving process refused the run: {said['message']}")
         wait_started(coord, run_dir, _alive(coord, run_dir))
         ready_s = time.monotonic() - t_ready
         if on_t0 is not None:
@@ -206,7 +210,9 @@ def run_hosted(gpus: list[int], traffic: ServingTraffic, run_dir: Path, timeout_
 
 def _alive(coord: _Coordinator, run_dir: Path):
     def check() -> None:
-        if coord.proc.poll() is not None and not coord.ended.is_set():
+        if coord.ended.is_set() and coord.event("started") is None:
+            coord.started.set()  # it ended before it started: the caller reads why
+        elif coord.proc.poll() is not None and not coord.ended.is_set():
             raise EnvironmentProblem(f"the serving process exited ({coord.proc.returncode}): "
                                      f"{_tail(run_dir / 'coordinator.log')}")
     return check
