@@ -22,6 +22,7 @@ RECV_BUFFER_BYTES = 262_144
 SO_TIMESTAMPNS = 35  # Linux (SO_TIMESTAMPNS_OLD: a struct timespec of two longs on 64-bit)
 TIMESPEC = struct.Struct("@ll")
 ANC_BYTES = socket.CMSG_SPACE(TIMESPEC.size)
+ACCEPT_PAUSE_S = 0.1
 
 
 class FrameSink(Protocol):
@@ -200,9 +201,16 @@ class Listener:
                 conn, peer = self.sock.accept()
             except (BlockingIOError, InterruptedError):
                 return
-            except OSError:
-                return  # e.g. too many open files: the client's connect times out and it retries
+            except OSError:  # e.g. too many open files: stop listening a moment (as asyncio's servers do)
+                fd = self.sock.fileno()
+                self._loop.remove_reader(fd)
+                self._loop.call_later(ACCEPT_PAUSE_S, self._resume, fd)
+                return
             SocketReceiver(self.agent, self.local, conn, peer)
+
+    def _resume(self, fd: int) -> None:
+        if self.sock.fileno() == fd:
+            self._loop.add_reader(fd, self._accept)
 
     def close(self) -> None:
         if self.sock.fileno() >= 0:
