@@ -13,8 +13,7 @@ from traffic.runtime.ports import source_port
 
 def _probe_all(flows, candidates, ports):
     from testbed.backends.emulated.ecmp import QueueProber
-    from testbed.bench import ecmp_probe
-    from testbed.emulation import fabricctl, qstats
+    from testbed.emulation import ecmp_probe, fabricctl, qstats
 
     st = fabricctl.load_state()
     reader = qstats.QueueReader(st.queues)

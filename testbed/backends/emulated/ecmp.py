@@ -3,7 +3,7 @@
 ROFT sends cross-rail traffic through a select group whose bucket (the spine) OVS picks by a hash of the
 5-tuple; the agents' persistent connections draw their source ports from the repetition's hash seed
 (``traffic.runtime.ports``), so the seed is the outcome's cause. After the run, with the fabric idle, each
-connection whose route has more than one path is probed (``testbed.bench.ecmp_probe``: one TCP RST with its
+connection whose route has more than one path is probed (``testbed.emulation.ecmp_probe``: one TCP RST with its
 5-tuple, read off the switch egress queues' packet counters, ``qstats``) to learn the path OVS's hash gave it.
 
 ``ecmp.json``::
@@ -25,7 +25,7 @@ from pathlib import Path
 
 from fabrics import Fabric, addressing
 from fabrics.routing import forwarding_tables, walk
-from testbed.bench import ecmp_probe
+from testbed.emulation import ecmp_probe
 
 PROBE_WAIT_S = 0.02
 MAX_ROUNDS = 400
