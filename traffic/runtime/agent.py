@@ -98,18 +98,27 @@ SWEEP_S = 1.0  # hosted: how often transfers waiting for their ack are checked a
 # --------------------------------------------------------------------------- records
 
 class RecordFile:
-    """JSON-lines output, line-buffered so a crash leaves every finished record on disk."""
+    """JSON-lines output, line-buffered so a crash leaves every finished record on disk; ``deferred`` (hosted
+    agents, where one loop also stamps every arrival): the records kept as they are and encoded and written
+    when the file closes, off the run's hot path (a crash of that one process loses the run anyway)."""
 
-    def __init__(self, path: str, buffering: int = 1) -> None:
+    def __init__(self, path: str, buffering: int = 1, deferred: bool = False) -> None:
         try:
             self._file: TextIO = open(path, "w", encoding="utf-8", buffering=buffering)
         except OSError as exc:
             raise AgentError(f"cannot write {path}: {exc.strerror}") from None
+        self._kept: list[dict[str, Any]] | None = [] if deferred else None
 
     def write(self, record: dict[str, Any]) -> None:
+        if self._kept is not None:
+            self._kept.append(record)
+            return
         self._file.write(json.dumps(record, separators=(",", ":")) + "\n")
 
     def close(self) -> None:
+        if self._kept:
+            self._file.write("".join(json.dumps(r, separators=(",", ":")) + "\n" for r in self._kept))
+            self._kept.clear()
         self._file.close()
 
 
@@ -182,8 +191,9 @@ class Agent:
         self._pending = len(plan)
         self._started = 0
         self._stopping = False
-        self._sent = RecordFile(os.path.join(out_dir, f"{name}.sent.jsonl"), record_buffering)
-        self._recv = RecordFile(os.path.join(out_dir, f"{name}.recv.jsonl"), record_buffering)
+        deferred = on_report is not None
+        self._sent = RecordFile(os.path.join(out_dir, f"{name}.sent.jsonl"), record_buffering, deferred)
+        self._recv = RecordFile(os.path.join(out_dir, f"{name}.recv.jsonl"), record_buffering, deferred)
 
     # -- records
     def record_recv(self, r: Received, peer: str, local: str) -> None:

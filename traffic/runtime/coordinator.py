@@ -215,7 +215,10 @@ class Coordinator:
                  "dst_ip": t.dst_ip, "alt_src_ip": t.alt_src_ip, "alt_dst_ip": t.alt_dst_ip, "dst_port": t.dst_port,
                  "bytes": m.bytes, "start": round(t.start - self.t0, 6), "kind": m.kind, "step": m.step,
                  "engine": m.engine}
-        self.plans[t.src].write(json.dumps(order, separators=(",", ":")) + "\n")
+        self.plan_line(t.src, order)
+
+    def plan_line(self, name: str, order: dict) -> None:
+        self.plans[name].write(json.dumps(order, separators=(",", ":")) + "\n")
 
     def send(self, m: serving.Message, due: float | None = None) -> tuple[str, bytes]:
         """``order``'s sender and its line for the control socket (``due`` defaults to now)."""

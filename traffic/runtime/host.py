@@ -82,6 +82,7 @@ class HostCoordinator(Coordinator):
     def __init__(self, cfg: dict) -> None:
         super().__init__(cfg)
         self.hosted: dict[str, Agent] = {}
+        self.kept: dict[str, list[dict]] = {}  # each sender's plan lines, written when the run is over
         self.scheduling = "nice 0"
 
     def make_agents(self) -> None:
@@ -102,6 +103,9 @@ class HostCoordinator(Coordinator):
         missing = sorted(set(self.agents) - set(self.hosted))
         if missing:
             raise TrafficError(f"no hosted agent for {', '.join(missing[:8])}")
+
+    def plan_line(self, name: str, order: dict) -> None:
+        self.kept.setdefault(name, []).append(order)
 
     def apply(self, actions: list, now: float) -> None:
         """As the coordinator's, but every message of the turn goes on the wire first; the plan lines, the
@@ -145,7 +149,8 @@ class HostCoordinator(Coordinator):
         finally:
             for agent in self.hosted.values():
                 await agent.shutdown(asyncio.create_task(asyncio.sleep(0)))
-            for fh in self.plans.values():
+            for name, fh in self.plans.items():
+                fh.write("".join(json.dumps(o, separators=(",", ":")) + "\n" for o in self.kept.get(name, ())))
                 fh.close()
         return self.results() | {"scheduling": self.scheduling, "port_seed": self.cfg.get("port_seed"),
                                  "connections": [list(c) for a in self.hosted.values() for c in a.opened]}
