@@ -27,7 +27,9 @@ needed only to enter the namespaces.
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
+import resource
 import sys
 from pathlib import Path
 
@@ -141,7 +143,13 @@ class HostCoordinator(Coordinator):
             self.open_plans(buffering=RECORD_BUFFER_BYTES)
             self.scheduling = set_scheduling(self.cfg.get("scheduling", "fifo"), self.cfg.get("cpus"))
             emit("ready", agents=len(self.hosted), scheduling=self.scheduling)
-            await self.serve()
+            gc.collect()
+            gc.freeze()  # what exists now (the cluster, the workload) is never scanned again
+            gc.disable()  # no collector pause in the middle of a burst; cycles are rare here, collected at the end
+            try:
+                await self.serve()
+            finally:
+                gc.enable()
             self.ended = True
             deadline = float(self.cfg.get("transfer_timeout_s", 60))
             for agent in self.hosted.values():  # everything arrived; let the senders read their acks
@@ -153,6 +161,7 @@ class HostCoordinator(Coordinator):
                 fh.write("".join(json.dumps(o, separators=(",", ":")) + "\n" for o in self.kept.get(name, ())))
                 fh.close()
         return self.results() | {"scheduling": self.scheduling, "port_seed": self.cfg.get("port_seed"),
+                                 "max_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
                                  "connections": [list(c) for a in self.hosted.values() for c in a.opened]}
 
 
