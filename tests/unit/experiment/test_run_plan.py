@@ -70,15 +70,15 @@ def test_targets_are_repetition_major_with_seeds_seed_plus_r_minus_one():
 
 
 def test_wall_time_estimate_of_the_default_fits_fifteen_minutes():
-    """experiments/default.yaml: 25 s of cluster time at dilation 4 = 100 s replayed (live, closed loop), plus
+    """experiments/default.yaml: 28 s of cluster time at dilation 4 = 112 s replayed (live, closed loop), plus
     22 s of set-up a repetition on a fabric built once (14 s a fabric), for 2 fabrics x 3 repetitions:
-    2 x (3 x 122 + 14) = 760 s = 12.7 min, under 15 min."""
+    2 x (3 x 134 + 14) = 832 s = 13.9 min, under 15 min."""
     from testbed.backends.emulated.backend import EmulatedBackend
 
     exp = resolve(None).experiment
-    assert run.estimate_s(exp, EmulatedBackend()) == 760.0
-    assert run.estimate_text(exp, EmulatedBackend()) == ("2 fabric(s) x (3 repetition(s) x (100 s replayed + ~22 s "
-                                                         "set-up) + ~14 s a fabric) = ~12.7 min")
+    assert run.estimate_s(exp, EmulatedBackend()) == 832.0
+    assert run.estimate_text(exp, EmulatedBackend()) == ("2 fabric(s) x (3 repetition(s) x (112 s replayed + ~22 s "
+                                                         "set-up) + ~14 s a fabric) = ~13.9 min")
 
 
 def test_run_ids_are_unique_and_named(tmp_path):
