@@ -254,6 +254,22 @@ class Carried:
 
 
 # --------------------------------------------------------------------- the seam
+class Held:
+    """What ``Backend.hold`` returns: a context; ``renew`` builds the fabric again (a repetition's retry after
+    an environment failure gets a fresh one). Nothing held by default."""
+
+    holds = False
+
+    def __enter__(self) -> "Held":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        return None
+
+    def renew(self) -> None:
+        return None
+
+
 class Backend(abc.ABC):
     """A way to carry a repetition's messages (see the module docstring)."""
 
@@ -262,12 +278,19 @@ class Backend(abc.ABC):
     realtime: ClassVar[bool] = False  # a repetition takes its run's wall time (else: as long as it computes)
     setup_s: ClassVar[float] = 5.0  # a repetition's time besides the run itself, for the estimates
     once_s: ClassVar[float] = 0.0  # time spent once per process before the first repetition (the estimates)
+    held_setup_s: ClassVar[float] = 5.0  # a repetition's time besides the run itself on a held fabric (``hold``)
+    fabric_setup_s: ClassVar[float] = 0.0  # once per fabric a held fabric is built and taken down
 
     def estimate(self, exp) -> tuple[float, str] | None:
         """A repetition's wall seconds and how they were derived, for an experiment (``testbed.experiment``'s
         ``Experiment``), where the backend has a model of its own cost; None: the run's replayed time (a realtime
         backend) plus ``setup_s``."""
         return None
+
+    def hold(self, spec: FabricSpec, log: Log) -> "Held":
+        """A fabric kept for several repetitions (``with backend.hold(spec, log) as held``): the emulated
+        backend builds it once and every repetition on ``spec`` runs on it; others have nothing to keep."""
+        return Held()
 
     def check(self, build_own: bool) -> None:
         """Raise when this machine cannot carry a repetition now (``build_own``: every repetition brings

@@ -35,8 +35,8 @@ from fabrics import Fabric, addressing, build_fabric
 from fabrics.datapath import DatapathConfig, netns_of
 from fabrics.maxmin import all_link_capacities, flow_links, max_min
 from fabrics.routing import forwarding_tables, walk
-from testbed.bench import ecmp_probe, iperf3_result
-from testbed.emulation import fabricctl
+from testbed.bench import iperf3_result
+from testbed.emulation import ecmp_probe, fabricctl
 from testbed.emulation.state import FabricState
 
 BASE_PORT = 5201

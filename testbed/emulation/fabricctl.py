@@ -616,47 +616,14 @@ def total_drops(st: FabricState) -> int:
 
 
 def read_queues(st: FabricState) -> list[dict]:
-    """Backlog, drops and sent counters of every queue, through netlink. A row whose device or bfifo
-    is gone (fabric going down) has no counters: callers must not read a missing field as 0.
+    """Backlog, drops and sent counters of every queue, through netlink (``qstats``: one qdisc dump per
+    namespace, decoded with struct). A row whose device or bfifo is gone (fabric going down) has no counters:
+    callers must not read a missing field as 0. A sampler that reads again and again keeps a
+    ``qstats.QueueReader`` open instead."""
+    from testbed.emulation import qstats
 
-    One qdisc dump per namespace, not per queue: pyroute2's ``get_qdiscs(index=...)`` dumps every
-    qdisc of the namespace and filters in Python, so a dump per queue grows with the square of the
-    fabric (seconds a sample on ROFT n=32), long enough for a sampler to outlive the fabric."""
-    from pyroute2 import IPRoute
-
-    by_ns: dict[str | None, list[dict]] = {}
-    for q in st.queues:
-        by_ns.setdefault(q["netns"], []).append(q)
-    out = []
-    for ns, queues in by_ns.items():
-        ctx = netns.inside(ns) if ns else contextlib.nullcontext()
-        with ctx:
-            ipr = IPRoute()
-            try:
-                out += _queue_rows(ipr, queues)
-            finally:
-                ipr.close()
-    return out
-
-
-def _queue_rows(ipr, queues: list[dict]) -> list[dict]:
-    """The rows of one namespace's queues, from one link and one qdisc dump."""
-    index = {link.get_attr("IFLA_IFNAME"): link["index"] for link in ipr.get_links()}
-    qdiscs: dict[int, list] = {}
-    for qd in ipr.get_qdiscs():
-        qdiscs.setdefault(qd["index"], []).append(qd)
-    rows = []
-    for q in queues:
-        idx = index.get(q["dev"])
-        row = {"queue": q["qid"], "towards": q["towards"], "kind": q["kind"]}
-        for qd in qdiscs.get(idx, []) if idx is not None else []:
-            if qd.get_attr("TCA_KIND") == "bfifo":
-                s2 = qd.get_attr("TCA_STATS2")
-                qs, basic = s2.get_attr("TCA_STATS_QUEUE"), s2.get_attr("TCA_STATS_BASIC")
-                row.update(backlog=qs["backlog"], qlen=qs["qlen"], drops=qs["drops"],
-                           packets=basic["packets"], bytes=basic["bytes"])
-        rows.append(row)
-    return rows
+    with qstats.QueueReader(st.queues) as reader:
+        return reader.read()
 
 
 def pfc_state(st: FabricState) -> dict:

@@ -92,18 +92,25 @@ def replayed_s(exp) -> float:
 
 
 def _per_repetition(exp, backend: Backend) -> tuple[float, float]:
-    """(wall seconds of the run itself, set-up seconds) of one repetition on ``backend``; with a model of the
-    backend's own cost (the ns-3 twin's), (0, its estimate)."""
+    """(wall seconds of the run itself, set-up seconds) of one repetition on ``backend`` (on a held fabric:
+    ``held_setup_s``); with a model of the backend's own cost (the ns-3 twin's), (0, its estimate)."""
     own = backend.estimate(exp)
     if own is not None:
         return 0.0, own[0]
-    return (replayed_s(exp) if backend.realtime else 0.0), backend.setup_s
+    setup = backend.held_setup_s if holds_fabrics(exp, backend) else backend.setup_s
+    return (replayed_s(exp) if backend.realtime else 0.0), setup
+
+
+def _per_fabric(exp, backend: Backend) -> float:
+    """Set-up seconds once per fabric (bring-up and teardown of a held fabric)."""
+    return backend.fabric_setup_s if holds_fabrics(exp, backend) else 0.0
 
 
 def estimate_s(exp, backend: Backend) -> float:
-    """fabrics x repetitions x (replayed wall time + set-up overhead), or the backend's own model of a
-    repetition; plus what the backend spends once per process."""
-    return backend.once_s + len(exp.fabrics) * exp.repetitions * sum(_per_repetition(exp, backend))
+    """fabrics x (repetitions x (replayed wall time + set-up overhead, or the backend's own model of a repetition)
+    + a held fabric's bring-up and teardown), plus what the backend spends once per process."""
+    return backend.once_s + len(exp.fabrics) * (exp.repetitions * sum(_per_repetition(exp, backend))
+                                                + _per_fabric(exp, backend))
 
 
 def estimate_text(exp, backend: Backend) -> str:
@@ -113,8 +120,10 @@ def estimate_text(exp, backend: Backend) -> str:
         each = f"~{minutes(own[0])}: {own[1]}"
     else:
         each = f"{replayed_s(exp):g} s replayed + ~{setup_s:g} s set-up" if run_s else f"~{setup_s:g} s of computing"
+    fabric = _per_fabric(exp, backend)
+    per_fabric = f" + ~{fabric:g} s a fabric" if fabric else ""
     once = f" + ~{backend.once_s:g} s once" if backend.once_s else ""
-    return (f"{len(exp.fabrics)} fabric(s) x {exp.repetitions} repetition(s) x ({each}){once} = "
+    return (f"{len(exp.fabrics)} fabric(s) x ({exp.repetitions} repetition(s) x ({each}){per_fabric}){once} = "
             f"~{minutes(estimate_s(exp, backend))}")
 
 
@@ -137,18 +146,63 @@ def _repetition_once(exp, t: "PlannedRepetition", backend: Backend, target: Path
     run_repetition(repetition_spec(exp, t.fabric, t.rep), backend, log=log, run_dir=target)
 
 
+def holds_fabrics(exp, backend: Backend) -> bool:
+    """Whether each fabric is built once for all its repetitions: the backend keeps fabrics (emulated) and the
+    experiment changes none during a repetition (faults do; cross traffic is left to its own repetition too)."""
+    return type(backend).hold is not Backend.hold and not exp.faults and not exp.cross_flows
+
+
+def execution_order(exp, backend: Backend) -> list[list[PlannedRepetition]]:
+    """The targets in the groups they run in: one group per fabric (fabric-major, the fabric held for the
+    group: bring-up and teardown once per fabric) when ``holds_fabrics``, else one group of all of them,
+    repetition-major (an interrupted run still has every fabric of its first repetitions)."""
+    plan = targets(exp)
+    if not holds_fabrics(exp, backend):
+        return [plan]
+    return [[t for t in plan if t.fabric == kind] for kind in exp.fabrics]
+
+
 def execute(resolved: Resolved, run_dir: Path, backend: Backend, log: Log) -> list[dict]:
-    """Every target in turn. A repetition that failed for an environment reason (the machine, not the
-    experiment: EnvironmentProblem) is retried once, its first attempt kept beside it as
-    ``rep<k>.attempt1/`` and named in ``retried.txt``. A failing repetition leaves error.txt in its
+    """Every target in turn (``execution_order``: on the emulated backend each fabric's repetitions on one
+    fabric, built once). A repetition that failed for an environment reason (the machine, not the
+    experiment: EnvironmentProblem) is retried once, on a fabric built anew, its first attempt kept beside
+    it as ``rep<k>.attempt1/`` and named in ``retried.txt``. A failing repetition leaves error.txt in its
     folder and the loop goes on; Ctrl-C leaves a note there too and stops."""
     exp = resolved.experiment
-    plan = targets(exp)
+    groups = execution_order(exp, backend)
+    held = holds_fabrics(exp, backend)
+    outcomes: list[dict] = []
+    total = sum(len(g) for g in groups)
+    done = 0
+    for group in groups:
+        if not held:
+            outcomes += _execute_group(exp, group, backend, run_dir, log, done, total, None)
+            done += len(group)
+            continue
+        log(f"{group[0].fabric}: one fabric for its {len(group)} repetition(s)")
+        fabric = backend.hold(repetition_spec(exp, group[0].fabric).fabric, log)
+        try:
+            fabric.__enter__()
+        except Exception as exc:  # noqa: BLE001 - then each repetition builds its own (and reports why it fails)
+            log(f"{group[0].fabric}: not built once for its repetitions ({type(exc).__name__}: {exc}); each "
+                "repetition builds its own")
+            fabric = None
+        try:
+            outcomes += _execute_group(exp, group, backend, run_dir, log, done, total, fabric)
+        finally:
+            if fabric is not None:
+                fabric.__exit__(None, None, None)
+        done += len(group)
+    return outcomes
+
+
+def _execute_group(exp, group: list[PlannedRepetition], backend: Backend, run_dir: Path, log: Log, done: int,
+                   total: int, held) -> list[dict]:
     outcomes = []
-    for i, t in enumerate(plan, 1):
+    for i, t in enumerate(group, done + 1):
         target = run_dir / t.rel
         target.parent.mkdir(parents=True, exist_ok=True)
-        log(f"[{i}/{len(plan)}] {t.fabric}, repetition {t.rep} (seed {t.seed}) -> {target}")
+        log(f"[{i}/{total}] {t.fabric}, repetition {t.rep} (seed {t.seed}) -> {target}")
         t0 = time.monotonic()
         retried = None
         try:
@@ -161,6 +215,8 @@ def execute(resolved: Resolved, run_dir: Path, backend: Backend, log: Log) -> li
                     target.rename(aside)
                 _write_error(aside, retried + "\n")
                 log(f"{t.fabric} repetition {t.rep} failed for an environment reason ({exc}); retrying once")
+                if held is not None:
+                    held.renew()
                 _repetition_once(exp, t, backend, target, log)
                 (target / "retried.txt").write_text(f"first attempt failed ({aside.name}/): {retried}\n")
         except KeyboardInterrupt:

@@ -13,7 +13,7 @@ import pytest
 from fabrics import addressing
 from fabrics.datapath import netns_of
 from fabrics.routing import forwarding_tables, walk
-from testbed.bench.ecmp_probe import port_tx
+from testbed.emulation.ecmp_probe import port_tx
 from tests.support.integration import run_testbed, unreachable_pairs
 
 ALL = ["zcube16", "roft16", "zcube32", "roft32"]

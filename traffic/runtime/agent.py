@@ -60,6 +60,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import errno
+import functools
 import json
 import math
 import os
@@ -70,7 +73,8 @@ import time
 from typing import Any, Awaitable, Callable, TextIO
 
 from traffic.runtime.orders import AgentError, PlannedTransfer, order_transfer, parse_listen, read_plan
-from traffic.runtime.receiver import RECV_BUFFER_BYTES, Receiver
+from traffic.runtime.ports import source_port
+from traffic.runtime.receiver import RECV_BUFFER_BYTES, Listener, Receiver
 from traffic.runtime.sender import (
     DEFAULT_DEAD_AFTER_S,
     IO_MODES,
@@ -90,6 +94,7 @@ from traffic.runtime.wire import Received
 DEFAULT_TRANSFER_TIMEOUT_S = 60.0
 DEFAULT_DEAD_HOLD_S = 2.0
 CONNECTION_MODES = ("persistent", "per-transfer")
+SWEEP_S = 1.0  # hosted: how often transfers waiting for their ack are checked against the timeout
 
 
 # --------------------------------------------------------------------------- payload and frames
@@ -98,18 +103,27 @@ CONNECTION_MODES = ("persistent", "per-transfer")
 # --------------------------------------------------------------------------- records
 
 class RecordFile:
-    """JSON-lines output, line-buffered so a crash leaves every finished record on disk."""
+    """JSON-lines output, line-buffered so a crash leaves every finished record on disk; ``deferred`` (hosted
+    agents, where one loop also stamps every arrival): the records kept as they are and encoded and written
+    when the file closes, off the run's hot path (a crash of that one process loses the run anyway)."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, buffering: int = 1, deferred: bool = False) -> None:
         try:
-            self._file: TextIO = open(path, "w", encoding="utf-8", buffering=1)
+            self._file: TextIO = open(path, "w", encoding="utf-8", buffering=buffering)
         except OSError as exc:
             raise AgentError(f"cannot write {path}: {exc.strerror}") from None
+        self._kept: list[dict[str, Any]] | None = [] if deferred else None
 
     def write(self, record: dict[str, Any]) -> None:
+        if self._kept is not None:
+            self._kept.append(record)
+            return
         self._file.write(json.dumps(record, separators=(",", ":")) + "\n")
 
     def close(self) -> None:
+        if self._kept:
+            self._file.write("".join(json.dumps(r, separators=(",", ":")) + "\n" for r in self._kept))
+            self._kept.clear()
         self._file.close()
 
 
@@ -144,8 +158,18 @@ class Agent:
                  transfer_timeout: float = DEFAULT_TRANSFER_TIMEOUT_S, io: str = "sock",
                  connections: str = "persistent", control: str | None = None,
                  dead_after: float = DEFAULT_DEAD_AFTER_S, dead_hold: float = DEFAULT_DEAD_HOLD_S,
-                 clock_offset: float = 0.0) -> None:
+                 clock_offset: float = 0.0, netns: str | None = None,
+                 on_report: Callable[[dict[str, Any]], None] | None = None, record_buffering: int = 1,
+                 port_seed: int | None = None) -> None:
         self.name = name
+        # hosted in a process that serves many GPUs (traffic.runtime.host): the GPU's namespace, entered only to
+        # create its sockets (a socket stays in the namespace it was made in), and where reports go: a call
+        self.netns = netns
+        self.on_report = on_report
+        # persistent connections' source ports drawn from this seed (traffic.runtime.ports; None: the kernel's)
+        self.port_seed = port_seed
+        self._ports_used: set[tuple[str, int]] = set()
+        self.opened: list[tuple[str, int, str, int]] = []  # (src ip, src port, dst ip, dst port) of each one
         self.dead_after = dead_after
         self.dead_hold = dead_hold
         self._dead_until: dict[tuple[str, str], float] = {}  # (src_ip, dst_ip) -> monotonic end of its hold
@@ -164,13 +188,17 @@ class Agent:
         self._channels: dict[tuple[str, str, int], Channel] = {}
         self.recv_buffer = memoryview(bytearray(RECV_BUFFER_BYTES))
         self.connections: set[Receiver] = set()
-        self._servers: list[asyncio.Server] = []
+        self._servers: list[Listener] = []
         self._tasks: set[asyncio.Task[None]] = set()
+        self._waiting: dict[int, tuple[float, asyncio.Future]] = {}  # hosted: id -> (start, ack future)
+        self._timed_out: set[int] = set()
+        self._sweep: asyncio.TimerHandle | None = None
         self._pending = len(plan)
         self._started = 0
         self._stopping = False
-        self._sent = RecordFile(os.path.join(out_dir, f"{name}.sent.jsonl"))
-        self._recv = RecordFile(os.path.join(out_dir, f"{name}.recv.jsonl"))
+        deferred = on_report is not None
+        self._sent = RecordFile(os.path.join(out_dir, f"{name}.sent.jsonl"), record_buffering, deferred)
+        self._recv = RecordFile(os.path.join(out_dir, f"{name}.recv.jsonl"), record_buffering, deferred)
 
     # -- records
     def record_recv(self, r: Received, peer: str, local: str) -> None:
@@ -182,7 +210,10 @@ class Agent:
 
     def _report(self, obj: dict[str, Any]) -> None:
         """Tell the coordinator (control mode only) what arrived or failed; lines of one loop turn
-        go in one write."""
+        go in one write. Hosted: the coordinator's own call, at once."""
+        if self.on_report is not None:
+            self.on_report(obj)
+            return
         if self._control_out is None:
             return
         if not self._reports:
@@ -215,16 +246,48 @@ class Agent:
         if self._pending == 0 and not self._stopping and self.control is None:
             _touch(os.path.join(self.out_dir, f"{self.name}.done"))
 
+    # -- sockets in this GPU's namespace
+    def _in_netns(self):
+        from traffic.runtime import netns
+
+        return netns.inside(self.netns) if self.netns else contextlib.nullcontext()
+
+    def open_socket(self, src_ip: str, dead_after: float, dst: tuple[str, int] | None = None) -> socket.socket:
+        """A sender socket bound to ``src_ip``, made in this GPU's namespace; towards ``dst`` with a port seed,
+        bound to the drawn source port (the next one while the kernel refuses it)."""
+        if self.port_seed is None or dst is None:
+            with self._in_netns():
+                return bound_socket(src_ip, dead_after)
+        for _ in range(64):
+            port = source_port(self.port_seed, src_ip, dst[0], self._ports_used)
+            with self._in_netns():
+                sock = bound_socket(src_ip, dead_after, port)
+            if sock is not None:
+                self.opened.append((src_ip, port, dst[0], dst[1]))
+                return sock
+        raise OSError(errno.EADDRINUSE, f"no free source port on {src_ip} after 64 draws")
+
+    def _listener(self, host: str, port: int) -> socket.socket:
+        with self._in_netns():
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((host, port))
+            sock.listen(1024)
+            sock.setblocking(False)
+        except BaseException:
+            sock.close()
+            raise
+        return sock
+
     # -- lifecycle
     async def bind(self) -> list[str]:
         """Start every listener; the bound ``ip:port`` list (port 0 resolved)."""
-        loop = asyncio.get_running_loop()
         bound = []
         for host, port in self.listen:
             local = f"{host}:{port}"
             try:
-                server = await loop.create_server(lambda local=local: Receiver(self, local),
-                                                  host, port, reuse_address=True, backlog=1024)
+                server = Listener(self, local, self._listener(host, port))
             except OSError as exc:
                 raise AgentError(f"cannot listen on {local}: {exc.strerror or exc}") from None
             self._servers.append(server)
@@ -274,12 +337,90 @@ class Agent:
             except AgentError as exc:
                 print(f"traffic.runtime.agent: error: {exc}", file=sys.stderr)
                 break
-            self.plan.append(t)
-            self._started += 1
-            task = asyncio.create_task(self._transfer(t))
+            self.order(t)
+        stop.set()
+
+    def order(self, t: PlannedTransfer) -> None:
+        """Send ``t`` now: on a persistent connection its frame goes out in this call when the connection is
+        idle (``Channel.submit``); a task waits for its ack and records it."""
+        self.follow(self.put_on_wire(t))
+
+    def put_on_wire(self, t: PlannedTransfer) -> tuple:
+        """``order``'s first half: the frame on its way (persistent connections); what ``follow`` takes. A
+        step's orders all go out before any of their tasks is made (``traffic.runtime.host``)."""
+        start = time.monotonic()
+        self.plan.append(t)
+        self._started += 1
+        route = self._route(t)
+        return t, start, route, self._submit(t, route) if self.persistent else None
+
+    def follow(self, sent: tuple) -> None:
+        """``order``'s second half: the task that waits for the ack, retries and records. Hosted, on a
+        persistent connection: a callback on the ack instead (a task per message costs its loop turns in the
+        one loop that also stamps every arrival); the timeout is a sweep once a second, a retry a task."""
+        t, start, route, first = sent
+        if first is None or self.on_report is None:
+            task = asyncio.create_task(self._transfer(*sent))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
-        stop.set()
+            return
+        fut, on_wire = first
+        self._waiting[t.id] = (start, fut)
+        fut.add_done_callback(functools.partial(self._first_done, t, start, route, on_wire))
+        if self._sweep is None:
+            self._sweep = asyncio.get_running_loop().call_later(SWEEP_S, self._sweep_timeouts)
+
+    def _first_done(self, t: PlannedTransfer, start: float, route: Route, on_wire: list, fut) -> None:
+        self._waiting.pop(t.id, None)
+        route.connected = on_wire[0] if on_wire else None
+        if fut.cancelled():
+            timed_out = t.id in self._timed_out
+            self._timed_out.discard(t.id)
+            error = f"timeout after {self.transfer_timeout:g} s" if timed_out else \
+                "cancelled: agent stopped before the transfer ended"
+            self._record_sent(t, route, start, None, None, error)
+            return
+        exc = fut.exception()
+        if exc is None:
+            end = time.monotonic()
+            acked, error = check_ack(fut.result(), t)
+            self._record_sent(t, route, start, end, acked, error)
+        elif isinstance(exc, OSError) and is_dead(exc) and not self._stopping:
+            task = asyncio.create_task(self._retry(t, start, route, exc))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        else:
+            self._record_sent(t, route, start, None, None, self._failure(exc))
+
+    async def _retry(self, t: PlannedTransfer, start: float, route: Route, exc: OSError) -> None:
+        """The second attempt after a dead connection (``_with_retry``'s), within what is left of the timeout."""
+        self._move(t, route, exc)
+        end = acked = error = None
+        try:
+            async with asyncio.timeout(max(0.0, start + self.transfer_timeout - time.monotonic())):
+                ack = await self._on_channel(t, route)
+            end = time.monotonic()
+            acked, error = check_ack(ack, t)
+        except (TimeoutError, asyncio.CancelledError, OSError) as e:
+            error = self._failure(e)
+        self._record_sent(t, route, start, end, acked, error)
+
+    def _sweep_timeouts(self) -> None:
+        now = time.monotonic()
+        for tid, (start, fut) in list(self._waiting.items()):
+            if now - start >= self.transfer_timeout and not fut.done():
+                self._timed_out.add(tid)
+                fut.cancel()
+        self._sweep = None if self._stopping else asyncio.get_running_loop().call_later(SWEEP_S, self._sweep_timeouts)
+
+    async def settle(self, timeout_s: float) -> None:
+        """Until every transfer ordered so far has its ack (or ``timeout_s``)."""
+        deadline = time.monotonic() + timeout_s
+        while (self._tasks or self._waiting) and time.monotonic() < deadline:
+            if self._tasks:
+                await asyncio.wait(set(self._tasks), timeout=min(0.05, max(0.0, deadline - time.monotonic())))
+            else:
+                await asyncio.sleep(0.01)
 
     async def _dispatch(self) -> None:
         """Sleep on the loop's timer to each start time and launch that transfer's task.
@@ -298,17 +439,18 @@ class Agent:
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
-    async def _transfer(self, t: PlannedTransfer) -> None:
+    async def _transfer(self, t: PlannedTransfer, start: float | None = None, route: Route | None = None,
+                        first: tuple | None = None) -> None:
         """Send ``t`` (on its pair's persistent connection or its own), retrying once after a dead
         connection, and wait for its ack; always leaves exactly one sent record. ``start`` is when it was
         due and handed over, ``connected`` when the last attempt connected (its own connection) or put
         its first byte on the wire (persistent: so its FCT includes waiting behind earlier transfers)."""
-        start = time.monotonic()
-        route = self._route(t)
+        start = time.monotonic() if start is None else start
+        route = self._route(t) if route is None else route
         end = acked = error = None
         try:
             async with asyncio.timeout(self.transfer_timeout):
-                ack = await self._with_retry(t, route)
+                ack = await self._with_retry(t, route, first)
             end = time.monotonic()
             acked, error = check_ack(ack, t)
         except (TimeoutError, asyncio.CancelledError, OSError) as exc:
@@ -326,28 +468,45 @@ class Agent:
         """A dead connection on this pair ended less than ``dead_hold`` ago."""
         return time.monotonic() < self._dead_until.get((src_ip, dst_ip), -math.inf)
 
-    async def _with_retry(self, t: PlannedTransfer, route: Route) -> bytes:
+    async def _with_retry(self, t: PlannedTransfer, route: Route, first: tuple | None = None) -> bytes:
         """One attempt; after a dead connection, hold its pair dead and make one more, whole, on a fresh
-        connection over the other pair (an RDMA NIC's retry-exceeded, then the engine resubmits elsewhere)."""
+        connection over the other pair (an RDMA NIC's retry-exceeded, then the engine resubmits elsewhere).
+        ``first``: the first attempt, already submitted (``order``)."""
         attempt = self._on_channel if self.persistent else self._on_own_connection
         try:
+            if first is not None:
+                return await self._acked(first, route)
             return await attempt(t, route)
         except OSError as exc:
             if self._stopping or not is_dead(exc):
                 raise
-            self._dead_until[(route.src_ip, route.dst_ip)] = time.monotonic() + self.dead_hold
-            route.first_error = error_text(exc)
-            route.src_ip, route.dst_ip = route.other(t)
-            route.connected = None
+            self._move(t, route, exc)
         return await attempt(t, route)
 
-    async def _on_channel(self, t: PlannedTransfer, route: Route) -> bytes:
-        """Queue ``t`` on the persistent connection of ``route``'s pair; its ack."""
+    def _move(self, t: PlannedTransfer, route: Route, exc: OSError) -> None:
+        """Hold ``route``'s pair dead and point it at the other pair for the retry."""
+        self._dead_until[(route.src_ip, route.dst_ip)] = time.monotonic() + self.dead_hold
+        route.first_error = error_text(exc)
+        route.src_ip, route.dst_ip = route.other(t)
+        route.connected = None
+
+    def _submit(self, t: PlannedTransfer, route: Route) -> tuple:
+        """Queue ``t`` on the persistent connection of ``route``'s pair: (ack future, [time on the wire])."""
         key = (route.src_ip, route.dst_ip, t.dst_port)
         channel = self._channels.get(key)
         if channel is None:
-            channel = self._channels[key] = Channel(route.src_ip, (route.dst_ip, t.dst_port), self.dead_after)
-        fut, on_wire = channel.submit(t)
+            dst = (route.dst_ip, t.dst_port)
+            channel = self._channels[key] = Channel(route.src_ip, dst, self.dead_after,
+                                                    functools.partial(self.open_socket, dst=dst))
+        return channel.submit(t)
+
+    async def _on_channel(self, t: PlannedTransfer, route: Route) -> bytes:
+        """Queue ``t`` on the persistent connection of ``route``'s pair; its ack."""
+        return await self._acked(self._submit(t, route), route)
+
+    @staticmethod
+    async def _acked(submitted: tuple, route: Route) -> bytes:
+        fut, on_wire = submitted
         try:
             return await asyncio.shield(fut)
         finally:
@@ -358,7 +517,7 @@ class Agent:
     async def _on_own_connection(self, t: PlannedTransfer, route: Route) -> bytes:
         """Connect from ``route``'s source to its destination, send, read the ack; close."""
         loop = asyncio.get_running_loop()
-        sock = bound_socket(route.src_ip, self.dead_after)
+        sock = self.open_socket(route.src_ip, self.dead_after)
         try:
             await connect(loop, sock, (route.dst_ip, t.dst_port), self.dead_after)
             route.connected = time.monotonic()
@@ -380,6 +539,12 @@ class Agent:
         dispatcher.cancel()
         for server in self._servers:
             server.close()
+        if self._sweep is not None:
+            self._sweep.cancel()
+        for _, fut in list(self._waiting.values()):
+            fut.cancel()
+        if self._waiting:
+            await asyncio.sleep(0)  # their callbacks record them
         for task in list(self._tasks):
             task.cancel()
         if self._tasks:

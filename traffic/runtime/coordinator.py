@@ -12,6 +12,14 @@ wall = t0 + model time x ``dilation`` (the emulated world runs that many times
 slower, bytes are scaled to match), so a step's exchange is timed by the
 agents' own stamps, not by when this process got round to reading them.
 
+An order's ``due`` is when the cluster sent the message in its own time (t0 + model
+time x dilation): a timer's time, or the stamp of the arrival that set it off (a
+combine phase starts when the dispatch's last message arrived). So start lateness
+(the sender's start minus ``due``) counts everything between the cluster's decision
+and the send: this process's timers, the report's trip from the receiver, the order's
+trip to the sender. ``traffic.runtime.host`` runs this class with the agents in the
+same process, where both trips are calls.
+
 Every order is also appended to ``<sender>.plan.jsonl`` in the agents' folder
 (``start`` = seconds after t0), so ``traffic.runtime.records.merge_results`` joins
 plans, sends and receipts exactly as for a planned replay.
@@ -78,9 +86,16 @@ class Coordinator:
 
     def __init__(self, cfg: dict) -> None:
         self.cfg = cfg
-        self.spec = spec_from_config(cfg)
-        self.requests = requests_from_config(cfg)
-        self.cluster = serving.Cluster(self.spec, self.requests)
+        if "pulse" in cfg:  # a synthetic load with a step's shape (traffic.runtime.pulse: bench control-path)
+            from traffic.runtime import pulse
+
+            self.spec = pulse.PulseSpec.of(cfg["pulse"])
+            self.requests = []
+            self.cluster = pulse.PulseCluster(self.spec)
+        else:
+            self.spec = spec_from_config(cfg)
+            self.requests = requests_from_config(cfg)
+            self.cluster = serving.Cluster(self.spec, self.requests)
         self.dilation = float(cfg.get("dilation", 1.0))
         self.agents: list[str] = cfg["agents"]
         self.ips: dict[int, list[str]] = {int(g): ips for g, ips in cfg["ips"].items()}
@@ -132,26 +147,33 @@ class Coordinator:
             if not rep.get("ok", True):
                 self.failed[mid] = rep.get("error") or "not verified"
         self.lag_s.append(time.monotonic() - at)
-        self.apply(self.cluster.delivered(mid, max(0.0, (at - self.t0) / self.dilation)))
+        now = max(0.0, (at - self.t0) / self.dilation)
+        self.apply(self.cluster.delivered(mid, now), now)
         if self.cluster.quiet:
             self.finished.set()
 
     # -- actions ----------------------------------------------------------------------------
-    def apply(self, actions: list) -> None:
-        """Set the timers; send the orders, one write per agent (a step orders hundreds at once)."""
+    def apply(self, actions: list, now: float) -> None:
+        """Set the timers; send the orders (due at model time ``now``), one write per agent (a step orders
+        hundreds at once)."""
         loop = asyncio.get_running_loop()
-        batch: dict[str, list[bytes]] = {}
+        batch: dict[str, list] = {}
+        due = self.t0 + now * self.dilation
         for a in actions:
             if isinstance(a, serving.Timer):
                 loop.call_at(self.t0 + a.at * self.dilation, self.fire, a.key, a.at)
             else:
-                name, line = self.send(a.message)
+                name, line = self.send(a.message, due)
                 batch.setdefault(name, []).append(line)
+        self.deliver(batch)
+
+    def deliver(self, batch: dict[str, list]) -> None:
+        """Each agent's orders of one turn, in one write."""
         for name, lines in batch.items():
             self.peers[name].writer.write(b"".join(lines))
 
     def fire(self, key: tuple, at: float) -> None:
-        self.apply(self.cluster.timer(key, at))
+        self.apply(self.cluster.timer(key, at), at)
         if key[0] == "end":
             self.ended = True
         if self.cluster.quiet:
@@ -168,20 +190,41 @@ class Coordinator:
         order = opts[k % len(opts):] + opts[:k % len(opts)]
         return min(order, key=lambda c: self.outstanding.get((src, c[0]), 0))
 
-    def send(self, m: serving.Message) -> tuple[str, bytes]:
-        """Log the order in the sender's plan file; the sender's name and the order line."""
+    def order(self, m: serving.Message, due: float) -> tuple[str, dict]:
+        """Log the order in the sender's plan file (``start``: ``due`` in seconds after t0); the sender's name
+        and the order."""
         sp, dp = self._ports(m.src_gpu, m.dst_gpu)
         name = f"gpu{m.src_gpu}"
-        now = time.monotonic()
         order = {"id": m.id, "request_id": m.request_id, "src": name, "dst": f"gpu{m.dst_gpu}",
                  "src_ip": self.ips[m.src_gpu][sp - 1], "dst_ip": self.ips[m.dst_gpu][dp - 1],
                  "alt_src_ip": self.ips[m.src_gpu][2 - sp], "alt_dst_ip": self.ips[m.dst_gpu][2 - dp],  # other pair
-                 "dst_port": self.port, "bytes": m.bytes, "start": round(now - self.t0, 6),
+                 "dst_port": self.port, "bytes": m.bytes, "start": round(due - self.t0, 6),
                  "kind": m.kind, "step": m.step, "engine": m.engine}
         self.plans[name].write(json.dumps(order, separators=(",", ":")) + "\n")
+        self.count_order(m, sp)
+        return name, order
+
+    def count_order(self, m: serving.Message, sp: int) -> None:
+        """A message ordered from source port ``sp``: its bytes outstanding there until it arrives."""
         self.outstanding[(m.src_gpu, sp)] = self.outstanding.get((m.src_gpu, sp), 0) + m.bytes
         self.port_of[m.id] = (m.src_gpu, sp, m.bytes)
-        return name, (json.dumps({"op": "send", **order, "due": now}, separators=(",", ":")) + "\n").encode()
+
+    def log_order(self, m: serving.Message, t) -> None:
+        """``order``'s plan line for a transfer ``t`` already sent (``traffic.runtime.host``)."""
+        order = {"id": m.id, "request_id": m.request_id, "src": t.src, "dst": t.dst, "src_ip": t.src_ip,
+                 "dst_ip": t.dst_ip, "alt_src_ip": t.alt_src_ip, "alt_dst_ip": t.alt_dst_ip, "dst_port": t.dst_port,
+                 "bytes": m.bytes, "start": round(t.start - self.t0, 6), "kind": m.kind, "step": m.step,
+                 "engine": m.engine}
+        self.plan_line(t.src, order)
+
+    def plan_line(self, name: str, order: dict) -> None:
+        self.plans[name].write(json.dumps(order, separators=(",", ":")) + "\n")
+
+    def send(self, m: serving.Message, due: float | None = None) -> tuple[str, bytes]:
+        """``order``'s sender and its line for the control socket (``due`` defaults to now)."""
+        due = time.monotonic() if due is None else due
+        name, order = self.order(m, due)
+        return name, (json.dumps({"op": "send", **order, "due": due}, separators=(",", ":")) + "\n").encode()
 
     def _settle(self, mid: int) -> None:
         gpu, port, nbytes = self.port_of.pop(mid, (None, None, 0))
@@ -194,8 +237,7 @@ class Coordinator:
         server = await asyncio.start_unix_server(self.handle, path=sock)
         os.chmod(sock, 0o666)
         emit("listening", socket=sock)
-        for name in self.agents:
-            self.plans[name] = open(self.out / f"{name}.plan.jsonl", "w", buffering=1, encoding="utf-8")
+        self.open_plans(buffering=1)
         try:
             async with asyncio.timeout(self.cfg.get("ready_timeout_s", 60)):
                 await self.all_ready.wait()
@@ -203,22 +245,30 @@ class Coordinator:
             missing = sorted(set(self.agents) - set(self.peers))
             raise TrafficError(f"{len(missing)} agents never connected: {', '.join(missing[:8])}") from None
         emit("ready", agents=len(self.peers))
-        self.t0 = time.monotonic() + START_MARGIN_S
-        emit("started", t0=self.t0)
-        loop = asyncio.get_running_loop()
-        loop.call_at(self.t0, lambda: self.apply(self.cluster.start(0.0)))
-        drain = self.cfg.get("drain_timeout_s", 60)
-        try:
-            async with asyncio.timeout(self.spec.duration_s * self.dilation + START_MARGIN_S + drain):
-                await self.finished.wait()
-        except TimeoutError:
-            emit("warning", message=f"{self.cluster.in_flight} messages still in flight {drain:g} s after the end")
+        await self.serve()
         for peer in self.peers.values():
             peer.writer.write(b'{"op":"stop"}\n')
         for fh in self.plans.values():
             fh.close()
         server.close()
         return self.results()
+
+    def open_plans(self, buffering: int) -> None:
+        for name in self.agents:
+            self.plans[name] = open(self.out / f"{name}.plan.jsonl", "w", buffering=buffering, encoding="utf-8")
+
+    async def serve(self) -> None:
+        """Start the clock, run the cluster until it is quiet (or the drain time is up)."""
+        self.t0 = time.monotonic() + START_MARGIN_S
+        emit("started", t0=self.t0)
+        loop = asyncio.get_running_loop()
+        loop.call_at(self.t0, lambda: self.apply(self.cluster.start(0.0), 0.0))
+        drain = self.cfg.get("drain_timeout_s", 60)
+        try:
+            async with asyncio.timeout(self.spec.duration_s * self.dilation + START_MARGIN_S + drain):
+                await self.finished.wait()
+        except TimeoutError:
+            emit("warning", message=f"{self.cluster.in_flight} messages still in flight {drain:g} s after the end")
 
     def results(self) -> dict:
         usage = resource.getrusage(resource.RUSAGE_SELF)

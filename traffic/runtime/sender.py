@@ -19,10 +19,13 @@ DEFAULT_DEAD_AFTER_S = 1.0
 DEAD_ERRNOS = frozenset({errno.ETIMEDOUT, errno.ECONNRESET, errno.ECONNABORTED, errno.EPIPE, errno.EHOSTUNREACH,
                          errno.ENETUNREACH, errno.ENETDOWN})
 IO_MODES = ("sock", "stream")
+FAST_PATH_BYTES = 1 << 17  # frames up to this size may go out in Channel.submit itself
+ACK_READ_BYTES = 1 << 16
 
 
-def bound_socket(src_ip: str, dead_after: float = DEFAULT_DEAD_AFTER_S) -> socket.socket:
-    """A non-blocking TCP socket bound to ``src_ip`` so routing sends it from that NIC port.
+def bound_socket(src_ip: str, dead_after: float = DEFAULT_DEAD_AFTER_S, port: int = 0):
+    """A non-blocking TCP socket bound to ``src_ip`` so routing sends it from that NIC port (and to ``port`` when
+    given: None if the kernel refuses that port, EADDRINUSE).
 
     IP_BIND_ADDRESS_NO_PORT defers the port choice to connect(), so thousands of
     short transfers do not run out of ephemeral ports held in TIME_WAIT.
@@ -34,9 +37,17 @@ def bound_socket(src_ip: str, dead_after: float = DEFAULT_DEAD_AFTER_S) -> socke
         sock.setblocking(False)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # no Nagle stall on the tail
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, max(1, round(dead_after * 1000)))
-        if hasattr(socket, "IP_BIND_ADDRESS_NO_PORT"):
+        if port:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a port of an earlier run in TIME_WAIT
+        elif hasattr(socket, "IP_BIND_ADDRESS_NO_PORT"):
             sock.setsockopt(socket.IPPROTO_IP, socket.IP_BIND_ADDRESS_NO_PORT, 1)
-        sock.bind((src_ip, 0))
+        try:
+            sock.bind((src_ip, port))
+        except OSError as exc:
+            if port and exc.errno == errno.EADDRINUSE:
+                sock.close()
+                return None
+            raise
     except BaseException:
         sock.close()
         raise
@@ -149,33 +160,64 @@ class Channel:
     waiting for acks, and the acks come back in the same order. A connection that fails
     fails what is queued or in flight on it; the next transfer opens a new one."""
 
-    def __init__(self, src_ip: str, dst: tuple[str, int], dead_after: float = DEFAULT_DEAD_AFTER_S) -> None:
+    def __init__(self, src_ip: str, dst: tuple[str, int], dead_after: float = DEFAULT_DEAD_AFTER_S,
+                 open_socket=bound_socket) -> None:
         self.src_ip, self.dst, self.dead_after = src_ip, dst, dead_after
-        self.queue: asyncio.Queue[tuple[PlannedTransfer, asyncio.Future[bytes], list[float]]] = asyncio.Queue()
+        self.open_socket = open_socket  # (src_ip, dead_after) -> a bound socket (in the sender's namespace)
+        # (transfer, its ack, [time on the wire], the rest of a frame ``submit`` began or None)
+        self.queue: asyncio.Queue[tuple] = asyncio.Queue()
+        self._idle = False  # the writer waits for the queue: nothing of ours is being written
         self.inflight: collections.deque[tuple[PlannedTransfer, asyncio.Future[bytes]]] = collections.deque()
         self.sock: socket.socket | None = None
-        self.reader: asyncio.Task[None] | None = None
+        self._acks = bytearray()  # ack bytes read and not yet whole
         self.closed = False
         self.writer = asyncio.create_task(self._write())
 
     def submit(self, t: PlannedTransfer) -> tuple[asyncio.Future[bytes], list[float]]:
-        """Queue ``t``; its ack arrives on the future, the time its header went out in the list."""
+        """Queue ``t``; its ack arrives on the future, the time its header went out in the list.
+
+        When the connection is up and nothing is queued or being written, the frame goes out in this call (one
+        send; what the socket does not take, the writer sends next, before anything queued later): an order
+        reaches the wire without waiting for loop turns."""
         fut: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
         on_wire: list[float] = []
-        self.queue.put_nowait((t, fut, on_wire))
+        if self.sock is not None and self._idle and self.queue.empty() and t.bytes <= FAST_PATH_BYTES:
+            data = frame_header(t.id, t.bytes) + b"".join(payload_pieces(t.id, t.bytes))
+            try:
+                n = self.sock.send(data)
+            except (BlockingIOError, InterruptedError):
+                n = 0
+            except OSError:
+                n = -1  # the writer meets the error and fails what is queued
+            if n >= 0:
+                on_wire.append(time.monotonic())
+                self.inflight.append((t, fut))
+                if n < len(data):
+                    self.queue.put_nowait((t, fut, on_wire, memoryview(data)[n:]))
+                return fut, on_wire
+        self.queue.put_nowait((t, fut, on_wire, None))
         return fut, on_wire
 
     async def _write(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            t, fut, on_wire = await self.queue.get()
+            self._idle = True
+            t, fut, on_wire, rest = await self.queue.get()
+            self._idle = False
+            if rest is not None:  # the rest of a frame submit() began: it is in flight already
+                try:
+                    await loop.sock_sendall(self.sock, rest)
+                except OSError as exc:
+                    self._fail(exc)
+                continue
             if fut.done():
                 continue  # timed out or cancelled while queued
             try:
                 if self.sock is None:
-                    self.sock = bound_socket(self.src_ip, self.dead_after)
+                    self.sock = self.open_socket(self.src_ip, self.dead_after)
                     await connect(loop, self.sock, self.dst, self.dead_after)
-                    self.reader = asyncio.create_task(self._read(self.sock))
+                    self._acks = bytearray()
+                    loop.add_reader(self.sock.fileno(), self._on_acks, self.sock)
                 on_wire.append(time.monotonic())
                 self.inflight.append((t, fut))
                 await loop.sock_sendall(self.sock, frame_header(t.id, t.bytes))
@@ -186,19 +228,31 @@ class Channel:
                     fut.set_exception(exc)
                 self._fail(exc)
 
-    async def _read(self, sock: socket.socket) -> None:
-        loop = asyncio.get_running_loop()
+    def _on_acks(self, sock: socket.socket) -> None:
+        """The connection is readable: every whole ack in what arrived settles the oldest transfer in flight
+        (a reader callback, not a task: no registration and future per ack)."""
         try:
-            while True:
-                ack = await _read_ack(loop, sock)
-                if not self.inflight:
-                    raise ConnectionError("an ack arrived with no transfer in flight")
-                _, fut = self.inflight.popleft()
-                if not fut.done():
-                    fut.set_result(ack)
+            data = sock.recv(ACK_READ_BYTES)
+            if not data:
+                raise ConnectionError(f"connection closed after {len(self._acks) % ACK.size} of {ACK.size} ack bytes")
+        except (BlockingIOError, InterruptedError):
+            return
         except OSError as exc:
             if sock is self.sock:
                 self._fail(exc)
+            return
+        acks = self._acks
+        acks += data
+        whole = len(acks) - len(acks) % ACK.size
+        for off in range(0, whole, ACK.size):
+            if not self.inflight:
+                if sock is self.sock:
+                    self._fail(ConnectionError("an ack arrived with no transfer in flight"))
+                return
+            _, fut = self.inflight.popleft()
+            if not fut.done():
+                fut.set_result(bytes(acks[off:off + ACK.size]))
+        del acks[:whole]
 
     def _fail(self, exc: BaseException) -> None:
         """Fail everything queued or in flight and drop the connection (the next transfer reconnects):
@@ -211,10 +265,7 @@ class Channel:
         for fut in waiting:
             if not fut.done():
                 fut.set_exception(err)
-        if self.reader is not None and self.reader is not asyncio.current_task():
-            self.reader.cancel()
-        self.reader = None
-        if self.sock is not None:
+        if self.sock is not None:  # its reader callback goes with it
             release(asyncio.get_running_loop(), self.sock)
             self.sock = None
         if not self.closed and self.writer is not asyncio.current_task():

@@ -16,7 +16,7 @@ from typing import Callable
 
 from common.errors import TestbedError
 from fabrics import build_fabric
-from pfc.files import LOG_FILE, STATUS_FILE
+from pfc.files import LATENCY_FILE, LOG_FILE, STATUS_FILE
 from testbed.backends.base import (
     CROSS_TRAFFIC,
     FAULTS,
@@ -25,6 +25,7 @@ from testbed.backends.base import (
     Conditions,
     FabricRecord,
     FabricSpec,
+    Held,
     LinkSettings,
     Log,
     Network,
@@ -51,6 +52,14 @@ class EmulatedBackend(Backend):
     supports = frozenset({CROSS_TRAFFIC, FAULTS})
     realtime = True
     setup_s = 40.0  # bring-up, agents' start, lead time, teardown, queue sampling and merge
+    # measured (py-spy of a default repetition on ROFT, docs/replay.md "Where a default run's time goes"): on a
+    # held fabric the host's start ~3.6 s, ECMP probing ~3.4 s, the write-up ~4 s, the cluster's config ~3 s, the
+    # pause log's flush 1.2 s, drain and stops; bring-up ~5 s and teardown ~8 s once per fabric
+    held_setup_s = 22.0
+    fabric_setup_s = 14.0
+
+    def hold(self, spec: FabricSpec, log: Log) -> "HeldFabric":
+        return HeldFabric(spec, log)
 
     def check(self, build_own: bool) -> None:
         fabricctl.require_root()
@@ -80,11 +89,12 @@ class EmulatedBackend(Backend):
 
     def serve(self, spec: FabricSpec, traffic: ServingTraffic, conditions: Conditions, run_dir: Path,
               log: Log) -> Carried:
-        from testbed.backends.emulated.serving import run_serving
+        from testbed.backends.emulated.serving import run_hosted
 
         def run(st: FabricState, on_t0) -> tuple[AgentsRun, ServingOutcome]:
             gpus = list(st.model().gpus())
-            return run_serving(gpus, traffic, run_dir, conditions.timeout_s, conditions.connections, log, on_t0)
+            return run_hosted(gpus, traffic, run_dir, conditions.timeout_s, conditions.connections, log, on_t0,
+                              port_seed=hash_seed(conditions))
 
         return self._session(spec, conditions, run_dir, log, run)
 
@@ -100,6 +110,7 @@ class EmulatedBackend(Backend):
             if own:
                 fabricctl.require_root()
                 st = fabricctl.up(spec.args, spec.datapath, log=log, pfc=spec.pfc)
+            marks = None if own else pause_marks(st)  # a held fabric: this repetition's part of its files
             sampler = QueueSampler(st)
             sampler.start()
             cross = start_cross_traffic(st.model(), cond.cross_flows, cond.seed, cond.cross_s) if cond.cross_flows \
@@ -114,7 +125,12 @@ class EmulatedBackend(Backend):
                 cross_result = stop_cross_traffic(cross) if cross else None
                 sampler.stop()
             t_end = time.monotonic()
-            pauses = pause_log(st)
+            if serving is not None and serving.results.get("connections") is not None:
+                from testbed.backends.emulated import ecmp
+
+                ecmp.record(st, serving.results["connections"], hash_seed(cond), cond.hash_seed is not None, run_dir,
+                            log)
+            pauses = pause_log(st, marks)
             fabric = FabricRecord(st.fabric, st.config, st.pfc, tuple(st.warnings))
         finally:
             if own and fabricctl.load_state() is not None:
@@ -124,7 +140,72 @@ class EmulatedBackend(Backend):
                        agents_run.ready_s, agents_run.cpu_s, serving, cross_result, events, fault_errors)
 
 
-def pause_log(st: FabricState) -> PauseLog:
+def hash_seed(cond: Conditions) -> int:
+    """The seed the agents draw their connections' source ports from (ROFT's ECMP outcome): the conditions'
+    ``hash_seed``, else the repetition's seed."""
+    return cond.seed if cond.hash_seed is None else cond.hash_seed
+
+
+class HeldFabric(Held):
+    """One fabric for several repetitions: up on entry, down on exit (also on Ctrl-C). A repetition on it
+    still gets its own queue counters (its sampler's first and last snapshots), its own slice of the pause
+    log (by time, as always) and its own pause latencies (the daemon's latency lines written during it), and
+    fresh TCP connections (so fresh ECMP hash outcomes). Bring-up and teardown are paid once per fabric."""
+
+    holds = True
+
+    def __init__(self, spec: FabricSpec, log: Log) -> None:
+        self.spec, self.log = spec, log
+
+    def __enter__(self) -> "HeldFabric":
+        fabricctl.require_root()
+        fabricctl.up(self.spec.args, self.spec.datapath, log=self.log, pfc=self.spec.pfc)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if fabricctl.load_state() is not None:
+            fabricctl.down()
+
+    def renew(self) -> None:
+        self.__exit__(None, None, None)
+        self.__enter__()
+
+
+def pause_marks(st: FabricState) -> dict:
+    """Where the pause daemon's cumulative files stand now (a repetition on a held fabric reads past them)."""
+    try:
+        lat = (st.directory / LATENCY_FILE).stat().st_size
+    except OSError:
+        lat = 0
+    try:
+        errors = json.loads((st.directory / STATUS_FILE).read_text()).get("netlink_errors") or 0
+    except (OSError, ValueError):
+        errors = 0
+    return {"latency_bytes": lat, "netlink_errors": errors}
+
+
+def _latencies_since(st: FabricState, offset: int) -> tuple[dict | None, dict | None]:
+    """Pause and resume latency percentiles (ms) of the daemon's latency lines past ``offset``."""
+    from pfc.analysis import percentiles
+
+    try:
+        with open(st.directory / LATENCY_FILE, "rb") as fh:
+            fh.seek(offset)
+            text = fh.read().decode(errors="replace")
+    except OSError:
+        return None, None
+    lat: dict[str, list[float]] = {"pause": [], "resume": []}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) >= 7 and parts[0] in lat:
+            try:
+                lat[parts[0]].append(float(parts[6]))
+            except ValueError:
+                continue
+    return percentiles(lat["pause"]), percentiles(lat["resume"])
+
+
+def pause_log(st: FabricState, marks: dict | None = None) -> PauseLog:
     """The pause daemon's figures and the fabric's pause log, read before the fabric goes down."""
     if not st.pfc_enabled:
         return PauseLog()
@@ -137,5 +218,10 @@ def pause_log(st: FabricState) -> PauseLog:
         lines = (st.directory / LOG_FILE).read_text().splitlines()
     except OSError:
         lines = []
-    return PauseLog(True, tuple(lines), status.get("pause_latency_ms"), status.get("resume_latency_ms"),
-                    status.get("netlink_errors"))
+    if marks is None:
+        return PauseLog(True, tuple(lines), status.get("pause_latency_ms"), status.get("resume_latency_ms"),
+                        status.get("netlink_errors"))
+    pause, resume = _latencies_since(st, marks["latency_bytes"])
+    errors = status.get("netlink_errors")
+    return PauseLog(True, tuple(lines), pause, resume,
+                    None if errors is None else max(0, errors - marks["netlink_errors"]))

@@ -7,13 +7,14 @@ import time
 
 from common.errors import EnvironmentProblem
 from testbed.backends.base import QueueCounters, QueueInfo, Snapshot
-from testbed.emulation import fabricctl
+from testbed.emulation import qstats
 from testbed.emulation.state import FabricState
 
 
 class QueueSampler:
-    """Samples every fabric queue (backlog, drops, bytes sent) through netlink
-    about once a second; keeps every sample (queues.csv; counters going down between
+    """Samples every fabric queue (backlog, drops, bytes sent) through netlink about once a second
+    (``qstats``: one raw dump per namespace over sockets kept open for the run, ~4 ms a sample on ZCube
+    n=32 where pyroute2 took ~0.23 s); keeps every sample (queues.csv; counters going down between
     two are a measurement invariant of the write-up) and the first and last for
     per-link totals and drops (``counters``).
 
@@ -42,10 +43,13 @@ class QueueSampler:
         self._first_done = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="queue-sampler", daemon=True)
+        self._reader: qstats.QueueReader | None = None
 
     def _sample(self) -> None:
         t = time.monotonic()
-        rows = {q["queue"]: q for q in fabricctl.read_queues(self.st)}
+        if self._reader is None:
+            self._reader = qstats.QueueReader(self.st.queues)
+        rows = {q["queue"]: q for q in self._reader.read()}
         gone = [q for q, r in rows.items() if "bytes" not in r]
         if gone:
             raise EnvironmentProblem(f"{len(gone)} of {len(rows)} queues have no counters (e.g. {gone[0]}): "
@@ -71,6 +75,8 @@ class QueueSampler:
             if not self._closed:
                 self.error = f"sampling stopped after {len(self.samples)} samples: {type(exc).__name__}: {exc}"
         finally:
+            if self._reader is not None:
+                self._reader.close()  # its sockets would keep the namespaces alive
             self._first_done.set()
 
     def start(self) -> None:

@@ -1,5 +1,10 @@
-"""The serving cluster on the emulated fabric: the coordinator process (``traffic.runtime.coordinator``)
-runs the cluster while one agent per GPU, in control mode, carries each message it orders."""
+"""The serving cluster on the emulated fabric.
+
+On one host (``run_hosted``, the default): one process (``traffic.runtime.host``) runs the cluster and every
+GPU's agent in one loop, each agent's sockets in its GPU's namespace, so an order and an arrival are calls.
+``run_serving``: the coordinator process (``traffic.runtime.coordinator``) with one agent process per GPU
+in control mode, each order and arrival a line over a Unix socket; several hosts need it (their agents
+reach the coordinator through a relay), and ``bench control-path`` sets it against the hosted one."""
 
 from __future__ import annotations
 
@@ -14,8 +19,10 @@ import threading
 import time
 from pathlib import Path
 
-from common.errors import EnvironmentProblem
+from common.errors import EnvironmentProblem, TestbedError
 from common.paths import REPO, module_env
+from fabrics import addressing
+from fabrics.datapath import netns_of
 from testbed.backends.base import ServingOutcome, ServingTraffic
 from testbed.backends.emulated.agents import AGENTS_READY_TIMEOUT_S, AgentsRun, agent_specs, control_orders
 from traffic.runtime.launcher import AGENT_PORT, Fleet
@@ -30,13 +37,13 @@ def _die_with_parent() -> None:
 
 
 class _Coordinator:
-    """The coordinator process and its event stream."""
+    """The coordinator process (or the host process: ``module``) and its event stream."""
 
-    def __init__(self, config_path: Path, log_path: Path) -> None:
+    def __init__(self, config_path: Path, log_path: Path, module: str = "traffic.runtime.coordinator") -> None:
         self.events: list[dict] = []
         self.started = threading.Event()
         self.ended = threading.Event()
-        self.proc = subprocess.Popen([sys.executable, "-m", "traffic.runtime.coordinator", str(config_path)], cwd=REPO,
+        self.proc = subprocess.Popen([sys.executable, "-m", module, str(config_path)], cwd=REPO,
                                      env=module_env(), stdout=subprocess.PIPE,
                                      stderr=open(log_path, "w"), text=True, preexec_fn=_die_with_parent)
         os.setpriority(os.PRIO_PROCESS, self.proc.pid, -10)
@@ -159,6 +166,56 @@ def run_serving(gpus: list[int], traffic: ServingTraffic, run_dir: Path, timeout
     started = coord.event("started")
     run = AgentsRun(started["t0"], agents_dir, crashed, round(ready_s, 3), round(sum(fleet.cpu_s.values()), 3))
     return run, result
+
+
+def run_hosted(gpus: list[int], traffic: ServingTraffic, run_dir: Path, timeout_s: float, connections: str,
+               log=print, on_t0=None, port_seed: int | None = None) -> tuple[AgentsRun, ServingOutcome]:
+    """The cluster and every GPU's agent in one process (``traffic.runtime.host``); ``run_serving``'s
+    contract. The agents' CPU is the host process's (the cluster's included). ``port_seed``: the persistent
+    connections' source ports are drawn from it (the results list them under ``connections``)."""
+    agents_dir = run_dir / "agents"
+    agents_dir.mkdir(parents=True, exist_ok=True)
+    names = [f"gpu{g}" for g in gpus]
+    hosted = [{"name": f"gpu{g}", "netns": netns_of(g),
+               "listen": [f"{addressing.ip_of(g, p)}:{AGENT_PORT}" for p in (1, 2)]} for g in gpus]
+    from testbed.emulation.cpus import lateness_cpus
+
+    config = {"scheduling": "fifo", **traffic.config, "agents_dir": str(agents_dir), "run_dir": str(run_dir),
+              "port": AGENT_PORT, "agents": names, "hosted": hosted, "transfer_timeout_s": timeout_s,
+              "connections": connections, "drain_timeout_s": DRAIN_TIMEOUT_S, "cpus": lateness_cpus(),
+              "port_seed": port_seed}
+    (run_dir / "serving_config.json").write_text(json.dumps(config))
+    t_ready = time.monotonic()
+    coord = _Coordinator(run_dir / "serving_config.json", run_dir / "coordinator.log", "traffic.runtime.host")
+    try:
+        _wait(coord.started, AGENTS_READY_TIMEOUT_S + 5, _alive(coord, run_dir))
+        said = coord.event("error")
+        if said is not None and coord.event("started") is None:  # the cluster's config: the experiment's fault
+            raise TestbedError(f"the serving process refused the run: {said['message']}")
+        wait_started(coord, run_dir, _alive(coord, run_dir))
+        ready_s = time.monotonic() - t_ready
+        if on_t0 is not None:
+            on_t0((coord.event("started") or {})["t0"])
+        log(serving_log_line(len(gpus), ready_s, traffic, " (one process)"))
+        wait_ended(coord, traffic, _alive(coord, run_dir))
+    finally:
+        coord.stop()
+    result = outcome(coord, run_dir)
+    rc = coord.proc.returncode
+    cpu = result.results.get("cpu_s")
+    run = AgentsRun(coord.event("started")["t0"], agents_dir, {"host": rc} if rc else {}, round(ready_s, 3),
+                    round(cpu, 3) if cpu is not None else 0.0)
+    return run, result
+
+
+def _alive(coord: _Coordinator, run_dir: Path):
+    def check() -> None:
+        if coord.ended.is_set() and coord.event("started") is None:
+            coord.started.set()  # it ended before it started: the caller reads why
+        elif coord.proc.poll() is not None and not coord.ended.is_set():
+            raise EnvironmentProblem(f"the serving process exited ({coord.proc.returncode}): "
+                                     f"{_tail(run_dir / 'coordinator.log')}")
+    return check
 
 
 def _tail(path: Path) -> str:

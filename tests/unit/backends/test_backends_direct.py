@@ -82,6 +82,22 @@ def test_the_pause_daemons_figures_are_read_from_its_files(up, tmp_path, monkeyp
     assert emulated.pause_log(FabricState(pfc={"enabled": False})) == base.PauseLog()
 
 
+def test_a_repetition_on_a_held_fabric_gets_the_latencies_and_errors_of_its_own_time(up, tmp_path, monkeypatch):
+    """The daemon's status is cumulative over the fabric's life: a repetition on a fabric held for several
+    reads the latency lines written during it and the netlink errors since it began."""
+    monkeypatch.setattr(emulated, "PFC_FLUSH_S", 0)
+    lat = tmp_path / "pfc_latency.txt"
+    lat.write_text("pause sw1:9 xoff 1 2 3 9.000 0\nresume sw1:9 xon 4 5 6 9.000 0\n")  # an earlier repetition's
+    (tmp_path / "pfc_status.json").write_text(json.dumps({"pause_latency_ms": {"p99": 9.0}, "netlink_errors": 2}))
+    marks = emulated.pause_marks(up)
+    assert marks == {"latency_bytes": lat.stat().st_size, "netlink_errors": 2}
+    with open(lat, "a") as fh:
+        fh.write("pause sw1:9 xoff 7 8 9 0.500 0\npause sw2:3 xoff 7 8 9 0.700 0\nresume sw1:9 xon 1 2 3 0.200 0\n")
+    (tmp_path / "pfc_status.json").write_text(json.dumps({"pause_latency_ms": {"p99": 9.0}, "netlink_errors": 5}))
+    log = emulated.pause_log(up, marks)
+    assert log.pause_latency_ms["max"] == 0.7 and log.resume_latency_ms["max"] == 0.2 and log.netlink_errors == 3
+
+
 def _done(out: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-c", f"print({out!r})"], stdout=subprocess.PIPE, text=True)
 

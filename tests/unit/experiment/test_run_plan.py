@@ -70,14 +70,15 @@ def test_targets_are_repetition_major_with_seeds_seed_plus_r_minus_one():
 
 
 def test_wall_time_estimate_of_the_default_fits_fifteen_minutes():
-    """experiments/default.yaml: 25 s of cluster time at dilation 4 = 100 s replayed (live, closed loop), plus
-    40 s of set-up, for 2 fabrics x 3 repetitions: 6 x 140 s = 840 s = 14.0 min, under 15 min."""
+    """experiments/default.yaml: 28 s of cluster time at dilation 4 = 112 s replayed (live, closed loop), plus
+    22 s of set-up a repetition on a fabric built once (14 s a fabric), for 2 fabrics x 3 repetitions:
+    2 x (3 x 134 + 14) = 832 s = 13.9 min, under 15 min."""
     from testbed.backends.emulated.backend import EmulatedBackend
 
     exp = resolve(None).experiment
-    assert run.estimate_s(exp, EmulatedBackend()) == 840.0
-    assert run.estimate_text(exp, EmulatedBackend()) == ("2 fabric(s) x 3 repetition(s) x (100 s replayed + ~40 s "
-                                                         "set-up) = ~14.0 min")
+    assert run.estimate_s(exp, EmulatedBackend()) == 832.0
+    assert run.estimate_text(exp, EmulatedBackend()) == ("2 fabric(s) x (3 repetition(s) x (112 s replayed + ~22 s "
+                                                         "set-up) + ~14 s a fabric) = ~13.9 min")
 
 
 def test_run_ids_are_unique_and_named(tmp_path):
@@ -358,3 +359,52 @@ def test_slo_goodput_is_the_highest_load_within_the_ttft_slo():
     assert got["zcube"] == {"serving.concurrency": "128", "ttft_p99_ms": 1500, "throughput_tokens_per_s": 2560}
     assert got["roft"]["serving.concurrency"] == "64"
     assert sweep.slo_goodput(rows, "serving.concurrency", 100) == {"zcube": None, "roft": None}
+
+
+class HoldingBackend(FakeBackend):
+    """A backend that keeps fabrics (as the emulated one): every bring-up and teardown is logged."""
+
+    def __init__(self):
+        self.events: list[str] = []
+
+    def hold(self, spec, log):
+        from testbed.backends.base import Held
+
+        events = self.events
+
+        class H(Held):
+            holds = True
+
+            def __enter__(self):
+                events.append(f"up {spec.kind}")
+                return self
+
+            def __exit__(self, *exc):
+                events.append(f"down {spec.kind}")
+
+            def renew(self):
+                events.append(f"renew {spec.kind}")
+
+        return H()
+
+
+def test_a_backend_that_holds_fabrics_runs_each_fabrics_repetitions_on_one_fabric(tmp_path):
+    replay = FailsOnce(("roft", 1), EnvironmentProblem("agents never came up"))
+    backend = HoldingBackend()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(run, "run_repetition", replay)
+        run.run_experiment(smoke(Override("repetitions", 2, "--reps")), tmp_path, log=lambda m: None,
+                           out=lambda m: None, backend=backend)
+    order = [(c["kind"], c["seed"]) for c in replay.calls]
+    assert order == [("zcube", 0), ("zcube", 1), ("roft", 0), ("roft", 1), ("roft", 1)]  # fabric-major
+    assert backend.events == ["up zcube", "down zcube", "up roft", "renew roft", "down roft"]  # retry: anew
+
+
+def test_faults_or_a_backend_without_fabrics_keep_repetition_major_order():
+    exp = smoke(Override("repetitions", 2, "--reps")).experiment
+    assert run.holds_fabrics(exp, HoldingBackend()) and not run.holds_fabrics(exp, FakeBackend())
+    assert [[(t.fabric, t.rep) for t in g] for g in run.execution_order(exp, FakeBackend())] == \
+        [[("zcube", 1), ("roft", 1), ("zcube", 2), ("roft", 2)]]
+    with_faults = smoke(Override("repetitions", 2, "--reps"), Override("faults", [{"at": 1, "target": "controller",
+                                                                         "action": "restart"}], "--set")).experiment
+    assert not run.holds_fabrics(with_faults, HoldingBackend())

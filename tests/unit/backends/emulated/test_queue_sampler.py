@@ -1,4 +1,5 @@
-"""QueueSampler (testbed.backends.emulated.sampler) without a fabric: netlink reads replaced by a script of samples.
+"""QueueSampler (testbed.backends.emulated.sampler) without a fabric: its netlink reader (qstats.QueueReader)
+replaced by a script of samples.
 It must keep only complete samples, stop quietly when the fabric goes away under it, and never
 let a late sample (the fabric's teardown) replace the last one (issue 14's negative bytes)."""
 
@@ -12,7 +13,6 @@ import pytest
 from fabrics import build_fabric
 from testbed.backends.base import LinkSettings
 from testbed.backends.emulated import sampler
-from testbed.emulation import fabricctl
 from testbed.emulation.state import FabricState
 
 ST = FabricState(queues=[{"qid": "spine2:1", "kind": "switch", "towards": "leaf1"},
@@ -33,13 +33,32 @@ def wait_for(cond, timeout: float = 5.0) -> None:
         time.sleep(0.001)
 
 
+READ: dict = {}  # "read": what the fake reader's read() calls (a test may swap it mid-run)
+
+
+class FakeReader:
+    """qstats.QueueReader's seam: opened once per run, read every sample, closed at the end."""
+
+    opened: list = []
+
+    def __init__(self, queues):
+        FakeReader.opened.append(self)
+        self.closed = False
+
+    def read(self):
+        return READ["read"]()
+
+    def close(self):
+        self.closed = True
+
+
 @pytest.fixture
 def script(monkeypatch):
-    """read_queues returns (or raises) the next item of the list; afterwards it repeats the last."""
+    """The reader's read() returns (or raises) the next item of the list; afterwards it repeats the last."""
     items: list = []
     calls = {"n": 0}
 
-    def read_queues(st):
+    def read_queues():
         i = min(calls["n"], len(items) - 1)
         calls["n"] += 1
         item = items[i]
@@ -47,7 +66,9 @@ def script(monkeypatch):
             raise item
         return [dict(r) for r in item]
 
-    monkeypatch.setattr(fabricctl, "read_queues", read_queues)
+    READ["read"] = read_queues
+    FakeReader.opened = []
+    monkeypatch.setattr(sampler.qstats, "QueueReader", FakeReader)
     monkeypatch.setattr(sampler.QueueSampler, "PERIOD_S", 0.01)
     return items
 
@@ -71,6 +92,7 @@ def test_samples_and_deltas(script, tmp_path, no_thread_tracebacks):
     assert c.error is None and len(c.samples) >= 3 and c.samples[0][0] == c.t_first and c.samples[-1][0] == c.t_last
     assert c.link_bytes() == {"spine2:1": ("leaf1", 8000), "gpu1:p1": ("leaf1", 1000)}
     assert c.drops() == 2 and c.drops("switch") == 2 and c.drops("nic") == 0
+    assert len(FakeReader.opened) == 1 and FakeReader.opened[0].closed  # one reader a run, closed at the end
 
 
 def test_the_fabric_going_away_ends_the_thread_quietly(script, tmp_path, no_thread_tracebacks, capsys):
@@ -106,21 +128,17 @@ def test_a_sample_finishing_after_stop_gave_up_is_discarded(script, tmp_path, no
     script += [rows(1000, 500)]
     s = sampler.QueueSampler(ST)
     s.start()
-    real = fabricctl.read_queues
 
-    def slow(st):  # the last sample hangs until after stop() has given up
+    def slow():  # the last sample hangs until after stop() has given up
         release.wait(5)
         return rows(0, 0)  # what a sample of a half torn-down fabric might say
 
-    fabricctl.read_queues = slow
-    try:
-        s.WAIT_S = 0.05
-        s.stop()
-        assert s._thread.is_alive() and "did not finish within 0.05 s" in s.error
-        release.set()
-        s._thread.join(5)
-    finally:
-        fabricctl.read_queues = real
+    READ["read"] = slow
+    s.WAIT_S = 0.05
+    s.stop()
+    assert s._thread.is_alive() and "did not finish within 0.05 s" in s.error
+    release.set()
+    s._thread.join(5)
     assert s.last["spine2:1"]["bytes"] == 1000  # not the late sample
 
 

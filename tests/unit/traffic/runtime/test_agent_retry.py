@@ -468,3 +468,38 @@ def test_merged_rows_and_the_replay_summary_count_retried_and_moved_transfers(tm
 def test_retry_counts_count_the_rows_resent_and_those_moved_to_the_other_pair():
     rows = [{"retried": True, "moved": True}, {"retried": True, "moved": False}, {}, {"retried": "", "moved": None}]
     assert retry_counts(rows) == (2, 1) and retry_counts([]) == (0, 0)
+# -- hosted agents (traffic.runtime.host): the ack by callback, the timeout by a sweep, the retry by a task
+async def _hosted(tmp: Path, transfers: list[orders.PlannedTransfer], receiver_port: int | None = None,
+                  **kw) -> list[dict]:
+    """Order ``transfers`` on a hosted agent (on_report set; a receiver agent on FAR:receiver_port if given) and
+    settle; every report the sender made."""
+    reports: list[dict] = []
+    receiver = None
+    if receiver_port is not None:
+        receiver = ag.Agent("gpu2", [(FAR, receiver_port)], [], str(tmp), None)
+        await receiver.bind()
+    agent = ag.Agent("gpu1", [], [], str(tmp), 0.0, on_report=reports.append, **kw)
+    for t in transfers:
+        agent.order(t)
+    await agent.settle(10)
+    await agent.shutdown(asyncio.create_task(asyncio.sleep(0)))
+    if receiver is not None:
+        await receiver.shutdown(asyncio.create_task(asyncio.sleep(0)))
+    return reports
+
+
+def test_a_hosted_transfer_that_is_never_acked_times_out_by_the_sweep(tmp_path, monkeypatch):
+    monkeypatch.setattr(ag, "SWEEP_S", 0.05)
+    with _stalled(NEAR) as port:
+        reports = asyncio.run(_hosted(tmp_path, [_transfer(1, port, nbytes=1000)], transfer_timeout=0.3))
+    sent = _sent(tmp_path)[1]
+    assert sent["ok"] is False and sent["error"] == "timeout after 0.3 s"
+    assert reports == [{"id": 1, "failed": "timeout after 0.3 s"}]
+
+
+def test_a_hosted_transfer_on_a_reset_connection_is_sent_again_on_the_other_pair(tmp_path):
+    with _peer(NEAR, resets=99) as near:
+        reports = asyncio.run(_hosted(tmp_path, [_transfer(2, near.port, alt=ALT)], near.port))
+    rec = _sent(tmp_path)[2]
+    assert rec["ok"] is True and rec["retried"] is True and rec["moved"] is True, rec
+    assert (rec["sent_src_ip"], rec["sent_dst_ip"]) == ALT and reports == []

@@ -81,3 +81,42 @@ def test_a_frame_cut_short_is_recorded_when_the_connection_ends():
     [(frame, _, _)] = agent.recorded
     assert (frame.id, frame.received) == (9, 10) and "connection closed" in frame.error
     assert agent.connections == set()
+
+
+def test_a_socket_receiver_stamps_a_frame_with_the_kernels_receive_time_and_acks_it():
+    """Data that waited in the socket before the loop read it keeps the time it arrived."""
+    import socket
+    import time
+
+    from traffic.runtime.receiver import Listener
+
+    async def main():
+        agent = Agent()
+        srv = socket.socket()
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(4)
+        listener = Listener(agent, "127.0.0.1", srv)
+        c = socket.create_connection(srv.getsockname())
+        await asyncio.sleep(0.05)  # accepted
+        payload = b"".join(bytes(p) for p in wire.payload_pieces(5, 3000))
+        sent_at = time.monotonic()
+        c.sendall(wire.frame_header(5, 3000) + payload)
+        time.sleep(0.2)  # the loop is busy: the receiver reads 200 ms after the data came
+        read_from = time.monotonic()
+        for _ in range(50):
+            await asyncio.sleep(0.01)
+            if agent.recorded:
+                break
+        [(frame, peer, local)] = agent.recorded
+        c.settimeout(2)
+        ack = c.recv(wire.ACK.size)
+        c.close()
+        await asyncio.sleep(0.05)
+        listener.close()
+        return frame, ack, sent_at, read_from, agent
+
+    frame, ack, sent_at, read_from, agent = asyncio.run(main())
+    assert frame.verified and frame.id == 5
+    assert sent_at - 0.001 <= frame.last_byte < read_from - 0.15  # the kernel's time, not the read's
+    assert ack == wire.ACK.pack(wire.ACK_MAGIC, 5, 3000, True)
+    assert agent.connections == set()  # the peer closed: the receiver went

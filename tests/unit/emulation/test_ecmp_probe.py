@@ -6,7 +6,7 @@ import struct
 
 from fabrics import build_fabric
 from fabrics.routing import forwarding_tables, walk
-from testbed.bench import ecmp_probe
+from testbed.emulation import ecmp_probe
 
 
 def test_rst_segment_checksum_verifies_and_sets_only_rst():
