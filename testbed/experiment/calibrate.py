@@ -209,6 +209,10 @@ def write_calibration(cal_dir: Path, sweeps: list[Path], experiment: dict) -> di
     levels = sorted({int(p["values"][KNOB]) for p in points})
     result = summarize(points, levels) | {"dir": str(cal_dir), "sweeps": [s.name for s in sweeps],
                                           "experiment": experiment}
+    gpus = experiment.get("gpus")
+    if result["chosen"] is not None and gpus:
+        # the load a GPU carries, which a smaller cluster of the same workload takes over (testbed.report.serving)
+        result |= {"gpus": gpus, "per_gpu": round(result["chosen"]["level"] / gpus, 4)}
     (cal_dir / "calibration.json").write_text(json.dumps(result, indent=1) + "\n")
     if result["chosen"] is not None:
         write_experiment(cal_dir / "calibrated.yaml", experiment, result)

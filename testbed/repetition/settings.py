@@ -1,7 +1,7 @@
 """A repetition's settings: the sections of the experiment file it takes, as pydantic models.
 
 The experiment (``testbed.experiment.schema.Experiment``) is made of these sections and a few
-top-level keys; a repetition gets them as they are (``testbed.repetition.config.RepetitionConfig``).
+top-level keys; a repetition gets them as they are (``testbed.repetition.spec.RepetitionSpec``).
 Every key's default, type, range and description lives here, once: the schema, experiments/schema.json
 and the command line's flags (``testbed.cli.flags``) are read from these models.
 """

@@ -198,6 +198,19 @@ def calibration_applies(cal: dict | None, exp: ExperimentRun) -> bool | None:
 # links' bandwidth (its 100 vs 200 Gbit/s ablation)
 CALIBRATION_KNOB = "serving.concurrency"
 CALIBRATION_VARIES = ("link.represents",)
+# what a calibration at the seed's scale carries to a smaller cluster: the load per GPU, not the size, the
+# switches that size needs or how long the run is (calibration.json's per_gpu)
+CALIBRATION_SCALE = ("gpus", "gpus_per_switch", "radix", "cables", "trace.duration_s")
+
+
+def calibrated_level(cal: dict | None, gpus: int | None) -> int | None:
+    """The knob's chosen level for a cluster of ``gpus``: the level itself, or, for a calibration carried per
+    GPU (``per_gpu``), that many a GPU rounded to a whole number; None when nothing was chosen."""
+    chosen = (cal or {}).get("chosen")
+    if not chosen:
+        return None
+    per_gpu = cal.get("per_gpu")
+    return int(chosen["level"]) if per_gpu is None or not gpus else max(1, round(per_gpu * gpus))
 
 
 def calibration_differences(cal: dict | None, exp: ExperimentRun) -> list[str] | None:
@@ -208,7 +221,8 @@ def calibration_differences(cal: dict | None, exp: ExperimentRun) -> list[str] |
     base = (cal or {}).get("experiment")
     if not cal or not base or not e:
         return None
-    return workload.differences(base, e, aside=(cal.get("knob") or CALIBRATION_KNOB, *CALIBRATION_VARIES))
+    scale = CALIBRATION_SCALE if cal.get("per_gpu") is not None else ()
+    return workload.differences(base, e, aside=(cal.get("knob") or CALIBRATION_KNOB, *CALIBRATION_VARIES, *scale))
 
 
 def _layout_of(summary: dict) -> dict | None:
@@ -277,10 +291,12 @@ def live_operating_section(doc: dict, exp: ExperimentRun) -> str:
     if s.get("arrivals") == "closed":
         target = f"a closed loop of {s.get('concurrency')} requests in flight"
         if cal and cal.get("chosen"):
-            level = cal["chosen"]["level"]
-            target += (f", the level calibrate chose ({cal.get('knob')} = {level}, calibration.json)"
+            level = calibrated_level(cal, e.get("gpus"))
+            at = ("" if cal.get("per_gpu") is None else
+                  f"; {cal['chosen']['level']} at n={cal.get('gpus')}, {cal['per_gpu']:g} a GPU")
+            target += (f", the level calibrate chose ({cal.get('knob')} = {level}{at}, calibration.json)"
                        if applies and str(level) == str(s.get("concurrency")) else
-                       f" (calibration.json chose {level}" + ("" if applies else " for another workload") + ")")
+                       f" (calibration.json chose {level}{at}" + ("" if applies else " for another workload") + ")")
         else:
             target += " (not calibrated)"
     else:

@@ -1,6 +1,6 @@
-"""The serving benchmarks on a real fabric at n=16 (servers of 4, so expert-parallel groups span two
-servers): their documents' contract, every byte verified, nothing left behind. Their figures are
-benchmarks, printed, not asserted."""
+"""The serving benchmarks on a real fabric at n=32 (servers of 8: GLM-5 needs a whole H200 server, and decode's
+expert-parallel group spans two servers): their documents' contract, every byte verified, nothing left behind. Their
+figures are benchmarks, printed, not asserted."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import json
 
 from tests.support.integration import leftovers, run_testbed
 
-SIZE = ("--gpus", "16", "--gpus-per-switch", "4", "--gpus-per-server", "4")
+SIZE = ("--gpus", "32", "--gpus-per-switch", "8", "--gpus-per-server", "8")
 
 
 def test_bench_exchange_sends_every_sampled_exchange_on_an_idle_fabric(tmp_path):

@@ -43,13 +43,25 @@ def run_in_clone(clone: Path, *args: str, timeout: float) -> subprocess.Complete
 
 
 def test_fresh_clone_dry_run_uses_its_own_trace(clone):
+    """The default's requests come from the clone: a trace file inside it, or a named workload that is
+    generated or read from a file the clone ships (every preset's file checked, with the clone's code)."""
     proc = run_in_clone(clone, "run", "--dry-run", timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    doc = json.loads(proc.stdout)
-    trace = Path(doc["experiment"]["trace"]["path"])
-    assert trace.is_file(), trace
-    assert trace.resolve().is_relative_to(clone.resolve()), f"the default trace {trace} is not in the clone {clone}"
-    assert "shared" not in trace.parts
+    trace = json.loads(proc.stdout)["experiment"]["trace"]
+    assert trace["path"] or trace["workload"], trace
+    paths = [trace["path"]] if trace["path"] else []
+    listed = subprocess.run([sys.executable, "-c", "import json; from traffic.model.workloads import WORKLOADS; "
+                             "print(json.dumps({k: w.path for k, w in WORKLOADS.items()}))"],
+                            cwd=clone, env={**os.environ, "PYTHONPATH": str(clone)}, capture_output=True, text=True,
+                            timeout=120)
+    assert listed.returncode == 0, listed.stderr[-2000:]
+    presets = json.loads(listed.stdout)
+    assert trace["path"] or trace["workload"] in presets, trace
+    paths += [clone / p for p in presets.values() if p]
+    for path in map(Path, paths):
+        assert path.is_file(), path
+        assert path.resolve().is_relative_to(clone.resolve()), f"the trace {path} is not in the clone {clone}"
+        assert "shared" not in path.parts
 
 
 @pytest.mark.integration

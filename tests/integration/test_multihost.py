@@ -89,8 +89,8 @@ def test_pauses_of_both_hosts_are_in_pfc_txt(multi):
 def test_live_serving_over_two_hosts(two_pseudo_hosts, tmp_path):
     """The default experiment (live driver: the coordinator here, agents on both hosts behind their relays)."""
     proc = run_testbed("run", "experiments/default.yaml", "--gpus", "16", "--fabrics", "zcube", "--set",
-                       "trace.duration_s=6", "--hosts", two_pseudo_hosts, "--out", str(tmp_path), "--name", "live",
-                       timeout=600)
+                       "trace.duration_s=6", "--set", "serving.warmup_s=2", "--hosts", two_pseudo_hosts,
+                       "--out", str(tmp_path), "--name", "live", timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     rep = next(tmp_path.glob("*/runs/zcube/rep1"))
     s = json.loads((rep / "summary.json").read_text())

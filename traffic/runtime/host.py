@@ -151,7 +151,7 @@ class HostCoordinator(Coordinator):
             finally:
                 gc.enable()
             self.ended = True
-            deadline = float(self.cfg.get("transfer_timeout_s", 60))
+            deadline = float(self.cfg.get("transfer_timeout_s", DEFAULT_TRANSFER_TIMEOUT_S))
             for agent in self.hosted.values():  # everything arrived; let the senders read their acks
                 await agent.settle(deadline)
         finally:

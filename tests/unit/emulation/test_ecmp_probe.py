@@ -79,3 +79,8 @@ def test_learn_keeps_each_flows_own_port_and_allows_collisions():
     assert set(learnt) == set(cands)
     assert all(learnt[k][0] == ports[k] and learnt[k][1] in cands[k] for k in cands)
     assert all(b[k] == ports[k] for b in calls for k in b)
+
+
+def test_path_links_names_the_nic_then_every_switch_egress_port_as_maxmin_does():
+    path = (("leaf1", "spine2", "leaf3"), (11, 4, 2))
+    assert ecmp_probe.path_links((5, 2), path) == ["gpu5:p2", "leaf1:11", "spine2:4", "leaf3:2"]

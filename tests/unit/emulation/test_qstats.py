@@ -13,7 +13,7 @@ import pytest
 
 from testbed.emulation import qstats
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parents[2] / "support" / "data"
 
 
 def _parts() -> tuple[bytes, bytes, bytes, bytes]:

@@ -107,3 +107,7 @@ def test_a_finished_sweep_is_read_again_and_written_as_calibration_json_and_the_
     assert text.startswith("# Written by `testbed calibrate`") and "# chosen: serving.concurrency = 100" in text
     assert yaml.safe_load(text)["serving"] == {"concurrency": 100, "model": "glm-5"}
     assert experiment["serving"]["concurrency"] == 8  # the caller's mapping is left alone
+    assert "per_gpu" not in doc  # no cluster size, no load per GPU
+    # at a stated size the chosen level is also written per GPU, for a smaller cluster of the same workload
+    at_512 = calibrate.write_calibration(tmp_path, [tmp_path], experiment | {"gpus": 512})
+    assert (at_512["gpus"], at_512["per_gpu"]) == (512, 0.1953)

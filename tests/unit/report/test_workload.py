@@ -69,6 +69,23 @@ def test_a_run_differing_in_the_knob_only_is_the_calibrated_workload_and_in_more
     assert calibration_applies(cal, _run(run)) is False
 
 
+def test_a_calibration_at_the_seeds_scale_carries_its_load_per_gpu_to_a_smaller_cluster():
+    from testbed.report.serving import calibrated_level
+
+    calibrated = _default() | {"gpus": 512, "gpus_per_switch": "auto"}
+    calibrated["trace"] = {**calibrated["trace"], "duration_s": 15}
+    run = _default() | {"gpus": 32, "gpus_per_switch": 8}
+    run["serving"] = {**run["serving"], "concurrency": 24}
+    per_size = {"experiment": calibrated, "knob": "serving.concurrency", "chosen": {"level": 384}}
+    # a calibration of one size only: the size and the run's length are differences
+    assert calibration_differences(per_size, _run(run)) == ["gpus", "gpus_per_switch", "trace.duration_s"]
+    assert calibrated_level(per_size, 32) == 384
+    per_gpu = per_size | {"gpus": 512, "per_gpu": 0.75}
+    assert calibration_differences(per_gpu, _run(run)) == [] and calibration_applies(per_gpu, _run(run)) is True
+    assert calibrated_level(per_gpu, 32) == 24 and calibrated_level(per_gpu, 1) == 1
+    assert calibrated_level({"chosen": None}, 32) is None and calibrated_level(None, 32) is None
+
+
 def test_files_by_name_and_a_key_one_side_lacks_left_at_its_empty_default():
     a = {"trace": {"path": "/one/clone/data/traces/x.csv.gz"}, "serving": {"new_key": None}}
     b = {"trace": {"path": "/another/data/traces/x.csv.gz"}}

@@ -11,13 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.traffic.runtime.test_coordinator import _port_the_os_gives, config
+from tests.support.ports import free_port
+from tests.unit.traffic.runtime.test_coordinator import config
 from traffic.runtime import host, records
 
 
 def hosted_config(tmp: Path, policy: str = "striped") -> dict:
     cfg = config(tmp, policy)
-    port = _port_the_os_gives()
+    port = free_port()
     cfg["port"] = port
     cfg["hosted"] = [{"name": f"gpu{g}", "netns": None, "listen": [f"127.0.1.{g}:{port}", f"127.0.2.{g}:{port}"]}
                      for g in range(1, 5)]
