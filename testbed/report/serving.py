@@ -170,11 +170,14 @@ def calibration_section(cal: dict | None, fig: Path | None, matches: bool | None
                  H.escape(num(cal["seed"]["throughput_ratio"])),
                  H.escape(num(cal["seed"]["ttft_ratio"])), "-", "0"])
     within = "within" if cal.get("within_resolution") else "not within"
+    size = f" with {cal['gpus']} GPUs" if cal.get("gpus") else ""
+    carried = (f"; this run takes its load per GPU ({num(cal['per_gpu'])} a GPU)" if cal.get("per_gpu") is not None
+               else "")
     text = (f"<p>The seed's ablation (NICs at 200 instead of 100 Gbit/s: ~+19% throughput, ~-22% TTFT, no topology "
             f"change) fixes how much the network matters. We ran it on ROFT (the fabric of the seed's cluster before "
-            f"its migration: an assumption) at several levels of {H.escape(cal.get('knob', ''))} and chose the level "
-            f"closest to it: distance {num(cal.get('distance'))}, {within} the testbed's resolution. ZCube never ran "
-            "in the calibration, so its figures below are a prediction at that level, not a fit.</p>")
+            f"its migration: an assumption){size} at several levels of {H.escape(cal.get('knob', ''))} and chose the "
+            f"level closest to it: distance {num(cal.get('distance'))}, {within} the testbed's resolution{carried}. "
+            "ZCube never ran in the calibration, so its figures below are a prediction at that level, not a fit.</p>")
     if matches is False:
         which = f" ({', '.join(differences)})" if differences else ""
         text += ('<p class="warn">This run\'s workload differs from the calibrated one in more than the knob'

@@ -126,3 +126,17 @@ def test_the_sensitivity_caption_shows_where_it_was_made_relative_to_the_reposit
            "alternatives": []}
     text = html.unescape(sensitivity_section.section(doc))
     assert "(reports/20261205-161422-sensitivity-default, created" in text and str(REPO) not in text
+
+
+def test_the_calibration_section_says_at_which_size_it_was_made_and_that_the_run_takes_its_load_per_gpu():
+    from testbed.report.serving import calibration_section
+
+    row = {"level": 448, "throughput_ratio": 1.182, "ttft_p99_ratio": 0.854, "ttft_p50_ratio": 0.725,
+           "distance": 0.074}
+    cal = {"knob": "serving.concurrency", "levels": [row], "chosen": row, "distance": 0.074,
+           "within_resolution": False, "seed": {"throughput_ratio": 1.19, "ttft_ratio": 0.78}}
+    at_size = calibration_section(cal, None, True)
+    assert "with 512 GPUs" not in at_size and "a GPU)" not in at_size
+    per_gpu = calibration_section(cal | {"gpus": 512, "per_gpu": 0.875}, None, True)
+    assert "on ROFT (the fabric of the seed's cluster before its migration: an assumption) with 512 GPUs" in per_gpu
+    assert "not within the testbed's resolution; this run takes its load per GPU (0.875 a GPU)" in per_gpu

@@ -59,6 +59,19 @@ def test_the_fit_reproduces_the_measured_runs():
     assert estimate.repetition_s(512, 2048, 32.0) == pytest.approx(962 + 168, rel=0.1)
 
 
+def test_the_agentic_workload_costs_what_its_runs_measured():
+    # events per cluster s at dilation 4 (a third of the fit's emulated bytes): n=32, 32 in flight, 364k; n=512,
+    # 448 in flight, 5.0M (both over runs shorter than the fit's 32 s, so within 15-20 %)
+    third = 1 / 3
+    assert estimate.events_per_cluster_s(32, third, "agentic-coding") == pytest.approx(364e3, rel=0.15)
+    assert estimate.events_per_cluster_s(448, third, "agentic-coding") == pytest.approx(5.0e6, rel=0.2)
+    # a trace file or a workload without a measured factor: the chat trace's fit
+    assert estimate.events_per_cluster_s(32, third, "mooncake-conversation") == estimate.events_per_cluster_s(32, third)
+    agentic, how = estimate.for_experiment(exp_of("gpus=32"))
+    chat, _ = estimate.for_experiment(exp_of("gpus=32", "trace.workload=azure-conversation"))
+    assert agentic > chat and "of agentic-coding" in how
+
+
 def test_run_prints_the_backend_s_estimate_with_ns3_s_loading_once():
     exp = exp_of("gpus=32")
     per, _ = estimate.for_experiment(exp)
