@@ -282,19 +282,24 @@ def emit(event: str, **fields) -> None:
     print(json.dumps({"event": event, **fields}), flush=True)
 
 
-def main(argv: list[str] | None = None) -> int:
+def serve_main(module: str, make, argv: list[str] | None = None) -> int:
+    """``python -m MODULE CONFIG.json``: run ``make(config)`` 's loop and print its ``done`` (or ``error``) line."""
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        print("usage: python -m traffic.runtime.coordinator CONFIG.json", file=sys.stderr)
+        print(f"usage: python -m {module} CONFIG.json", file=sys.stderr)
         return 2
     try:
         cfg = json.loads(Path(args[0]).read_text())
-        res = asyncio.run(Coordinator(cfg).run())
+        res = asyncio.run(make(cfg).run())
     except (OSError, TrafficError, KeyError, ValueError) as exc:
         emit("error", message=f"{type(exc).__name__}: {exc}")
         return 1
     emit("done", results=res)
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return serve_main("traffic.runtime.coordinator", Coordinator, argv)
 
 
 if __name__ == "__main__":

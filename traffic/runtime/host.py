@@ -31,12 +31,11 @@ import gc
 import json
 import resource
 import sys
-from pathlib import Path
 
 from traffic.model import serving
 from traffic.model.errors import TrafficError
 from traffic.runtime.agent import DEFAULT_DEAD_HOLD_S, DEFAULT_TRANSFER_TIMEOUT_S, Agent
-from traffic.runtime.coordinator import Coordinator, emit
+from traffic.runtime.coordinator import Coordinator, emit, serve_main
 from traffic.runtime.orders import AgentError, PlannedTransfer, parse_listen
 from traffic.runtime.sender import DEFAULT_DEAD_AFTER_S
 
@@ -166,18 +165,7 @@ class HostCoordinator(Coordinator):
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print("usage: python -m traffic.runtime.host CONFIG.json", file=sys.stderr)
-        return 2
-    try:
-        cfg = json.loads(Path(args[0]).read_text())
-        res = asyncio.run(HostCoordinator(cfg).run())
-    except (OSError, TrafficError, KeyError, ValueError) as exc:
-        emit("error", message=f"{type(exc).__name__}: {exc}")
-        return 1
-    emit("done", results=res)
-    return 0
+    return serve_main("traffic.runtime.host", HostCoordinator, argv)
 
 
 if __name__ == "__main__":

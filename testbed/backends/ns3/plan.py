@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import ipaddress
-import random
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -25,25 +24,14 @@ from testbed.backends.base import LinkSettings, QueueInfo
 from testbed.backends.ns3 import engine
 from testbed.backends.ns3.pfc import queue_params, shared_pool
 from traffic.runtime import wire
+from traffic.runtime.ports import EPHEMERAL, source_port  # noqa: F401 (the emulator's rule; EPHEMERAL re-exported)
 
 CABLE_DELAY_S = 2e-6  # propagation and switching per cable (the emulator's is its agents' and OVS's delay)
 LISTEN_PORT = 5201
-EPHEMERAL = (32768, 60999)  # Linux's ip_local_port_range
 
 
 def ip_int(ip: str) -> int:
     return int(ipaddress.IPv4Address(ip))
-
-
-def source_port(seed: int, src_ip: str, dst_ip: str, used: set[tuple[str, int]]) -> int:
-    """The connection's ephemeral port: drawn from the seed and the pair, the next free one on a clash."""
-    rnd = random.Random(f"{seed}|{src_ip}|{dst_ip}")
-    lo, hi = EPHEMERAL
-    port = rnd.randint(lo, hi)
-    while (src_ip, port) in used:
-        port = lo if port == hi else port + 1
-    used.add((src_ip, port))
-    return port
 
 
 def route(fabric: Fabric, tables: ForwardingTables, src: tuple[int, int], dst: tuple[int, int], sport: int,
