@@ -58,6 +58,19 @@ def _existing_beside_experiment(v: str, info: ValidationInfo, expected: str) -> 
     return p
 
 
+def _shipped_json(v: str, info: ValidationInfo, expected: str, fields: dict[str, type], lacks: str) -> str:
+    """A JSON document a verb wrote, named in the experiment file: it exists, reads as JSON and holds
+    ``fields`` (name -> type; ``lacks`` names them in the error); its absolute path."""
+    p = _existing_beside_experiment(v, info, expected)
+    try:
+        doc = json.loads(p.read_text())
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{p} cannot be read as JSON ({type(exc).__name__}): {expected}") from None
+    if not isinstance(doc, dict) or not all(isinstance(doc.get(k), t) for k, t in fields.items()):
+        raise ValueError(f"{p} has no {lacks}: {expected}")
+    return os.path.normpath(os.path.abspath(p))
+
+
 # keys an alternative of `testbed sensitivity` may not set: every alternative runs every fabric, the same
 # repetitions on the same backend into its own folder, and is not itself a sensitivity
 NOT_ALTERNATIVE_KEYS = ("name", "fabrics", "repetitions", "backend", "sensitivity", "sensitivity_result",
@@ -175,47 +188,24 @@ class Experiment(_Section):
     def _load_curve_file(cls, v: Optional[str], info: ValidationInfo) -> Optional[str]:
         if v is None:
             return None
-        expected = "expected a load_curve.json written by `testbed sweep` over one key"
-        p = _existing_beside_experiment(v, info, expected)
-        try:
-            doc = json.loads(p.read_text())
-        except (OSError, ValueError) as exc:
-            raise ValueError(f"{p} cannot be read as JSON ({type(exc).__name__}): {expected}") from None
-        if not isinstance(doc, dict) or not isinstance(doc.get("knob"), str) or not isinstance(doc.get("fabrics"),
-                                                                                             dict):
-            raise ValueError(f"{p} has no knob and fabrics: {expected}")
-        return os.path.normpath(os.path.abspath(p))
+        return _shipped_json(v, info, "expected a load_curve.json written by `testbed sweep` over one key",
+                             {"knob": str, "fabrics": dict}, "knob and fabrics")
 
     @field_validator("scale_result")
     @classmethod
     def _scale_file(cls, v: Optional[str], info: ValidationInfo) -> Optional[str]:
         if v is None:
             return None
-        expected = "expected a scale_result.json written by python -m testbed.report.scale_result RUN_DIR OUT.json"
-        p = _existing_beside_experiment(v, info, expected)
-        try:
-            doc = json.loads(p.read_text())
-        except (OSError, ValueError) as exc:
-            raise ValueError(f"{p} cannot be read as JSON ({type(exc).__name__}): {expected}") from None
-        if not isinstance(doc, dict) or not isinstance(doc.get("headline"), dict):
-            raise ValueError(f"{p} has no headline: {expected}")
-        return os.path.normpath(os.path.abspath(p))
+        return _shipped_json(v, info, "expected a scale_result.json written by python -m testbed.report.scale_result "
+                             "RUN_DIR OUT.json", {"headline": dict}, "headline")
 
     @field_validator("sensitivity_result")
     @classmethod
     def _sensitivity_file(cls, v: Optional[str], info: ValidationInfo) -> Optional[str]:
         if v is None:
             return None
-        expected = "expected a sensitivity.json written by `testbed sensitivity`"
-        p = _existing_beside_experiment(v, info, expected)
-        try:
-            doc = json.loads(p.read_text())
-        except (OSError, ValueError) as exc:
-            raise ValueError(f"{p} cannot be read as JSON ({type(exc).__name__}): {expected}") from None
-        if not isinstance(doc, dict) or not isinstance(doc.get("baseline"), dict) or not isinstance(
-                doc.get("alternatives"), list):
-            raise ValueError(f"{p} has no baseline and alternatives: {expected}")
-        return os.path.normpath(os.path.abspath(p))
+        return _shipped_json(v, info, "expected a sensitivity.json written by `testbed sensitivity`",
+                             {"baseline": dict, "alternatives": list}, "baseline and alternatives")
 
     @field_validator("sensitivity")
     @classmethod
