@@ -22,6 +22,8 @@ import math
 import statistics
 from pathlib import Path
 
+import numpy as np
+
 from common.errors import TestbedError
 from testbed.experiment import run, rundir, sweep
 from testbed.experiment.schema import Override, resolve
@@ -32,23 +34,16 @@ FIGURES = (("throughput_tokens_per_s", "output tokens/s", True), ("ttft_p99_ms",
 FIXED = ("fabrics", "repetitions", "hash_seed")
 
 
-def _quantile(values: list[float], q: float) -> float:
-    """Linear-interpolated quantile of sorted ``values`` (a summary of a distribution, not a sample statistic)."""
-    v = sorted(values)
-    pos = q * (len(v) - 1)
-    lo, hi = math.floor(pos), math.ceil(pos)
-    return v[lo] + (v[hi] - v[lo]) * (pos - lo)
-
-
 def distribution(values: list[float]) -> dict | None:
-    """median, min, max, 5th and 95th percentiles, and the standard deviation of the log (a ratio's relative
-    spread); None for no value."""
+    """median, min, max, 5th and 95th percentiles (linear interpolation: a summary of a distribution, not a
+    sample statistic), and the standard deviation of the log (a ratio's relative spread); None for no value."""
     vals = [float(v) for v in values if v is not None]
     if not vals:
         return None
     logs = [math.log(v) for v in vals if v > 0]
     return {"n": len(vals), "median": round(statistics.median(vals), 4), "min": round(min(vals), 4),
-            "max": round(max(vals), 4), "p5": round(_quantile(vals, 0.05), 4), "p95": round(_quantile(vals, 0.95), 4),
+            "max": round(max(vals), 4), "p5": round(float(np.quantile(vals, 0.05)), 4),
+            "p95": round(float(np.quantile(vals, 0.95)), 4),
             "log_sd": round(statistics.stdev(logs), 4) if len(logs) > 1 else None}
 
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from fabrics import addressing
 from testbed.backends.base import QueueCounters, QueueInfo
+from testbed.report.port_classes import CLASSES  # the classes the report reads back
 from traffic.runtime.records import sent_pair
 
-CLASSES = ("switch_to_gpu", "gpu_to_switch", "switch_to_switch")
 LABELS = {"switch_to_gpu": "switch -> GPU (the last hop: unavoidable)",
           "gpu_to_switch": "GPU -> switch (NIC ports: a server's KV on one NIC)",
           "switch_to_switch": "switch -> switch (cables between switches: topology and multipath)"}
