@@ -299,9 +299,8 @@ def in_flight_verdict(run_dir: Path, driver: Driver, prepared: Prepared, carried
     """Which figures stand with the messages still in flight when the run stopped (``testbed.repetition.in_flight``):
     the live driver's measured window is the serving spec's [warmup, duration), its measured requests those
     of requests.csv arriving in it."""
-    import csv
-
     from testbed.repetition import in_flight
+    from testbed.repetition.drivers.live_summary import read_requests
 
     stopped = carried.t_end - carried.t0
     config = getattr(getattr(prepared, "traffic", None), "config", None)
@@ -310,12 +309,8 @@ def in_flight_verdict(run_dir: Path, driver: Driver, prepared: Prepared, carried
     spec = config["spec"]
     window = (float(spec["warmup_s"]), float(spec["duration_s"]))
     measured: set = set()
-    path = run_dir / "requests.csv"
-    if path.is_file():
-        with open(path, newline="") as fh:
-            for r in csv.DictReader(fh):
-                if window[0] <= float(r["arrival_s"]) < window[1]:
-                    measured.add(int(r["request_id"]))
+    if (run_dir / "requests.csv").is_file():
+        measured = {int(r["request_id"]) for r in read_requests(run_dir, *window)[1]}
     return in_flight.verdict(carried.rows, driver="live", stopped_s=stopped, dilation=float(config["dilation"]),
                              window=window, measured=measured)
 

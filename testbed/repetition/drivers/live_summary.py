@@ -83,6 +83,13 @@ def start_lateness(rows: list[dict]) -> list[float]:
             if r["start"] is not None and r["scheduled_start"] is not None]
 
 
+def read_requests(run_dir: Path, warmup_s: float, duration_s: float) -> tuple[list[dict], list[dict]]:
+    """requests.csv's rows, and the measured ones: those arriving in the window [warmup, duration)."""
+    with open(run_dir / "requests.csv", newline="") as fh:
+        reqs = list(csv.DictReader(fh))
+    return reqs, [r for r in reqs if warmup_s <= float(r["arrival_s"]) < duration_s]
+
+
 def serving_summary(outcome: ServingOutcome, traffic: ServingTraffic, engines: dict, rows: list[dict], run_dir: Path,
                     link: LinkSettings, fabric: Fabric, layout: dict | None = None) -> dict:
     """The live run's serving figures for summary.json, in real-cluster time (wall time / dilation);
@@ -98,10 +105,8 @@ def serving_summary(outcome: ServingOutcome, traffic: ServingTraffic, engines: d
     def pct(values: list[float]) -> dict:
         return rounded_percentiles(values, factor=1e3)  # seconds -> ms
 
-    with open(run_dir / "requests.csv", newline="") as fh:
-        reqs = list(csv.DictReader(fh))
     lo, end = spec["warmup_s"], spec["duration_s"]
-    measured = [r for r in reqs if lo <= float(r["arrival_s"]) < end]
+    reqs, measured = read_requests(run_dir, lo, end)
     ttft = [float(r["ttft_s"]) for r in measured if r["ttft_s"] and float(r["first_token_s"]) <= end]
     with open(run_dir / "steps.csv", newline="") as fh:
         steps = list(csv.DictReader(fh))
