@@ -300,7 +300,7 @@ def in_flight_verdict(run_dir: Path, driver: Driver, prepared: Prepared, carried
     the live driver's measured window is the serving spec's [warmup, duration), its measured requests those
     of requests.csv arriving in it."""
     from testbed.repetition import in_flight
-    from testbed.repetition.drivers.live_summary import read_requests
+    from traffic.runtime.serving_results import read_requests
 
     stopped = carried.t_end - carried.t0
     config = getattr(getattr(prepared, "traffic", None), "config", None)

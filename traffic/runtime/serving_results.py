@@ -27,6 +27,14 @@ def write_csv(path: Path, rows: list[dict]) -> None:
         w.writerows(rows)
 
 
+def read_requests(run_dir: Path, warmup_s: float, duration_s: float) -> tuple[list[dict], list[dict]]:
+    """requests.csv's rows (as ``write_results`` wrote them), and the measured ones: those arriving in the
+    window [warmup, duration)."""
+    with open(Path(run_dir) / "requests.csv", newline="") as fh:
+        reqs = list(csv.DictReader(fh))
+    return reqs, [r for r in reqs if warmup_s <= float(r["arrival_s"]) < duration_s]
+
+
 def write_results(run_dir: Path, cluster: Cluster, *, t0: float, dilation: float, cpu_s: float | None,
                   failed: dict[int, str], lag_s: list[float]) -> dict:
     """Write ``run_dir``/requests.csv, steps.csv and serving.json; the serving results (serving.json's
@@ -46,4 +54,4 @@ def write_results(run_dir: Path, cluster: Cluster, *, t0: float, dilation: float
     return summary
 
 
-__all__ = ["write_results", "write_csv"]
+__all__ = ["write_results", "write_csv", "read_requests"]

@@ -15,6 +15,7 @@ from testbed.repetition.writeup import ep_messages
 from traffic.model.breakdown import decode_step_breakdown, ttft_breakdown
 from traffic.model.metrics import percentile, rounded_percentiles
 from traffic.runtime.records import retry_counts, sent_pair
+from traffic.runtime.serving_results import read_requests
 from traffic.runtime.wire import HEADER as FRAME_HEADER
 
 # per packet on the wire: Ethernet, IPv4 and TCP headers, and the agent's frame header (counted per packet,
@@ -81,13 +82,6 @@ def start_lateness(rows: list[dict]) -> list[float]:
     ``rows`` already holds the EP messages beside the KV transfers."""
     return [r["start"] - r["scheduled_start"] for r in rows
             if r["start"] is not None and r["scheduled_start"] is not None]
-
-
-def read_requests(run_dir: Path, warmup_s: float, duration_s: float) -> tuple[list[dict], list[dict]]:
-    """requests.csv's rows, and the measured ones: those arriving in the window [warmup, duration)."""
-    with open(run_dir / "requests.csv", newline="") as fh:
-        reqs = list(csv.DictReader(fh))
-    return reqs, [r for r in reqs if warmup_s <= float(r["arrival_s"]) < duration_s]
 
 
 def serving_summary(outcome: ServingOutcome, traffic: ServingTraffic, engines: dict, rows: list[dict], run_dir: Path,
