@@ -22,7 +22,7 @@ RUN_KEYS_CHANGED = {"name": "elsewhere", "fabrics": ["roft"], "backend": "ideal"
                     "repetitions": 7, "seed": 9, "calibration": "/x/calibration.json", "load_curve": "/x/lc.json",
                     "sensitivity": [{"name": "a", "assumption": None, "set": {"serving.policy": "adaptive"}}],
                     "sensitivity_result": "/x/sensitivity.json", "sweep": {"seed": [1, 2]}, "sweep_paired": True,
-                    "hash_seed": 5, "scale_result": "/x/scale_result.json"}
+                    "hash_seed": 5, "scale_result": "/x/scale_result.json", "paths_from": "/x/run"}
 
 
 def _default() -> dict:
