@@ -74,7 +74,7 @@ def _shipped_json(v: str, info: ValidationInfo, expected: str, fields: dict[str,
 # keys an alternative of `testbed sensitivity` may not set: every alternative runs every fabric, the same
 # repetitions on the same backend into its own folder, and is not itself a sensitivity
 NOT_ALTERNATIVE_KEYS = ("name", "fabrics", "repetitions", "backend", "sensitivity", "sensitivity_result",
-                        "scale_result", "sweep", "sweep_paired")
+                        "scale_result", "crosscheck_result", "sweep", "sweep_paired")
 
 
 class Alternative(_Section):
@@ -162,6 +162,9 @@ class Experiment(_Section):
                                         "(scale_result.json, from `python -m testbed.report.scale_result RUN_DIR "
                                         "OUT`; relative to the experiment file's folder): the headline shows it "
                                         "beside the run's")
+    crosscheck_result: Optional[str] = Field(None, description="crosscheck.json written by `testbed crosscheck` on "
+                                             "this experiment (relative to the experiment file's folder): the "
+                                             "headline says whether the two engines agreed, the report shows it")
     sensitivity_result: Optional[str] = Field(None, description="sensitivity.json written by `testbed sensitivity` "
                                                                 "(relative to the experiment file's folder); the "
                                                                 "report shows it after the headline")
@@ -195,6 +198,14 @@ class Experiment(_Section):
             return None
         return _shipped_json(v, info, "expected a load_curve.json written by `testbed sweep` over one key",
                              {"knob": str, "fabrics": dict}, "knob and fabrics")
+
+    @field_validator("crosscheck_result")
+    @classmethod
+    def _crosscheck_file(cls, v: Optional[str], info: ValidationInfo) -> Optional[str]:
+        if v is None:
+            return None
+        return _shipped_json(v, info, "expected a crosscheck.json written by `testbed crosscheck`",
+                             {"repetitions": list, "agreement": dict}, "repetitions and agreement")
 
     @field_validator("scale_result")
     @classmethod

@@ -35,6 +35,7 @@ NOT_WORKLOAD_KEYS = (
     "load_curve",
     "sensitivity_result",
     "scale_result",
+    "crosscheck_result",
     "sensitivity",  # what `testbed sensitivity` and `testbed sweep` run besides; `run` ignores them
     "sweep",
     "sweep_paired",
