@@ -33,6 +33,7 @@ from common.errors import TestbedError
 from common.paths import REPO
 from testbed import backends
 from testbed.repetition.settings import (
+    TRACE_SOURCES,
     BackendName,
     FabricName,
     Fault,
@@ -337,6 +338,8 @@ def check_key_path(key: str, origin: str) -> list[str]:
 
 
 # Command-line values of these keys stay text: a bare rate means Mbit/s there (as with --rate), and a
+_SOURCE_KEYS = tuple(f"trace.{k}" for k in TRACE_SOURCES)
+
 # name or path is never a number.
 CLI_TEXT_KEYS = ("link.rate", "trace.path", "name", "serving.model")
 
@@ -367,7 +370,25 @@ def apply_overrides(raw: dict, overrides: list[Override]) -> dict:
         if o.key == "trace.path" and isinstance(value, str) and not Path(value).expanduser().is_absolute():
             value = os.path.abspath(Path(value).expanduser())  # given on the command line: relative to cwd
         node[parts[-1]] = value
-    return out
+    return _one_source(out, overrides)
+
+
+def _one_source(data: dict, overrides: list[Override]) -> dict:
+    """Where the requests come from (``settings.TRACE_SOURCES``): a trace path or a workload the overrides set
+    (the last value of each key; null sets nothing) replaces the other in ``data``; both set by the overrides
+    is refused in one line naming both keys and where each was set."""
+    last = {o.key: o for o in overrides if o.key in _SOURCE_KEYS}
+    given = [last[k] for k in _SOURCE_KEYS if k in last and last[k].value is not None]
+    if len(given) == 2:
+        raise TestbedError(f"{given[0].key} (from {given[0].origin}) and {given[1].key} (from {given[1].origin}) "
+                           "are alternatives (a trace file, or a named workload): expected one of them, not both "
+                           f"(got {given[0].value!r} and {given[1].value!r})", key=given[0].key)
+    trace = data.get("trace")
+    if given and isinstance(trace, dict):
+        for key in _SOURCE_KEYS:
+            if key != given[0].key and trace.get(key.split(".")[1]) is not None:
+                trace[key.split(".")[1]] = None  # replaced by the source the overrides set
+    return data
 
 
 # ----------------------------------------------------------------- errors
@@ -620,7 +641,11 @@ def read_file(path: Path) -> dict:
         raise TestbedError(f"{path}: must hold a mapping of keys (name, fabrics, link, trace, serving, ...), "
                            f"got a {type(doc).__name__}")
     if path.suffix == ".json" and isinstance(doc.get("experiment"), dict) and "overrides" in doc:
-        return doc["experiment"]
+        exp = doc["experiment"]
+        trace = exp.get("trace")
+        if isinstance(trace, dict) and trace.get("workload") is not None:  # its path is the workload's file,
+            exp = exp | {"trace": trace | {"path": None}}  # resolved when it ran: the workload names it again
+        return exp
     return doc
 
 
@@ -653,7 +678,7 @@ def validate(raw: dict, label: str, base: Path | None = None, overrides: list[Ov
     try:
         data = apply_overrides(raw, overrides)
     except TestbedError as exc:
-        raise TestbedError(f"{label}: {exc}") from None
+        raise TestbedError(f"{label}: {exc}", key=exc.key) from None
     try:
         exp = Experiment.model_validate(data, context={"base": base})
     except ValidationError as exc:

@@ -273,7 +273,7 @@ def live_traffic_sentence(config: dict, summary: dict) -> str:
     load = (f"closed loop, {s.get('concurrency')} requests in flight" if s.get("arrivals") == "closed"
             else f"arrivals at the trace's times at speed {g(t.get('speed'))}")
     text = (f"Traffic: {s.get('model') or 'the model'} served live with the network in the loop: {load}, request "
-            f"sizes from {Path(t.get('path') or 'the trace').name}; {g(t.get('duration_s'))} cluster seconds, the "
+            f"sizes from {workload.served_of(config)}; {g(t.get('duration_s'))} cluster seconds, the "
             f"first {g(s.get('warmup_s') or 0)} not measured; links standing for "
             f"{g((summary.get('represents_bps') or link.get('represents') or 0) / 1e9)} Gbit/s at dilation "
             f"{g(link.get('time_dilation') or summary.get('time_dilation') or 1)}.")
@@ -333,7 +333,7 @@ def live_operating_section(doc: dict, exp: ExperimentRun) -> str:
 def assumptions(exp: ExperimentRun) -> list[str]:
     """Every assumption the run's figures stand on, in one list, from the saved experiment."""
     e = (exp.config or {}).get("experiment") or {}
-    link, s, t = e.get("link") or {}, e.get("serving") or {}, e.get("trace") or {}
+    link, s = e.get("link") or {}, e.get("serving") or {}
     rate, rep, dil = link.get("rate"), link.get("represents"), link.get("time_dilation") or 1
     out = []
     if rate and rep:
@@ -364,7 +364,7 @@ def assumptions(exp: ExperimentRun) -> list[str]:
             "GPU; a step is compute then exchange, with no overlap of the two (real engines overlap them).",
             f"Operating point: {s.get('arrivals')} arrivals"
             + (f", {s.get('concurrency')} requests in flight" if s.get("arrivals") == "closed" else "")
-            + f", request sizes from {Path(t.get('path') or '').name or 'the trace'}; requests arriving in the first "
+            + f", request sizes from {workload.served_of(exp.config)}; requests arriving in the first "
             f"{s.get('warmup_s') or 0:g} s are not measured.",
         ]
     else:
