@@ -21,6 +21,7 @@ testbed.experiment.schema``), also checked by a unit test.
 import copy
 import functools
 import json
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -337,9 +338,9 @@ def check_key_path(key: str, origin: str) -> list[str]:
                        f"({', '.join(model.model_fields)})")
 
 
-# Command-line values of these keys stay text: a bare rate means Mbit/s there (as with --rate), and a
 _SOURCE_KEYS = tuple(f"trace.{k}" for k in TRACE_SOURCES)
 
+# Command-line values of these keys stay text: a bare rate means Mbit/s there (as with --rate), and a
 # name or path is never a number.
 CLI_TEXT_KEYS = ("link.rate", "trace.path", "name", "serving.model")
 
@@ -530,6 +531,45 @@ def semantic_check(exp: Experiment) -> None:
     _check_backend(exp)
     _check_faults(exp)
     _check_paths_from(exp)
+    _check_serving(exp)
+
+
+# the serving cluster's parameters its rules name (traffic.model.serving_spec: TrafficError.key) -> key paths
+_SERVING_KEYS = {"prefill_ep": "serving.prefill_ep", "decode_ep": "serving.decode_ep", "gpu": "serving.gpu",
+                 "model": "serving.model", "decode_kv_tokens": "serving.decode_memory"}
+
+
+def _check_serving(exp: Experiment) -> None:
+    """What a repetition would fail on that the experiment alone decides, found before any run directory exists:
+    the requests it serves (an empty slice) and, live, the serving cluster's rules and whether it can serve them
+    (``testbed.repetition.drivers.live.check_live``: the warm-up against the run, the EP groups' experts, the
+    caches' and pools' sizes, each request's KV against a decode pool)."""
+    from testbed.repetition.drivers.live import check_live
+    from testbed.repetition.spec import served_requests
+    from traffic.model.errors import TraceError
+
+    spec = repetition_spec(exp, exp.fabrics[0])
+    try:
+        served_requests(spec)
+    except TraceError as exc:
+        raise _Problem("trace.path", str(exc)) from None
+    except TestbedError as exc:
+        raise _Problem(f"trace.{exc.key}" if exc.key in Trace.model_fields else "trace.start_s", str(exc)) from None
+    if exp.serving.driver != "live":
+        return
+    try:
+        check_live(spec, exp.gpus, spec.fabric.datapath.rate_bps)
+    except TestbedError as exc:
+        if exc.key in ("prefill_ep", "decode_ep") and exp.serving.layout is not None:
+            raise _Problem("serving.layout", str(exc)) from None  # the layout sets the EP groups
+        if exc.key != "warmup_s":
+            raise _Problem(_SERVING_KEYS.get(exc.key, "serving"), str(exc)) from None
+        t = exp.trace
+        run = f"trace.duration_s {t.duration_s:g}" + (f" / trace.speed {t.speed:g}" if spec.run_s != t.duration_s
+                                                      else "")
+        raise _Problem("serving.warmup_s", f"{exp.serving.warmup_s:g} s is not shorter than the run's "
+                                           f"{spec.run_s:g} cluster seconds ({run}): expected serving.warmup_s < "
+                                           f"{spec.run_s:g}, or a longer trace.duration_s") from None
 
 
 def _check_backend(exp: Experiment) -> None:
@@ -581,11 +621,18 @@ def _check_paths_from(exp: Experiment) -> None:
 
 
 def _check_faults(exp: Experiment) -> None:
-    """Every fault's target exists on every fabric it names, and its action fits it."""
+    """Every fault's target exists on every fabric it names, its action fits it, it begins within the run (or it
+    would never be applied) and it does not begin while another fault holds its target (the second ``down`` of
+    a cable, ``stop`` of a stopped controller, would not be applied)."""
     from fabrics import build_fabric
-    from fabrics.failover import parse_target
+    from fabrics.failover import UNDO, parse_target
 
+    run_s = repetition_spec(exp, exp.fabrics[0]).run_s if exp.faults else 0.0
+    held: dict[tuple[str, str], list[tuple[int, float, float]]] = {}  # (fabric, target) -> (fault, begin, end)
     for i, f in enumerate(exp.faults):
+        if f.at >= run_s:
+            raise _Problem(f"faults[{i}].at", f"{f.at:g} s is not within the run's {run_s:g} s (it would never be "
+                                              f"applied): expected at < {run_s:g}")
         for kind in exp.fabrics:
             text = f.target_on(kind)
             if text is None:
@@ -594,6 +641,14 @@ def _check_faults(exp: Experiment) -> None:
                 target = parse_target(build_fabric(**fabric_spec(exp, kind).args), text)
             except TestbedError as exc:
                 raise _Problem(f"faults[{i}].target", f"on {kind}: {exc}") from None
+            end = f.at if f.action not in UNDO else math.inf if f.duration is None else f.at + f.duration
+            for j, begin, until in held.setdefault((kind, target.text), []):
+                if begin <= f.at < until or f.at <= begin < end:
+                    to = "the end" if until == math.inf else f"{until:g} s"
+                    raise _Problem(f"faults[{i}].at", f"on {kind}: {target.text} is held by faults[{j}] from "
+                                                      f"{begin:g} s to {to}: expected faults on one target one "
+                                                      "after the other")
+            held[(kind, target.text)].append((i, f.at, end))
             fits = ("stop", "restart") if target.kind == "controller" else ("down",)
             if f.action not in fits:
                 raise _Problem(f"faults[{i}].action", f"{f.action!r} does not fit {target.kind}: expected "

@@ -96,7 +96,7 @@ import numpy as np
 from traffic.model._check import real_positive
 from traffic.model.errors import TrafficError
 from traffic.model.expert import HitTable
-from traffic.model.memory import KVPool, get_gpu, kv_pool_tokens
+from traffic.model.memory import KVPool, get_gpu
 from traffic.model.models import kv_bytes_per_token_per_rank
 from traffic.model.placement import Instance, gpu_server
 from traffic.model.prefix_cache import BLOCK_TOKENS, PrefixCache, assumed_cached_tokens, cached_tokens
@@ -111,7 +111,15 @@ from traffic.model.serving_events import (
     StepRecord,
     Timer,
 )
-from traffic.model.serving_spec import ARRIVALS, ROUTINGS, ServingSpec, build_engines, layout_summary
+from traffic.model.serving_spec import (
+    ARRIVALS,
+    ROUTINGS,
+    ServingSpec,
+    build_engines,
+    check_fits,
+    layout_summary,
+    unit_kv_tokens,
+)
 from traffic.model.traces import Request
 
 
@@ -201,18 +209,14 @@ class Cluster:
         if spec.prefix_cache:
             for eng in self.engines["prefill"]:
                 for u, unit in enumerate(eng.units):
-                    tokens = spec.prefix_cache_tokens or kv_pool_tokens(
-                        spec.model, spec.dtype, spec.weights_dtype, spec.gpu, spec.prefill_mem_fraction,
-                        len(unit.gpus), len(eng.gpus))
+                    tokens = unit_kv_tokens(spec, "prefill", len(unit.gpus), len(eng.gpus))
                     self.caches[(eng.index, u)] = PrefixCache(tokens // BLOCK_TOKENS)
                     if spec.hicache_ratio > 0:  # write-through host tier (SGLang HiCache)
                         self.host_caches[(eng.index, u)] = PrefixCache(int(tokens * spec.hicache_ratio) // BLOCK_TOKENS)
         if spec.decode_memory or spec.decode_prefix_cache:
             for eng in self.engines["decode"]:
                 for u, unit in enumerate(eng.units):
-                    tokens = spec.decode_kv_tokens or kv_pool_tokens(
-                        spec.model, spec.dtype, spec.weights_dtype, spec.gpu, spec.decode_mem_fraction,
-                        len(unit.gpus), len(eng.gpus))
+                    tokens = unit_kv_tokens(spec, "decode", len(unit.gpus), len(eng.gpus))
                     cache = PrefixCache(tokens // BLOCK_TOKENS) if spec.decode_prefix_cache else None
                     if cache is not None:
                         self.decode_caches[(eng.index, u)] = cache
@@ -348,10 +352,7 @@ class Cluster:
             eng, unit = self._least_loaded("decode", lambda e, u: self._decode_commit_cost(req, e, u))
             req.decode_unit = (eng.index, unit)
             pool = self.pools[req.decode_unit]
-            if req.input_tokens + req.output_tokens > pool.capacity:
-                raise TrafficError(f"request {req.id} needs {req.input_tokens + req.output_tokens} tokens of KV, "
-                                   f"more than a decode unit holds ({pool.capacity}); expected shorter requests "
-                                   "or a larger decode_kv_tokens / gpu")
+            check_fits(req.id, req.input_tokens + req.output_tokens, pool.capacity)
             self._alloc_queue[req.decode_unit].append(req)
             return self._admit(req.decode_unit, now)
         return self._to_prefill(req, now)

@@ -181,6 +181,24 @@ def test_a_request_larger_than_a_decode_unit_is_refused_in_one_line():
         serving.run_ideal(serving.Cluster(spec, [Request(1, 0.0, 1000, 3)]), 100e9)
 
 
+def test_check_serves_applies_the_clusters_rules_before_it_runs():
+    from traffic.model.serving_spec import check_serves
+
+    spec = dense_spec(decode_memory=True, decode_kv_tokens=512)
+    assert check_serves(spec, [Request(1, 0.0, 500, 3)]) is None
+    with pytest.raises(TrafficError, match="request 2 needs 1003 tokens of KV, more than a decode unit holds"):
+        check_serves(spec, [Request(1, 0.0, 500, 3), Request(2, 0.0, 1000, 3)])
+    with pytest.raises(TrafficError, match="no request to serve"):
+        check_serves(spec, [])
+    # an EP group of 24 GPUs cannot hold GLM-5's 256 routed experts evenly
+    e = placement.place(32, 1, 1, 0.25)
+    moe = serving.ServingSpec(model=GLM5, prefill=serving.build_engines("prefill", e.prefill, 8),
+                              decode=serving.build_engines("decode", e.decode, 24), duration_s=10.0)
+    with pytest.raises(TrafficError, match="decode EP group of 24 GPUs does not divide 256 routed experts") as info:
+        check_serves(moe, [Request(1, 0.0, 500, 3)])
+    assert info.value.key == "decode_ep"
+
+
 @pytest.mark.parametrize("kw, text", [
     (dict(prefix_hit=1.2), "prefix_hit 1.2"),
     (dict(prefill_routing="random"), "prefill_routing 'random' is not known"),
