@@ -19,8 +19,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from testbed.report import headline, stats, workload  # noqa: E402
 from testbed.report import html as H  # noqa: E402
-from testbed.report import stats, workload  # noqa: E402
 from testbed.report.fmt import num  # noqa: E402
 from testbed.report.load import ExperimentRun  # noqa: E402
 from testbed.report.plots import colour, name, save  # noqa: E402
@@ -122,10 +122,34 @@ def serving_section(doc: dict, exp: ExperimentRun, fig: Path | None) -> str:
              "are converted back. A step is modelled compute plus the measured exchange of its expert-parallel "
              "messages over the fabric (dispatch, then combine); a request's TTFT is its prefill queue, prefill "
              "steps, KV transfer, the wait for a decode step and that step.</p>"]
+    parts.append(prefix_cache_block(doc, fabrics))
     if fig is not None:
         parts.append(H.img(fig, "Left: TTFT of the requests that arrived after the warm-up; right: every decode "
                                 "step's duration. Every repetition pooled.", "serving CDFs"))
     return "".join(parts)
+
+
+def prefix_cache_block(doc: dict, fabrics: list[str]) -> str:
+    """The prefix cache's hit per fabric and repetition (the report's summary document, ``stats.prefix_cache``):
+    requests and tokens counted, the hit in the GPU's own pool, in the host tier and together; empty when no
+    repetition recorded one."""
+    rows = []
+    for f in fabrics:
+        p = (doc.get(f) or {}).get("prefix_cache")
+        if not p:
+            continue
+        for r in [*p["per_rep"], {**p, "rep": "all"}]:
+            rows.append([H.fab(f), H.escape(f"rep{r['rep']}" if r["rep"] != "all" else "all, pooled"),
+                         *(H.escape(num(r.get(k))) for k in ("requests", "input_tokens", "cached_tokens")),
+                         *(H.escape(headline.percent(r.get(k))) for k in stats.PREFIX_RATIOS)])
+    if not rows:
+        return ""
+    first = next(doc[f]["prefix_cache"] for f in fabrics if (doc.get(f) or {}).get("prefix_cache"))
+    off = "" if first.get("cache") else f" This run had no prefix cache: {headline.prefix_cache_text(first)}."
+    return (H.table(["fabric", "repetition", "requests", "prompt tokens", "cached tokens", "hit: GPU",
+                     "hit: host tier", "hit"], rows, left={0, 1})
+            + f'<p class="note">{H.escape(headline.PREFIX_NOTE)} Counted: {H.escape(first.get("window") or "")}.'
+            f"{H.escape(off)}</p>")
 
 
 def calibration_figure(cal: dict | None, out: Path) -> Path | None:

@@ -99,7 +99,7 @@ from traffic.model.expert import HitTable
 from traffic.model.memory import KVPool, get_gpu
 from traffic.model.models import kv_bytes_per_token_per_rank
 from traffic.model.placement import Instance, gpu_server
-from traffic.model.prefix_cache import BLOCK_TOKENS, PrefixCache, assumed_cached_tokens, cached_tokens
+from traffic.model.prefix_cache import BLOCK_TOKENS, PrefixCache, assumed_cached_tokens, cached_tokens, hit_ratios
 from traffic.model.rankmap import kv_transfers
 from traffic.model.serving_events import (
     KINDS,
@@ -695,8 +695,8 @@ class Cluster:
                      if s.end_s is not None and s.compute_end_s is not None and s.messages]
         decode_steps = [s for s in self.steps if s.engine.startswith("decode") and s.end_s is not None]
         prefilled = [r for r in measured if r.prefill_end_s is not None and r.prefill_end_s <= end]
-        inputs = sum(r.input_tokens for r in prefilled)
-        cached = sum(r.cached_tokens for r in prefilled)
+        inputs, cached = sum(r.input_tokens for r in prefilled), sum(r.cached_tokens for r in prefilled)
+        host = sum(r.host_tokens for r in prefilled)
         return {
             "measured_requests": len(measured),
             "first_token_missing": sum(1 for r in measured if r.first_token_s is None or r.first_token_s > end),
@@ -713,10 +713,12 @@ class Cluster:
             # prefill compute the requests needed / what the units could do in the run: under 1 keeps up
             "prefill_token_utilization": {e.name: round(e.work_s / (end * len(e.units)), 4)
                                           for e in self.engines["prefill"]},
-            # the measured requests prefilled by the end: their prompt tokens, those their prefill unit had
-            # cached, and the tokens whose KV moved to decode (the whole context, or the decode side's delta)
-            "prefix": {"input_tokens": inputs, "cached_tokens": cached,
-                       "hit_rate": round(cached / inputs, 4) if inputs else None,
+            # the measured requests prefilled by the end: their prompt tokens, those their prefill unit had cached
+            # (of them, from its host tier), the hit ratios, and the tokens whose KV moved to decode (the whole
+            # context, or the decode side's delta)
+            "prefix": {"requests": len(prefilled), "with_hash_ids": sum(1 for r in prefilled if r.hash_ids),
+                       "input_tokens": inputs, "cached_tokens": cached, "host_tokens": host,
+                       **hit_ratios(inputs, cached, host),
                        "kv_tokens": sum(r.kv_tokens for r in prefilled if r.kv_end_s is not None)},
             "kv_memory": self.kv_memory(),
         }

@@ -5,6 +5,7 @@ served and the terminal's first line names it."""
 
 from __future__ import annotations
 
+import csv
 import json
 from pathlib import Path
 
@@ -97,3 +98,29 @@ def test_what_was_served_in_one_line(served, line):
 
     assert served_text(served) == line
 
+
+def test_a_users_mooncake_trace_is_served_on_the_ideal_backend_with_its_hit_rate(tmp_path, capsys):
+    """The default experiment with a user's Mooncake JSONL (`--set trace.path=`), shortened: every request is 2,560
+    tokens whose first 4 blocks (2,048 tokens) all requests share, so once the first requests have filled the
+    prefill units' caches (before the warm-up ends) every measured request hits 2,048 of 2,560 tokens: 80 %."""
+    trace = tmp_path / "mine.jsonl"
+    trace.write_text("".join(json.dumps({"timestamp": i, "input_length": 2560, "output_length": 20,
+                                         "hash_ids": [0, 1, 2, 3]}) + "\n" for i in range(40)))
+    out = tmp_path / "out"
+    out.mkdir()
+    status = main(["run", "--backend", "ideal", "--set", f"trace.path={trace}", "--set", "trace.duration_s=3",
+                   "--set", "serving.warmup_s=1", "--reps", "1", "--out", str(out)])
+    std = capsys.readouterr()
+    assert status == 0
+    assert std.err.splitlines()[0] == "serving: mine.jsonl, 40 requests, Mooncake format, with hash_ids"
+    run_dir = Path(std.out.splitlines()[-1])
+    assert json.loads((run_dir / "experiment.json").read_text())["served"]["path"] == str(trace)
+    for f in ("zcube", "roft"):
+        rep = run_dir / "runs" / f / "rep1"
+        assert {r["input_tokens"] for r in csv.DictReader((rep / "requests.csv").open())} == {"2560"}
+        p = json.loads((rep / "summary.json").read_text())["prefix_cache"]
+        assert p["requests"] > 20 and (p["hit_rate"], p["device_hit_rate"], p["host_hit_rate"]) == (0.8, 0.8, 0.0)
+    assert ("prefix-cache hit, token-weighted over the measured requests (TTFT's): ZCube 80.0 % (GPU 80.0 % + host "
+            "0.0 %), ROFT 80.0 % (GPU 80.0 % + host 0.0 %)") in std.out.splitlines()
+    assert json.loads((run_dir / "summary.json").read_text())["headline"]["prefix_cache"]["roft"]["hit_rate"] == 0.8
+    assert "hit: host tier" in (run_dir / "report.html").read_text()
