@@ -1,0 +1,287 @@
+"""The flow-level network: weighted max-min fair rates over link capacities, recomputed at every arrival and
+departure, and the event loop that drains the flows (compiled with numba; docs/fluid.md says why not SimGrid
+or plain numpy).
+
+A flow crosses links with a coefficient each: 1 on its forward path (its wire bytes: payload and headers) and,
+on the reverse path, the ratio of its acknowledgements' bytes to its wire bytes, so a link carries
+sum(coefficient x rate) over its flows. The rates are the weighted max-min fair allocation (progressive
+filling: raise every unfrozen flow's rate together until a link is full, freeze the flows crossing a full link,
+repeat). A flow is delivered its path's latency after its last byte left; a *group* (an expert-parallel phase,
+a KV slice) is done when its last flow is delivered, and ``Network.advance`` hands the done groups back in time
+order.
+
+Same-instant batching: flows added at one instant are one event (the rates are solved once, at the next
+``advance``), and flows whose last byte leaves within ``batch_s`` of the earliest one depart together.
+"""
+
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+
+SATURATED = 1e-9  # a link whose unused capacity is under this fraction of its capacity is full
+EMPTY = 1e-12  # a weight sum under this is no flow
+
+
+@nb.njit(cache=True)
+def maxmin(n, links, coefs, nlinks, cap, rate, left, wsum, mark, used, frozen):
+    """Weighted max-min fair rates of flows 0..n-1 into ``rate``; ``links``/``coefs``/``nlinks``: each flow's links
+    and coefficients; ``cap``: each link's capacity. ``left``, ``wsum``, ``mark``, ``used`` (links) and ``frozen``
+    (flows) are scratch; ``mark`` is all False on entry and on return. Returns (links used, filling rounds):
+    ``used[:links used]`` lists the links the flows cross."""
+    nused = 0
+    for f in range(n):
+        frozen[f] = False
+        rate[f] = 0.0
+        for k in range(nlinks[f]):
+            lk = links[f, k]
+            if not mark[lk]:
+                mark[lk] = True
+                used[nused] = lk
+                nused += 1
+                left[lk] = cap[lk]
+                wsum[lk] = 0.0
+            wsum[lk] += coefs[f, k]
+    level = 0.0
+    unfrozen = n
+    rounds = 0
+    while unfrozen > 0:
+        rounds += 1
+        best = np.inf
+        for i in range(nused):
+            lk = used[i]
+            if wsum[lk] > EMPTY:
+                s = left[lk] / wsum[lk]
+                if s < best:
+                    best = s
+        if best == np.inf:
+            break
+        best = max(best, 0.0)
+        level += best
+        for i in range(nused):
+            lk = used[i]
+            if wsum[lk] > EMPTY:
+                left[lk] -= best * wsum[lk]
+        for f in range(n):
+            if frozen[f]:
+                continue
+            for k in range(nlinks[f]):
+                lk = links[f, k]
+                if wsum[lk] > EMPTY and left[lk] <= SATURATED * cap[lk]:
+                    frozen[f] = True
+                    rate[f] = level
+                    unfrozen -= 1
+                    break
+        for f in range(n):  # the flows frozen this round leave their links' weight sums
+            if frozen[f] and rate[f] == level:
+                for k in range(nlinks[f]):
+                    wsum[links[f, k]] -= coefs[f, k]
+        for i in range(nused):
+            if wsum[used[i]] < 1e-9:
+                wsum[used[i]] = 0.0
+    for i in range(nused):
+        mark[used[i]] = False
+    return nused, rounds
+
+
+@nb.njit(cache=True)
+def _step(cnt, st, links, coefs, nlinks, nfwd, rem, rate, lat, group, tag, pkf, pkr, cap, load, nbytes, npk,
+          g_left, g_end, g_last, p_group, p_time, m_end, left, wsum, mark, used, frozen, t_stop, batch_s):
+    """Run from ``st[0]`` until ``t_stop`` or the first group done; (1, group, time) or (0, -1, t_stop).
+
+    ``cnt``: flows, pending done groups, links used by the last solve. ``st``: now, rates stale (1.0), solves,
+    filling rounds."""
+    while True:
+        n = cnt[0]
+        now = st[0]
+        if st[1] != 0.0:
+            for i in range(cnt[2]):
+                load[used[i]] = 0.0
+            nused, rounds = maxmin(n, links, coefs, nlinks, cap, rate, left, wsum, mark, used, frozen)
+            cnt[2] = nused
+            for f in range(n):
+                for k in range(nlinks[f]):
+                    load[links[f, k]] += coefs[f, k] * rate[f]
+            st[1] = 0.0
+            st[2] += 1.0
+            st[3] += rounds
+        t_drain = np.inf
+        for f in range(n):
+            if rate[f] > 0.0:
+                t = now + rem[f] / rate[f]
+                if t < t_drain:
+                    t_drain = t
+        t_done = np.inf
+        j = -1
+        for i in range(cnt[1]):
+            if p_time[i] < t_done or (p_time[i] == t_done and p_group[i] < p_group[j]):
+                t_done = p_time[i]
+                j = i
+        t_next = min(t_drain, t_done, t_stop)
+        dt = t_next - now
+        if dt > 0.0:
+            for f in range(n):
+                rem[f] -= rate[f] * dt
+            for i in range(cnt[2]):
+                nbytes[used[i]] += load[used[i]] * dt
+        st[0] = t_next
+        if j >= 0 and t_done <= t_drain and t_done <= t_stop:
+            g = p_group[j]
+            last = cnt[1] - 1
+            p_group[j] = p_group[last]
+            p_time[j] = p_time[last]
+            cnt[1] = last
+            return 1, g, t_done
+        if t_drain > t_stop:
+            return 0, -1, t_stop
+        f = 0
+        while f < n:
+            if rem[f] <= rate[f] * batch_s or rem[f] <= 0.0:
+                if rem[f] > 0.0:  # departs a little early: its last bytes count now
+                    for k in range(nlinks[f]):
+                        nbytes[links[f, k]] += coefs[f, k] * rem[f]
+                for k in range(nlinks[f]):
+                    npk[links[f, k]] += pkf[f] if k < nfwd[f] else pkr[f]
+                d = t_next + lat[f]
+                m_end[tag[f]] = d
+                g = group[f]
+                g_left[g] -= 1
+                if d > g_end[g] or (d == g_end[g] and tag[f] > g_last[g]):
+                    g_end[g] = d
+                    g_last[g] = tag[f]
+                if g_left[g] == 0:
+                    p_group[cnt[1]] = g
+                    p_time[cnt[1]] = g_end[g]
+                    cnt[1] += 1
+                last = n - 1
+                if f != last:
+                    for k in range(nlinks[last]):
+                        links[f, k] = links[last, k]
+                        coefs[f, k] = coefs[last, k]
+                    nlinks[f] = nlinks[last]
+                    nfwd[f] = nfwd[last]
+                    rem[f] = rem[last]
+                    rate[f] = rate[last]
+                    lat[f] = lat[last]
+                    group[f] = group[last]
+                    tag[f] = tag[last]
+                    pkf[f] = pkf[last]
+                    pkr[f] = pkr[last]
+                n -= 1
+            else:
+                f += 1
+        cnt[0] = n
+        st[1] = 1.0
+
+
+def _grown(a: np.ndarray, size: int, fill=0) -> np.ndarray:
+    """``a`` with its first axis at least ``size`` (doubling), new entries ``fill``."""
+    if len(a) >= size:
+        return a
+    new = np.full((max(size, 2 * len(a)),) + a.shape[1:], fill, dtype=a.dtype)
+    new[:len(a)] = a
+    return new
+
+
+class Network:
+    """The flows on a fabric's links: add them (``add``), run until a group is done (``advance``).
+
+    Units are the caller's: capacities in bytes per second of its clock, sizes in bytes, times in seconds."""
+
+    def __init__(self, capacity: np.ndarray, max_links: int, batch_s: float = 0.0) -> None:
+        n_links = len(capacity)
+        self.K = max_links
+        self.batch_s = float(batch_s)
+        self.cap = np.asarray(capacity, dtype=np.float64)
+        self.load = np.zeros(n_links)
+        self.nbytes = np.zeros(n_links)
+        self.npk = np.zeros(n_links, dtype=np.int64)
+        self.left = np.zeros(n_links)
+        self.wsum = np.zeros(n_links)
+        self.mark = np.zeros(n_links, dtype=np.bool_)
+        self.used = np.zeros(n_links, dtype=np.int64)
+        self.cnt = np.zeros(3, dtype=np.int64)
+        self.st = np.zeros(4)
+        self._flows(256)
+        self.g_left = np.zeros(1024, dtype=np.int64)
+        self.g_end = np.zeros(1024)
+        self.g_last = np.full(1024, -1, dtype=np.int64)
+        self.p_group = np.zeros(1024, dtype=np.int64)
+        self.p_time = np.zeros(1024)
+        self.m_end = np.full(1024, np.nan)
+        self.groups = 0
+
+    def _flows(self, size: int) -> None:
+        if hasattr(self, "rem") and len(self.rem) >= size:
+            return
+        size = max(size, 2 * len(getattr(self, "rem", ())))
+        self.links = _grown(getattr(self, "links", np.zeros((0, self.K), dtype=np.int64)), size)
+        self.coefs = _grown(getattr(self, "coefs", np.zeros((0, self.K))), size)
+        for name, dtype in (("nlinks", np.int64), ("nfwd", np.int64), ("rem", np.float64), ("rate", np.float64),
+                            ("lat", np.float64), ("group", np.int64), ("tag", np.int64), ("pkf", np.int64),
+                            ("pkr", np.int64), ("frozen", np.bool_)):
+            setattr(self, name, _grown(getattr(self, name, np.zeros(0, dtype=dtype)), size))
+
+    @property
+    def now(self) -> float:
+        return float(self.st[0])
+
+    @property
+    def flows(self) -> int:
+        return int(self.cnt[0])
+
+    @property
+    def solves(self) -> int:
+        return int(self.st[2])
+
+    @property
+    def rounds(self) -> int:
+        return int(self.st[3])
+
+    def new_group(self, size: int) -> int:
+        """A group of ``size`` flows (added next); its id."""
+        g = self.groups
+        self.groups += 1
+        if g >= len(self.g_left):
+            self.g_left = _grown(self.g_left, g + 1)
+            self.g_end = _grown(self.g_end, g + 1)
+            self.g_last = _grown(self.g_last, g + 1, -1)
+            self.p_group = _grown(self.p_group, g + 1)
+            self.p_time = _grown(self.p_time, g + 1)
+        self.g_left[g] = size
+        self.g_end[g] = -np.inf
+        self.g_last[g] = -1
+        return g
+
+    def add(self, links: np.ndarray, coefs: np.ndarray, nlinks: np.ndarray, nfwd: np.ndarray, nbytes: np.ndarray,
+            lat: np.ndarray, group: np.ndarray, tag: np.ndarray, pkf: np.ndarray, pkr: np.ndarray) -> None:
+        """Flows starting now: their links and coefficients ([flows, max_links]), links used, forward links,
+        wire bytes, latency after the last byte, group, tag (an index into ``m_end``, the delivery times) and
+        packets forward and back (the links' packet counters)."""
+        m = len(nbytes)
+        if m == 0:
+            return
+        n = self.flows
+        self._flows(n + m)
+        self.m_end = _grown(self.m_end, int(tag.max()) + 1, np.nan)
+        s = slice(n, n + m)
+        self.links[s], self.coefs[s], self.nlinks[s], self.nfwd[s] = links, coefs, nlinks, nfwd
+        self.rem[s], self.rate[s], self.lat[s], self.group[s], self.tag[s] = nbytes, 0.0, lat, group, tag
+        self.pkf[s], self.pkr[s] = pkf, pkr
+        self.cnt[0] = n + m
+        self.st[1] = 1.0
+
+    def advance(self, t_stop: float) -> tuple[int, float] | None:
+        """Run until ``t_stop`` (None) or the first group delivered before it: (group, time)."""
+        code, g, t = _step(self.cnt, self.st, self.links, self.coefs, self.nlinks, self.nfwd, self.rem, self.rate,
+                           self.lat, self.group, self.tag, self.pkf, self.pkr, self.cap, self.load, self.nbytes,
+                           self.npk, self.g_left, self.g_end, self.g_last, self.p_group, self.p_time, self.m_end,
+                           self.left, self.wsum, self.mark, self.used, self.frozen, float(t_stop), self.batch_s)
+        return (int(g), float(t)) if code else None
+
+    def last_of(self, group: int) -> int:
+        """The tag delivered last in a done group (of equal times, the highest)."""
+        return int(self.g_last[group])
+
+
+__all__ = ["maxmin", "Network", "SATURATED"]
