@@ -5,21 +5,17 @@ from __future__ import annotations
 
 import heapq
 import math
-from typing import TYPE_CHECKING
 
 from traffic.model._check import real_positive
 from traffic.model.serving_events import Timer
 
-if TYPE_CHECKING:  # the cluster imports this module
-    from traffic.model.serving import Cluster
 
-
-def run_ideal(cluster: Cluster, port_bps: float, ports: int = 2, latency_s: float = 0.0,
-              until_s: float | None = None) -> Cluster:
-    """Run ``cluster`` against an ideal fabric: each GPU sends its messages one after the other at
-    ``ports`` x ``port_bps`` (its NIC is the only bottleneck: a non-blocking fabric, receivers never
-    congested), each arriving ``latency_s`` after its last byte left (a reference, and the unit tests'
-    network)."""
+def run_ideal(cluster, port_bps: float, ports: int = 2, latency_s: float = 0.0,
+              until_s: float | None = None):
+    """Run ``cluster`` (a ``traffic.model.serving.Cluster``, which imports this module) against an ideal
+    fabric: each GPU sends its messages one after the other at ``ports`` x ``port_bps`` (its NIC is the only
+    bottleneck: a non-blocking fabric, receivers never congested), each arriving ``latency_s`` after its last
+    byte left (a reference, and the unit tests' network)."""
     real_positive("port_bps", port_bps)
     heap: list = []
     serial = 0

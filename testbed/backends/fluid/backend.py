@@ -29,8 +29,8 @@ from testbed.backends.base import (
     ServingTraffic,
 )
 from testbed.backends.fluid import rows as out
+from testbed.backends.fluid.loop import run_cluster, run_plan
 from testbed.backends.fluid.network import Paths
-from testbed.backends.fluid.serve import carry, serve
 
 NO_PFC = {"enabled": False}  # no queues, nothing to pause
 WHAT = "flow-level (max-min fair rates, no queues, no PFC, no TCP dynamics)"
@@ -59,7 +59,7 @@ class FluidBackend(Backend):
               log: Log) -> Carried:
         net, paths = self._paths(spec, conditions, log)
         t, cpu = time.monotonic(), time.process_time()
-        served, plan = carry(paths, traffic.rows)
+        served, plan = run_plan(paths, traffic.rows)
         rows = [out.planned_row(p, served.ends[i]) for i, p in enumerate(plan)]
         figures = out.speed(wall_s=time.monotonic() - t, cpu_s=time.process_time() - cpu, setup_s=0.0,
                             cluster_s=traffic.last_start_s, served=served, gpus=net.model.n_gpus, kind=net.model.kind,
@@ -79,7 +79,7 @@ class FluidBackend(Backend):
         cluster = traffic.cluster(batched=True)
         setup_s = time.monotonic() - t0
         t, cpu = time.monotonic(), time.process_time()
-        served = serve(paths, cluster, traffic.config, traffic.dilation, traffic.duration_s,
+        served = run_cluster(paths, cluster, traffic.config, traffic.dilation, traffic.duration_s,
                        label=f"fluid {net.model.kind}")
         wall_s, cpu_s = time.monotonic() - t, round(time.process_time() - cpu, 3)
         rows, kept = out.merged_rows(served)

@@ -78,6 +78,11 @@ class Paths:
         self.nfwd = np.zeros(64, dtype=np.int64)
 
     @property
+    def smallest_frame_bytes(self) -> int:
+        """The smallest packet the agents send: the frame header alone (``wire_bytes``)."""
+        return wire.HEADER.size + scale.HEADER_BYTES
+
+    @property
     def capacity(self) -> np.ndarray:
         """Bytes per second of every link (the link rate)."""
         return np.full(len(self.queues), self.link.rate_bps / 8)

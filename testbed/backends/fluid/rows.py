@@ -13,7 +13,7 @@ import numpy as np
 
 from fabrics import addressing
 from testbed.backends.base import QueueCounters, QueueInfo
-from testbed.backends.fluid.serve import Served
+from testbed.backends.fluid.loop import Served
 from testbed.backends.ns3.apps import plan_row
 from traffic.runtime.records import NEVER_COMPLETED
 

@@ -19,74 +19,124 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-SATURATED = 1e-9  # a link whose unused capacity is under this fraction of its capacity is full
 EMPTY = 1e-12  # a weight sum under this is no flow
 
 
 @nb.njit(cache=True)
-def maxmin(n, links, coefs, nlinks, cap, rate, left, wsum, mark, used, frozen):
+def _push(hk, hi, size, key, item):
+    """Push (key, item) on the binary min-heap ``hk``/``hi`` of ``size`` entries; the new size."""
+    j = size
+    while j > 0:
+        parent = (j - 1) >> 1
+        if hk[parent] <= key:
+            break
+        hk[j], hi[j] = hk[parent], hi[parent]
+        j = parent
+    hk[j], hi[j] = key, item
+    return size + 1
+
+
+@nb.njit(cache=True)
+def _pop(hk, hi, size):
+    """Remove the heap's least entry (index 0); the new size."""
+    size -= 1
+    key, item = hk[size], hi[size]
+    j = 0
+    while True:
+        a = 2 * j + 1
+        if a >= size:
+            break
+        if a + 1 < size and hk[a + 1] < hk[a]:
+            a += 1
+        if hk[a] >= key:
+            break
+        hk[j], hi[j] = hk[a], hi[a]
+        j = a
+    hk[j], hi[j] = key, item
+    return size
+
+
+@nb.njit(cache=True)
+def maxmin(n, links, coefs, nlinks, cap, rate, mark, used, frozen):
     """Weighted max-min fair rates of flows 0..n-1 into ``rate``; ``links``/``coefs``/``nlinks``: each flow's links
-    and coefficients; ``cap``: each link's capacity. ``left``, ``wsum``, ``mark``, ``used`` (links) and ``frozen``
-    (flows) are scratch; ``mark`` is all False on entry and on return. Returns (links used, filling rounds):
-    ``used[:links used]`` lists the links the flows cross."""
+    and coefficients; ``cap``: each link's capacity. Progressive filling in the order the links fill: a heap of
+    links keyed by the level at which each fills. Raising every unfrozen flow together keeps those levels; a frozen
+    flow only raises its other links' levels, so a popped key is checked against its link's level now and pushed
+    again if it rose (keys never fall). ``mark`` (links, all -1 on entry and on return), ``used`` (links) and
+    ``frozen`` (flows) are scratch. Returns (links used, links filled): ``used[:links used]`` lists the links the
+    flows cross."""
     nused = 0
+    nnz = 0
     for f in range(n):
         frozen[f] = False
         rate[f] = 0.0
+        nnz += nlinks[f]
         for k in range(nlinks[f]):
             lk = links[f, k]
-            if not mark[lk]:
-                mark[lk] = True
+            if mark[lk] < 0:
+                mark[lk] = nused
                 used[nused] = lk
                 nused += 1
-                left[lk] = cap[lk]
-                wsum[lk] = 0.0
-            wsum[lk] += coefs[f, k]
-    level = 0.0
+    wsum = np.zeros(nused)
+    left = np.empty(nused)  # capacity left at level ``upd``
+    upd = np.zeros(nused)
+    ptr = np.zeros(nused + 1, dtype=np.int64)
+    for i in range(nused):
+        left[i] = cap[used[i]]
+    for f in range(n):
+        for k in range(nlinks[f]):
+            i = mark[links[f, k]]
+            wsum[i] += coefs[f, k]
+            ptr[i + 1] += 1
+    for i in range(nused):
+        ptr[i + 1] += ptr[i]
+    members = np.empty(nnz, dtype=np.int64)
+    fill = ptr[:nused].copy()
+    for f in range(n):
+        for k in range(nlinks[f]):
+            i = mark[links[f, k]]
+            members[fill[i]] = f
+            fill[i] += 1
+    hk = np.empty(nused)
+    hi = np.empty(nused, dtype=np.int64)
+    size = 0
+    for i in range(nused):
+        if wsum[i] > EMPTY:
+            size = _push(hk, hi, size, left[i] / wsum[i], i)
     unfrozen = n
-    rounds = 0
-    while unfrozen > 0:
-        rounds += 1
-        best = np.inf
-        for i in range(nused):
-            lk = used[i]
-            if wsum[lk] > EMPTY:
-                s = left[lk] / wsum[lk]
-                if s < best:
-                    best = s
-        if best == np.inf:
-            break
-        best = max(best, 0.0)
-        level += best
-        for i in range(nused):
-            lk = used[i]
-            if wsum[lk] > EMPTY:
-                left[lk] -= best * wsum[lk]
-        for f in range(n):
+    filled = 0
+    while unfrozen > 0 and size > 0:
+        key, i = hk[0], hi[0]
+        size = _pop(hk, hi, size)
+        if wsum[i] <= EMPTY:
+            continue
+        now = upd[i] + max(left[i], 0.0) / wsum[i]  # the level at which link i fills, now
+        if now > key:
+            size = _push(hk, hi, size, now, i)
+            continue
+        level = key
+        filled += 1
+        for m in range(ptr[i], ptr[i + 1]):
+            f = members[m]
             if frozen[f]:
                 continue
+            frozen[f] = True
+            rate[f] = level
+            unfrozen -= 1
             for k in range(nlinks[f]):
-                lk = links[f, k]
-                if wsum[lk] > EMPTY and left[lk] <= SATURATED * cap[lk]:
-                    frozen[f] = True
-                    rate[f] = level
-                    unfrozen -= 1
-                    break
-        for f in range(n):  # the flows frozen this round leave their links' weight sums
-            if frozen[f] and rate[f] == level:
-                for k in range(nlinks[f]):
-                    wsum[links[f, k]] -= coefs[f, k]
-        for i in range(nused):
-            if wsum[used[i]] < 1e-9:
-                wsum[used[i]] = 0.0
+                j = mark[links[f, k]]
+                left[j] -= (level - upd[j]) * wsum[j]
+                upd[j] = level
+                wsum[j] -= coefs[f, k]
+        wsum[i] = 0.0
     for i in range(nused):
-        mark[used[i]] = False
-    return nused, rounds
+        mark[used[i]] = -1
+    return nused, filled
 
 
 @nb.njit(cache=True)
 def _step(cnt, st, links, coefs, nlinks, nfwd, rem, rate, lat, group, tag, pkf, pkr, cap, load, nbytes, npk,
-          g_left, g_end, g_last, p_group, p_time, m_end, left, wsum, mark, used, frozen, t_stop, batch_s):
+          g_left, g_end, g_last, p_group, p_time, m_end, mark, used, frozen, t_stop, batch_s):
     """Run from ``st[0]`` until ``t_stop`` or the first group done; (1, group, time) or (0, -1, t_stop).
 
     ``cnt``: flows, pending done groups, links used by the last solve. ``st``: now, rates stale (1.0), solves,
@@ -97,7 +147,7 @@ def _step(cnt, st, links, coefs, nlinks, nfwd, rem, rate, lat, group, tag, pkf, 
         if st[1] != 0.0:
             for i in range(cnt[2]):
                 load[used[i]] = 0.0
-            nused, rounds = maxmin(n, links, coefs, nlinks, cap, rate, left, wsum, mark, used, frozen)
+            nused, rounds = maxmin(n, links, coefs, nlinks, cap, rate, mark, used, frozen)
             cnt[2] = nused
             for f in range(n):
                 for k in range(nlinks[f]):
@@ -196,9 +246,7 @@ class Network:
         self.load = np.zeros(n_links)
         self.nbytes = np.zeros(n_links)
         self.npk = np.zeros(n_links, dtype=np.int64)
-        self.left = np.zeros(n_links)
-        self.wsum = np.zeros(n_links)
-        self.mark = np.zeros(n_links, dtype=np.bool_)
+        self.mark = np.full(n_links, -1, dtype=np.int64)
         self.used = np.zeros(n_links, dtype=np.int64)
         self.cnt = np.zeros(3, dtype=np.int64)
         self.st = np.zeros(4)
@@ -276,7 +324,7 @@ class Network:
         code, g, t = _step(self.cnt, self.st, self.links, self.coefs, self.nlinks, self.nfwd, self.rem, self.rate,
                            self.lat, self.group, self.tag, self.pkf, self.pkr, self.cap, self.load, self.nbytes,
                            self.npk, self.g_left, self.g_end, self.g_last, self.p_group, self.p_time, self.m_end,
-                           self.left, self.wsum, self.mark, self.used, self.frozen, float(t_stop), self.batch_s)
+                           self.mark, self.used, self.frozen, float(t_stop), self.batch_s)
         return (int(g), float(t)) if code else None
 
     def last_of(self, group: int) -> int:
@@ -284,4 +332,4 @@ class Network:
         return int(self.g_last[group])
 
 
-__all__ = ["maxmin", "Network", "SATURATED"]
+__all__ = ["maxmin", "Network"]

@@ -6,7 +6,7 @@ import itertools
 import numpy as np
 import pytest
 
-from traffic.model import serving, serving_batch
+from traffic.model import serving, serving_batch, serving_ideal
 from traffic.model.expert import HitTable
 from traffic.model.serving_events import Exchange, Send, Timer
 from traffic.model.traces import Request
@@ -99,3 +99,10 @@ def test_the_pair_table_draws_what_the_hit_table_draws():
     a, b, n = table.draw(tokens, np.random.default_rng(11))
     expect = sorted(hits.tokens(tokens, np.random.default_rng(11)).items())
     assert [((int(x), int(y)), int(c)) for x, y, c in zip(a, b, n)] == expect
+
+
+def test_the_ideal_network_lives_beside_the_cluster_and_serves_the_batched_path_unchanged():
+    assert serving.run_ideal is serving_ideal.run_ideal
+    spec = moe_spec(duration_s=2.0)
+    c = serving_ideal.run_ideal(serving.Cluster(spec, [Request(i, 0.0, 2000, 4) for i in range(8)]), 400e9)
+    assert c.results()["throughput_tokens_per_s"] > 0 and not c.batched

@@ -19,7 +19,10 @@ from testbed.backends.fluid.solver import Network
 from testbed.backends.ns3.apps import DRAIN_S, SAMPLES, PortPicker
 from traffic.model.serving_events import Exchange, Send, Timer
 
-BATCH_S = 1e-6  # flows draining within this many seconds of the run's clock of each other depart together
+# Flows whose last byte leaves within a quarter of the smallest frame's time on the wire (the agents' 24 B frame
+# header in a packet of its own: 90 B, 240 us at 3 Mbit/s) of each other depart together: the fluid engine's time
+# resolution for departures, finer than any packet engine's.
+BATCH_FRAMES = 0.25
 
 
 class EnginePorts:
@@ -41,7 +44,7 @@ class EnginePorts:
         self.count = np.zeros((g, g), dtype=np.int64)
         self.conn = np.full((g, g, most), -1, dtype=np.int64)
 
-    def pick(self, src: np.ndarray, dst: np.ndarray, paths: Paths) -> tuple[np.ndarray, ...]:
+    def choose(self, src: np.ndarray, dst: np.ndarray, paths: Paths) -> tuple[np.ndarray, ...]:
         """(src port, dst port, connection) per message: the pair's choices in turn (the k-th message of a pair
         takes choice k mod their number: ``PortPicker``'s static rule)."""
         la, lb = np.searchsorted(self.gpus, src), np.searchsorted(self.gpus, dst)
@@ -99,10 +102,15 @@ class Served:
     sim_s: float = 0.0
 
 
-def serve(paths: Paths, cluster, config: dict, dilation: float, duration_s: float, label: str = "fluid",
-          batch_s: float = BATCH_S) -> Served:
+def batch_s(paths: Paths) -> float:
+    """``BATCH_FRAMES`` of the smallest frame's time on the wire."""
+    return BATCH_FRAMES * paths.smallest_frame_bytes * 8 / paths.link.rate_bps
+
+
+def run_cluster(paths: Paths, cluster, config: dict, dilation: float, duration_s: float,
+                label: str = "fluid") -> Served:
     """Run the (batched) cluster on the fluid network until it is quiet or the drain ran out."""
-    net = Network(paths.capacity, paths.longest, batch_s)
+    net = Network(paths.capacity, paths.longest, batch_s(paths))
     ips = config["ips"]
     picker = PortPicker(config["choices"], config.get("policy") == "adaptive")
     engines = {e.name: EnginePorts(e.gpus, config["choices"]) for es in cluster.engines.values() for e in es
@@ -146,7 +154,7 @@ def serve(paths: Paths, cluster, config: dict, dilation: float, duration_s: floa
             sp, dp = np.array([p[0] for p in picked]), np.array([p[1] for p in picked])
             conn = np.array([paths.connection(int(s), int(x), int(d), int(y)) for s, x, d, y in zip(src, sp, dst, dp)])
         else:
-            sp, dp, conn = engines[a.engine].pick(src, dst, paths)
+            sp, dp, conn = engines[a.engine].choose(src, dst, paths)
         g = net.new_group(len(a))
         groups.append(("ex", a.engine, a.first_id, len(a)))
         tags = np.arange(a.first_id, a.first_id + len(a))
@@ -191,12 +199,12 @@ def serve(paths: Paths, cluster, config: dict, dilation: float, duration_s: floa
     return out
 
 
-def carry(paths: Paths, plan_rows: list[dict], batch_s: float = BATCH_S) -> tuple[Served, list[dict]]:
+def run_plan(paths: Paths, plan_rows: list[dict]) -> tuple[Served, list[dict]]:
     """The planned replay: every row a flow from its start (seconds after t0 = 0) on its NIC port pair's
     connection; until all arrived or the drain ran out. The rows in the order carried (``Served.ends`` by index)."""
     from fabrics import addressing
 
-    net = Network(paths.capacity, paths.longest, batch_s)
+    net = Network(paths.capacity, paths.longest, batch_s(paths))
     rows = sorted(plan_rows, key=lambda r: (r["start"], str(r["id"])))
     out = Served()
     horizon = max((r["start"] for r in rows), default=0.0) + DRAIN_S
@@ -228,4 +236,4 @@ def carry(paths: Paths, plan_rows: list[dict], batch_s: float = BATCH_S) -> tupl
     return out, rows
 
 
-__all__ = ["serve", "carry", "Served", "EnginePorts", "Progress", "BATCH_S"]
+__all__ = ["run_cluster", "run_plan", "batch_s", "Served", "EnginePorts", "Progress", "BATCH_FRAMES"]
