@@ -28,6 +28,7 @@ from testbed.backends.base import (
     ServingOutcome,
     ServingTraffic,
 )
+from testbed.backends.fluid import estimate as cost
 from testbed.backends.fluid import rows as out
 from testbed.backends.fluid.loop import run_cluster, run_plan
 from testbed.backends.fluid.network import Paths
@@ -40,6 +41,10 @@ class FluidBackend(Backend):
     name = "fluid"
     realtime = False
     setup_s = 5.0
+    once_s = cost.LOAD_S
+
+    def estimate(self, exp) -> tuple[float, str] | None:
+        return cost.for_experiment(exp)
 
     def network(self, spec: FabricSpec) -> Network:
         return Network(build_fabric(**spec.args), LinkSettings.of(spec.datapath, spec.represents_bps))

@@ -141,3 +141,15 @@ def test_an_engines_port_choices_are_the_port_pickers_in_turn():
         assert list(zip(sp.tolist(), dp.tolist())) == expect
         assert conn.tolist() == [paths.connection(int(s), a, int(d), b) for s, d, (a, b) in zip(src, dst, expect)]
     assert batch_s(paths) == pytest.approx(0.25 * 90 * 8 / 3e6)
+
+
+def test_the_estimate_grows_with_n_and_the_cluster_seconds_and_only_a_closed_loop_has_one():
+    from testbed.backends.fluid import estimate
+
+    live = validate({"backend": "fluid", "gpus": 32, "trace": {"workload": "agentic-coding", "duration_s": 28},
+                     "serving": {"model": "glm-5", "driver": "live", "arrivals": "closed", "concurrency": 28}}, "t")
+    seconds, how = FluidBackend().estimate(live)
+    assert seconds == estimate.repetition_s(32, 28) and "28 cluster s at n=32" in how
+    assert estimate.repetition_s(512, 28) > 10 * estimate.repetition_s(32, 28) / 2 > 0
+    assert estimate.repetition_s(32, 56) > estimate.repetition_s(32, 28)
+    assert FluidBackend().estimate(validate({"backend": "fluid", "gpus": 16}, "t")) is None
