@@ -22,14 +22,14 @@ import simgrid as sg
 
 from fabrics import addressing, build_fabric
 from fabrics.routing import forwarding_tables
-from testbed.backends.ns3.plan import LISTEN_PORT, route
+from testbed.backends.paths import LISTEN_PORT, route
 from traffic.runtime.ports import source_port
 
 
 def main(run: str, window: str, extra: list[str]) -> None:
     lo, hi = (float(x) for x in window.split(":"))
     cols = ["src_ip", "dst_ip", "bytes", "start"]
-    df = pd.concat([pd.read_csv(f"{run}/messages.csv", usecols=cols), pd.read_csv(f"{run}/transfers.csv", usecols=cols)])
+    df = pd.concat([pd.read_csv(f"{run}/{name}.csv", usecols=cols) for name in ("messages", "transfers")])
     df = df[(df.start >= lo) & (df.start < hi)].sort_values("start")
     fabric = build_fabric("zcube", gpus=512, gpus_per_switch=32)
     tables = forwarding_tables(fabric)

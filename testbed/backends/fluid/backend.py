@@ -40,6 +40,7 @@ WHAT = "flow-level (max-min fair rates, no queues, no PFC, no TCP dynamics)"
 class FluidBackend(Backend):
     name = "fluid"
     realtime = False
+    routes_itself = True
     setup_s = 5.0
     once_s = cost.LOAD_S
 
@@ -53,8 +54,14 @@ class FluidBackend(Backend):
         self.refuse_unsupported(conditions)
         net = self.network(spec)
         port_seed = conditions.seed if conditions.hash_seed is None else conditions.hash_seed
-        paths = Paths(net.model, net.link, port_seed, conditions.seed)
-        log(f"fluid: {net.model.describe()}, {len(paths.queues)} links; {WHAT}")
+        recording = None
+        if conditions.recorded_paths is not None:
+            from testbed.backends.paths import Recording
+
+            recording = Recording.load(conditions.recorded_paths, net.model)
+        paths = Paths(net.model, net.link, port_seed, recording)
+        log(f"fluid: {net.model.describe()}, {len(paths.queues)} links, paths "
+            f"{'recorded in ' + recording.source if recording else 'by the hash'}; {WHAT}")
         return net, paths
 
     def _record(self, spec: FabricSpec) -> FabricRecord:
@@ -69,6 +76,7 @@ class FluidBackend(Backend):
         figures = out.speed(wall_s=time.monotonic() - t, cpu_s=time.process_time() - cpu, setup_s=0.0,
                             cluster_s=traffic.last_start_s, served=served, gpus=net.model.n_gpus, kind=net.model.kind,
                             connections=len(paths.sports), kept={"kv_messages": len(rows), "ep_messages": 0})
+        figures["ecmp"] = paths.book.outcome()
         out.write_speed(run_dir, figures)
         log(f"fluid: {len(rows)} transfers in {figures['wall_s']} wall s")
         t_end = max((r["end"] for r in rows if r["end"] is not None), default=0.0)
@@ -92,6 +100,7 @@ class FluidBackend(Backend):
                                                 failed={}, lag_s=[])
         figures = out.speed(wall_s=wall_s, cpu_s=cpu_s, setup_s=setup_s, cluster_s=traffic.duration_s, served=served,
                             gpus=net.model.n_gpus, kind=net.model.kind, connections=len(paths.sports), kept=kept)
+        figures["ecmp"] = paths.book.outcome()
         out.write_speed(run_dir, figures)
         log(f"fluid: {traffic.duration_s:g} cluster s in {wall_s:.1f} wall s ({figures['messages']} messages, "
             f"{figures['solves']} rate solves, set-up {setup_s:.1f} s, peak RSS {figures['peak_rss_mb']:.0f} MB); "

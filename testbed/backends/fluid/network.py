@@ -3,8 +3,9 @@
 Links are the fabric's queues, as the twin lists them: every switch egress port, then every NIC port (its
 transmit side), each at the link rate. A connection is the persistent one of a NIC port pair; its forward path is
 the source NIC port then each switch's egress port to the destination NIC, its reverse path the same for the
-acknowledgements, both by the twin's rule (the model's forwarding tables, ECMP by ``fabrics.routing.ecmp_bucket``
-of the 5-tuple with the source port ``traffic.runtime.ports.source_port`` draws).
+acknowledgements, both from ``testbed.backends.paths.PathBook``: the twin's rule (the model's forwarding tables,
+ECMP by ``fabrics.routing.ecmp_bucket`` of the 5-tuple with the source port ``traffic.runtime.ports.source_port``
+draws), or an emulator run's recorded paths.
 
 Bytes and time are the twin's (docs/fluid.md): emulated bytes on links of the emulated rate, the cluster's time
 dilated, so every figure of the run directory compares with the twin's file for file. A message costs what the
@@ -17,12 +18,11 @@ from __future__ import annotations
 import numpy as np
 
 from common import scale
-from fabrics import Fabric, addressing
-from fabrics.routing import forwarding_tables
+from fabrics import Fabric
 from testbed.backends.base import LinkSettings, QueueInfo
-from testbed.backends.ns3.plan import CABLE_DELAY_S, LISTEN_PORT, route
+from testbed.backends.ns3.plan import CABLE_DELAY_S
+from testbed.backends.paths import PathBook, Recording
 from traffic.runtime import wire
-from traffic.runtime.ports import source_port
 
 MAX_LINKS = 12  # forward and reverse links of a connection (either fabric: 4 + 4)
 
@@ -63,13 +63,11 @@ def wire_bytes(payload: np.ndarray, mtu: int) -> tuple[np.ndarray, ...]:
 class Paths:
     """The fabric's links and each connection's forward and reverse links (opened on first use)."""
 
-    def __init__(self, fabric: Fabric, link: LinkSettings, port_seed: int, route_seed: int = 0) -> None:
+    def __init__(self, fabric: Fabric, link: LinkSettings, port_seed: int, recording: Recording | None = None) -> None:
         self.fabric, self.link = fabric, link
         self.queues = queues(fabric)
         self.index = {q.qid: i for i, q in enumerate(self.queues)}
-        self.tables = forwarding_tables(fabric)
-        self.port_seed, self.route_seed = port_seed, route_seed
-        self.used_ports: set = set()
+        self.book = PathBook(fabric, port_seed, recording)
         self.longest = MAX_LINKS
         self.conns: dict[tuple[int, int, int, int], int] = {}
         self.sports: list[int] = []
@@ -87,20 +85,18 @@ class Paths:
         """Bytes per second of every link (the link rate)."""
         return np.full(len(self.queues), self.link.rate_bps / 8)
 
-    def _hops(self, a: tuple[int, int], b: tuple[int, int], pa: int, pb: int) -> list[int]:
-        hops = route(self.fabric, self.tables, a, b, pa, pb, self.route_seed)
+    def _links(self, a: tuple[int, int], hops) -> list[int]:
         return [self.index[f"gpu{a[0]}:p{a[1]}"]] + [self.index[f"{sw}:{port}"] for sw, port in hops]
 
     def connection(self, src: int, sp: int, dst: int, dp: int) -> int:
-        """The persistent connection between two NIC ports (its source port drawn and its paths walked on first
-        use, as the twin opens it)."""
+        """The persistent connection between two NIC ports (opened, its paths fixed by the path book, on first use,
+        as the twin opens it)."""
         key = (src, sp, dst, dp)
         c = self.conns.get(key)
         if c is not None:
             return c
-        sport = source_port(self.port_seed, addressing.ip_of(src, sp), addressing.ip_of(dst, dp), self.used_ports)
-        fwd = self._hops((src, sp), (dst, dp), sport, LISTEN_PORT)
-        back = self._hops((dst, dp), (src, sp), LISTEN_PORT, sport)
+        conn = self.book.connection((src, sp), (dst, dp))
+        fwd, back = self._links((src, sp), conn.forward), self._links((dst, dp), conn.reverse)
         if len(fwd) + len(back) > self.longest:
             raise RuntimeError(f"the path {src}:{sp} -> {dst}:{dp} and back crosses {len(fwd) + len(back)} links, "
                                f"more than {self.longest}")
@@ -112,7 +108,7 @@ class Paths:
         self.links[c, :len(fwd) + len(back)] = fwd + back
         self.nlinks[c], self.nfwd[c] = len(fwd) + len(back), len(fwd)
         self.conns[key] = c
-        self.sports.append(sport)
+        self.sports.append(conn.sport)
         return c
 
     def flows(self, conn: np.ndarray, payload: np.ndarray) -> dict:

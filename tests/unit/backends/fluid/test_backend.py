@@ -13,7 +13,9 @@ from common import scale
 from common.errors import TestbedError
 from common.paths import AZURE_TRACE
 from fabrics import addressing, build_fabric
+from fabrics.routing import forwarding_tables
 from testbed import backends
+from testbed.backends import paths
 from testbed.backends.base import Conditions, LinkSettings, PlannedTraffic
 from testbed.backends.fluid import rows as fluid_rows
 from testbed.backends.fluid.backend import FluidBackend
@@ -46,6 +48,7 @@ def test_a_live_run_at_n16_delivers_every_message_into_the_twins_run_directory(t
             "requests.csv", "steps.csv", "fluid.json"} <= names
     fluid = json.loads((run_dir / "fluid.json").read_text())
     assert fluid["fabric"] == kind and fluid["solves"] > 0 and fluid["rows"]["ep_rows"] == s["ep_messages"]
+    assert fluid["ecmp"]["connections"] == fluid["connections"] > 0 and fluid["ecmp"]["recorded_from"] is None
     # every byte crossed every link of its path: a NIC port sent its messages' wire bytes and the acknowledgements
     # of those it received
     messages = list(csv.DictReader(open(run_dir / "messages.csv"))) + list(csv.DictReader(open(run_dir /
@@ -78,8 +81,8 @@ def test_a_planned_replay_is_carried_and_a_lone_transfer_takes_its_bytes_at_the_
     (row,) = carried.rows
     link = b.network(spec).link
     wire, _, _, _, last = wire_bytes(np.array([100_000]), link.mtu)
-    hops = len(plan.route(b.network(spec).model, plan.forwarding_tables(b.network(spec).model), (1, 1), (9, 2),
-                          40000, plan.LISTEN_PORT))
+    model = b.network(spec).model
+    hops = len(paths.route(model, forwarding_tables(model), (1, 1), (9, 2), 40000, paths.LISTEN_PORT))
     expect = 1.0 + wire[0] * 8 / link.rate_bps + hops * (last[0] * 8 / link.rate_bps + plan.CABLE_DELAY_S) \
         + plan.CABLE_DELAY_S
     assert row["verified"] and row["end"] == pytest.approx(expect, abs=1e-6)
@@ -91,15 +94,16 @@ def test_its_links_are_the_twins_queues_and_its_paths_the_twins_routes():
     fabric = build_fabric("roft", 16, 4, None, 8, None)
     link = LinkSettings(3e6, 3000, 18000, 60000, 3_000_000, 200e9)
     p = Paths(fabric, link, port_seed=5)
+    assert p.book.seed == 5 and p.book.recording is None
     assert [q.qid for q in p.queues] == [q.qid for q in queues(fabric)]
     assert len(p.queues) == sum(len(s.ports) for s in fabric.switches.values()) + 2 * fabric.n_gpus
     c = p.connection(1, 1, 12, 2)
     sport = p.sports[c]
-    tables = plan.forwarding_tables(fabric)
-    fwd = ["gpu1:p1"] + [f"{sw}:{port}" for sw, port in plan.route(fabric, tables, (1, 1), (12, 2), sport,
-                                                                     plan.LISTEN_PORT)]
-    back = ["gpu12:p2"] + [f"{sw}:{port}" for sw, port in plan.route(fabric, tables, (12, 2), (1, 1),
-                                                                    plan.LISTEN_PORT, sport)]
+    tables = forwarding_tables(fabric)
+    fwd = ["gpu1:p1"] + [f"{sw}:{port}" for sw, port in paths.route(fabric, tables, (1, 1), (12, 2), sport,
+                                                                      paths.LISTEN_PORT)]
+    back = ["gpu12:p2"] + [f"{sw}:{port}" for sw, port in paths.route(fabric, tables, (12, 2), (1, 1),
+                                                                     paths.LISTEN_PORT, sport)]
     got = [p.queues[i].qid for i in p.links[c, :p.nlinks[c]]]
     assert got == fwd + back and p.nfwd[c] == len(fwd)
     assert p.connection(1, 1, 12, 2) == c  # persistent: one connection per NIC port pair
@@ -130,17 +134,17 @@ def test_the_backend_is_registered_and_refuses_what_it_cannot_do(tmp_path):
 def test_an_engines_port_choices_are_the_port_pickers_in_turn():
     fabric = build_fabric("zcube", 16, 4, None, 8, None)
     link = LinkSettings(3e6, 3000, 18000, 60000, 3_000_000, 200e9)
-    paths = Paths(fabric, link, port_seed=0)
+    book = Paths(fabric, link, port_seed=0)
     choices = {f"{a},{b}": [[1, 2], [2, 1]] for a in range(1, 17) for b in range(1, 17) if a != b}
     ports = EnginePorts((9, 10, 11, 12), choices)
     picker = PortPicker(choices, adaptive=False)
     src, dst = np.array([9, 9, 9, 10, 12]), np.array([10, 10, 11, 9, 9])  # a pair's slices are contiguous
     for _ in range(3):
-        sp, dp, conn = ports.choose(src, dst, paths)
+        sp, dp, conn = ports.choose(src, dst, book)
         expect = [picker.pick(0, int(s), int(d), 1) for s, d in zip(src, dst)]
         assert list(zip(sp.tolist(), dp.tolist())) == expect
-        assert conn.tolist() == [paths.connection(int(s), a, int(d), b) for s, d, (a, b) in zip(src, dst, expect)]
-    assert batch_s(paths) == pytest.approx(0.25 * 90 * 8 / 3e6)
+        assert conn.tolist() == [book.connection(int(s), a, int(d), b) for s, d, (a, b) in zip(src, dst, expect)]
+    assert batch_s(book) == pytest.approx(0.25 * 90 * 8 / 3e6)
 
 
 def test_the_estimate_grows_with_n_and_the_cluster_seconds_and_only_a_closed_loop_has_one():
