@@ -116,12 +116,11 @@ class Paths:
         but group and tag."""
         fwd, pk_fwd, back, pk_back, last = wire_bytes(payload, self.link.mtu)
         links, nlinks, nfwd = self.links[conn], self.nlinks[conn], self.nfwd[conn]
-        k = np.arange(self.longest)
-        coefs = np.where(k < nfwd[:, None], 1.0, (back / fwd)[:, None]) * (k < nlinks[:, None])
+        coefs = np.ones(links.shape)
         # store-and-forward of the last packet on every link after the first, and every cable's delay
         lat = (nfwd - 1) * last * 8 / self.link.rate_bps + nfwd * CABLE_DELAY_S
         return {"links": links, "coefs": coefs, "nlinks": nlinks, "nfwd": nfwd, "nbytes": fwd.astype(np.float64),
-                "lat": lat, "pkf": pk_fwd, "pkr": pk_back}
+                "lat": lat, "pkf": pk_fwd, "pkr": pk_back, "back": back.astype(np.float64)}
 
 
 __all__ = ["Paths", "queues", "wire_bytes"]

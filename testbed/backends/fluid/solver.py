@@ -2,13 +2,13 @@
 departure, and the event loop that drains the flows (compiled with numba; docs/fluid.md says why not SimGrid
 or plain numpy).
 
-A flow crosses links with a coefficient each: 1 on its forward path (its wire bytes: payload and headers) and,
-on the reverse path, the ratio of its acknowledgements' bytes to its wire bytes, so a link carries
-sum(coefficient x rate) over its flows. The rates are the weighted max-min fair allocation (progressive
+A flow crosses links with a coefficient each (1 for a message's bytes; the solver takes any weights), so a link
+carries sum(coefficient x rate) over its flows. The rates are the weighted max-min fair allocation (progressive
 filling: raise every unfrozen flow's rate together until a link is full, freeze the flows crossing a full link,
-repeat). A flow is delivered its path's latency after its last byte left; a *group* (an expert-parallel phase,
-a KV slice) is done when its last flow is delivered, and ``Network.advance`` hands the done groups back in time
-order.
+repeat). A message flows on its forward path; when its last byte has left, its acknowledgements (the receiver's
+ack and TCP's delayed ACKs) flow back on its reverse path as a flow of their own, which nobody waits for. A
+message is delivered its path's latency after its last byte left; a *group* (an expert-parallel phase, a KV slice)
+is done when its last message is delivered, and ``Network.advance`` hands the done groups back in time order.
 
 Same-instant batching: flows added at one instant are one event (the rates are solved once, at the next
 ``advance``), and flows whose last byte leaves within ``batch_s`` of the earliest one depart together.
@@ -135,8 +135,8 @@ def maxmin(n, links, coefs, nlinks, cap, rate, mark, used, frozen):
 
 
 @nb.njit(cache=True)
-def _step(cnt, st, links, coefs, nlinks, nfwd, rem, rate, lat, group, tag, pkf, pkr, cap, load, nbytes, npk,
-          g_left, g_end, g_last, p_group, p_time, m_end, mark, used, frozen, t_stop, batch_s):
+def _step(cnt, st, links, coefs, nlinks, nfwd, nall, back, rem, rate, lat, group, tag, pkf, pkr, cap, load, nbytes,
+          npk, g_left, g_end, g_last, p_group, p_time, m_end, mark, used, frozen, t_stop, batch_s):
     """Run from ``st[0]`` until ``t_stop`` or the first group done; (1, group, time) or (0, -1, t_stop).
 
     ``cnt``: flows, pending done groups, links used by the last solve. ``st``: now, rates stale (1.0), solves,
@@ -191,25 +191,37 @@ def _step(cnt, st, links, coefs, nlinks, nfwd, rem, rate, lat, group, tag, pkf, 
                     for k in range(nlinks[f]):
                         nbytes[links[f, k]] += coefs[f, k] * rem[f]
                 for k in range(nlinks[f]):
-                    npk[links[f, k]] += pkf[f] if k < nfwd[f] else pkr[f]
-                d = t_next + lat[f]
-                m_end[tag[f]] = d
+                    npk[links[f, k]] += pkf[f]
                 g = group[f]
-                g_left[g] -= 1
-                if d > g_end[g] or (d == g_end[g] and tag[f] > g_last[g]):
-                    g_end[g] = d
-                    g_last[g] = tag[f]
-                if g_left[g] == 0:
-                    p_group[cnt[1]] = g
-                    p_time[cnt[1]] = g_end[g]
-                    cnt[1] += 1
+                if g >= 0:  # a message (not acknowledgements): delivered after its path's latency
+                    d = t_next + lat[f]
+                    m_end[tag[f]] = d
+                    g_left[g] -= 1
+                    if d > g_end[g] or (d == g_end[g] and tag[f] > g_last[g]):
+                        g_end[g] = d
+                        g_last[g] = tag[f]
+                    if g_left[g] == 0:
+                        p_group[cnt[1]] = g
+                        p_time[cnt[1]] = g_end[g]
+                        cnt[1] += 1
+                if nall[f] > nlinks[f] and back[f] > 0.0:  # its acknowledgements flow back from now on
+                    m, r = nlinks[f], nall[f] - nlinks[f]
+                    for k in range(r):
+                        links[f, k] = links[f, m + k]
+                        coefs[f, k] = 1.0
+                    nlinks[f], nall[f], nfwd[f] = r, r, r
+                    rem[f], back[f], rate[f], group[f], pkf[f] = back[f], 0.0, 0.0, -1, pkr[f]
+                    f += 1
+                    continue
                 last = n - 1
                 if f != last:
-                    for k in range(nlinks[last]):
+                    for k in range(nall[last]):
                         links[f, k] = links[last, k]
                         coefs[f, k] = coefs[last, k]
                     nlinks[f] = nlinks[last]
                     nfwd[f] = nfwd[last]
+                    nall[f] = nall[last]
+                    back[f] = back[last]
                     rem[f] = rem[last]
                     rate[f] = rate[last]
                     lat[f] = lat[last]
@@ -265,7 +277,8 @@ class Network:
         size = max(size, 2 * len(getattr(self, "rem", ())))
         self.links = _grown(getattr(self, "links", np.zeros((0, self.K), dtype=np.int64)), size)
         self.coefs = _grown(getattr(self, "coefs", np.zeros((0, self.K))), size)
-        for name, dtype in (("nlinks", np.int64), ("nfwd", np.int64), ("rem", np.float64), ("rate", np.float64),
+        for name, dtype in (("nlinks", np.int64), ("nfwd", np.int64), ("nall", np.int64), ("back", np.float64),
+                            ("rem", np.float64), ("rate", np.float64),
                             ("lat", np.float64), ("group", np.int64), ("tag", np.int64), ("pkf", np.int64),
                             ("pkr", np.int64), ("frozen", np.bool_)):
             setattr(self, name, _grown(getattr(self, name, np.zeros(0, dtype=dtype)), size))
@@ -302,10 +315,12 @@ class Network:
         return g
 
     def add(self, links: np.ndarray, coefs: np.ndarray, nlinks: np.ndarray, nfwd: np.ndarray, nbytes: np.ndarray,
-            lat: np.ndarray, group: np.ndarray, tag: np.ndarray, pkf: np.ndarray, pkr: np.ndarray) -> None:
-        """Flows starting now: their links and coefficients ([flows, max_links]), links used, forward links,
-        wire bytes, latency after the last byte, group, tag (an index into ``m_end``, the delivery times) and
-        packets forward and back (the links' packet counters)."""
+            lat: np.ndarray, group: np.ndarray, tag: np.ndarray, pkf: np.ndarray, pkr: np.ndarray,
+            back: np.ndarray | None = None) -> None:
+        """Messages starting now: their links and coefficients ([flows, max_links]: the forward path's ``nfwd``
+        links, then the reverse path's up to ``nlinks``), wire bytes, latency after the last byte, group, tag (an
+        index into ``m_end``, the delivery times), packets forward and back (the links' packet counters) and the
+        bytes of their acknowledgements (None: none), which flow back once the message has left."""
         m = len(nbytes)
         if m == 0:
             return
@@ -313,7 +328,8 @@ class Network:
         self._flows(n + m)
         self.m_end = _grown(self.m_end, int(tag.max()) + 1, np.nan)
         s = slice(n, n + m)
-        self.links[s], self.coefs[s], self.nlinks[s], self.nfwd[s] = links, coefs, nlinks, nfwd
+        self.links[s], self.coefs[s], self.nlinks[s], self.nfwd[s], self.nall[s] = links, coefs, nfwd, nfwd, nlinks
+        self.back[s] = 0.0 if back is None else back
         self.rem[s], self.rate[s], self.lat[s], self.group[s], self.tag[s] = nbytes, 0.0, lat, group, tag
         self.pkf[s], self.pkr[s] = pkf, pkr
         self.cnt[0] = n + m
@@ -321,7 +337,8 @@ class Network:
 
     def advance(self, t_stop: float) -> tuple[int, float] | None:
         """Run until ``t_stop`` (None) or the first group delivered before it: (group, time)."""
-        code, g, t = _step(self.cnt, self.st, self.links, self.coefs, self.nlinks, self.nfwd, self.rem, self.rate,
+        code, g, t = _step(self.cnt, self.st, self.links, self.coefs, self.nlinks, self.nfwd, self.nall, self.back,
+                           self.rem, self.rate,
                            self.lat, self.group, self.tag, self.pkf, self.pkr, self.cap, self.load, self.nbytes,
                            self.npk, self.g_left, self.g_end, self.g_last, self.p_group, self.p_time, self.m_end,
                            self.mark, self.used, self.frozen, float(t_stop), self.batch_s)

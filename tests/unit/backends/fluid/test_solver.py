@@ -94,3 +94,18 @@ def test_departures_within_the_batch_leave_together():
     add(net, [10.0, 10.04], g, [0, 1], lat=0.0)
     assert net.advance(100.0) == (g, 2.0)  # 10.04 B would take 0.004 s longer: it leaves with the other
     assert net.m_end[:2].tolist() == [2.0, 2.0] and net.solves == 2 and net.nbytes[0] == pytest.approx(20.04)
+
+
+def test_a_messages_acknowledgements_flow_back_once_it_has_left_and_take_their_share_then():
+    net = Network(np.array([10.0, 10.0]), 2)
+    ga, gb = net.new_group(1), net.new_group(1)
+    # a: 10 B on link 0, 5 B of acknowledgements back on link 1; b: 20 B on link 1
+    net.add(np.array([[0, 1]]), np.ones((1, 2)), np.array([2]), np.array([1]), np.array([10.0]), np.array([0.0]),
+            np.array([ga]), np.array([0]), np.array([1]), np.array([1]), back=np.array([5.0]))
+    net.add(np.array([[1, 0]]), np.ones((1, 2)), np.array([1]), np.array([1]), np.array([20.0]), np.array([0.0]),
+            np.array([gb]), np.array([1]), np.array([1]), np.array([0]))
+    # until t=1 b has link 1 alone (a's acks are not sent yet); then the acks share it: 5 B each by t=2, b's
+    # last 5 B alone by t=2.5
+    assert net.advance(100.0) == (ga, 1.0)
+    assert net.advance(100.0) == (gb, 2.5)
+    assert net.nbytes.tolist() == [10.0, 25.0] and net.npk.tolist() == [1, 2] and net.flows == 0
