@@ -10,6 +10,7 @@ import heapq
 import itertools
 import sys
 import time
+from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -61,6 +62,31 @@ class EnginePorts:
             self.conn[la[i], lb[i], choice[i]] = c
             conn[i] = c
         return sp, dp, conn
+
+
+class Streams:
+    """A connection is a byte stream: its messages go one after another (a message written behind another waits in
+    the sender's buffer, and its time there counts in its FCT, as on TCP). ``enqueue`` says whether the connection
+    was idle (send now); ``done`` gives the next message waiting on it, if any, when its current one is delivered.
+    (Only KV slices ever wait: a phase's expert-parallel messages each have a connection of their own, and the
+    next phase starts after the last of them arrived.)"""
+
+    def __init__(self) -> None:
+        self.waiting: dict[int, deque] = {}
+
+    def enqueue(self, conn: int, message: tuple) -> bool:
+        if conn in self.waiting:
+            self.waiting[conn].append(message)
+            return False
+        self.waiting[conn] = deque()
+        return True
+
+    def done(self, conn: int) -> tuple | None:
+        queue = self.waiting[conn]
+        if queue:
+            return queue.popleft()
+        del self.waiting[conn]
+        return None
 
 
 class Progress:
@@ -116,6 +142,7 @@ def run_cluster(paths: Paths, cluster, config: dict, dilation: float, duration_s
     engines = {e.name: EnginePorts(e.gpus, config["choices"]) for es in cluster.engines.values() for e in es
                if e.hits is not None}
     groups: list[tuple] = []
+    stream = Streams()
     out = Served()
     timers: list = []
     serial = itertools.count()
@@ -140,11 +167,15 @@ def run_cluster(paths: Paths, cluster, config: dict, dilation: float, duration_s
                 c = paths.connection(m.src_gpu, sp, m.dst_gpu, dp)
                 out.kv.append((m.id, m.request_id, m.src_gpu, m.dst_gpu, ips[str(m.src_gpu)][sp - 1],
                                ips[str(m.dst_gpu)][dp - 1], m.bytes, round(now, 6), m.kind, m.engine, m.step))
-                g = net.new_group(1)
-                groups.append(("kv", m.id))
-                add(np.array([c]), np.array([m.bytes]), np.array([g]), np.array([m.id]))
+                if stream.enqueue(c, (m.id, m.bytes)):
+                    send_kv(c, m.id, m.bytes)
             else:
                 exchange(a, now)
+
+    def send_kv(c: int, mid: int, nbytes: int) -> None:
+        g = net.new_group(1)
+        groups.append(("kv", mid, c))
+        add(np.array([c]), np.array([nbytes]), np.array([g]), np.array([mid]))
 
     def exchange(a: Exchange, now: float) -> None:
         src, dst = np.asarray(a.src), np.asarray(a.dst)
@@ -173,6 +204,9 @@ def run_cluster(paths: Paths, cluster, config: dict, dilation: float, duration_s
                 what = groups[g]
                 if what[0] == "kv":
                     picker.settle(what[1])
+                    following = stream.done(what[2])
+                    if following is not None:
+                        send_kv(what[2], *following)
                     apply(cluster.delivered(what[1], t / dilation))
                 else:
                     if picker.adaptive:
@@ -211,29 +245,35 @@ def run_plan(paths: Paths, plan_rows: list[dict]) -> tuple[Served, list[dict]]:
     period = max(1.0, horizon / SAMPLES)
     out.samples.append((0.0, net.nbytes.copy(), net.npk.copy()))
     next_sample, i, left = period, 0, len(rows)
+    stream, conn_of = Streams(), {}
+
+    def send(c: int, k: int) -> None:
+        g = net.new_group(1)
+        conn_of[g] = c
+        net.add(group=np.array([g]), tag=np.array([k]), **paths.flows(np.array([c]), np.array([int(rows[k]["bytes"])])))
+
     while left and net.now < horizon:
         t_start = rows[i]["start"] if i < len(rows) else horizon
         done = net.advance(min(t_start, next_sample, horizon))
         if done is not None:
             left -= 1
+            following = stream.done(conn_of[done[0]])
+            if following is not None:
+                send(conn_of[done[0]], following[0])
             continue
         if net.now >= next_sample:
             out.samples.append((net.now, net.nbytes.copy(), net.npk.copy()))
             next_sample += period
-        j = i
-        while j < len(rows) and rows[j]["start"] <= net.now:
-            j += 1
-        if j > i:
-            conn = np.array([paths.connection(*addressing.parse_ip(r["src_ip"]), *addressing.parse_ip(r["dst_ip"]))
-                             for r in rows[i:j]])
-            groups = np.array([net.new_group(1) for _ in range(i, j)])
-            sizes = np.array([int(r["bytes"]) for r in rows[i:j]])
-            net.add(group=groups, tag=np.arange(i, j), **paths.flows(conn, sizes))
-            i = j
+        while i < len(rows) and rows[i]["start"] <= net.now:
+            r = rows[i]
+            c = paths.connection(*addressing.parse_ip(r["src_ip"]), *addressing.parse_ip(r["dst_ip"]))
+            if stream.enqueue(c, (i,)):
+                send(c, i)
+            i += 1
     out.samples.append((net.now, net.nbytes.copy(), net.npk.copy()))
     out.ends = np.concatenate([net.m_end, np.full(max(0, len(rows) - len(net.m_end)), np.nan)])[:len(rows)]
     out.solves, out.rounds, out.sim_s = net.solves, net.rounds, net.now
     return out, rows
 
 
-__all__ = ["run_cluster", "run_plan", "batch_s", "Served", "EnginePorts", "Progress", "BATCH_FRAMES"]
+__all__ = ["run_cluster", "run_plan", "Streams", "batch_s", "Served", "EnginePorts", "Progress", "BATCH_FRAMES"]

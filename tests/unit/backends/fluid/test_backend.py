@@ -157,3 +157,20 @@ def test_the_estimate_grows_with_n_and_the_cluster_seconds_and_only_a_closed_loo
     assert estimate.repetition_s(512, 28) > 10 * estimate.repetition_s(32, 28) / 2 > 0
     assert estimate.repetition_s(32, 56) > estimate.repetition_s(32, 28)
     assert FluidBackend().estimate(validate({"backend": "fluid", "gpus": 16}, "t")) is None
+
+
+def test_messages_on_one_connection_go_one_after_another_and_wait_in_the_sender(tmp_path):
+    b = backends.get("fluid")
+    spec = repetition_spec(validate({"backend": "fluid", "gpus": 16, "trace": {"duration_s": 10}}, "t"), "zcube").fabric
+    one = {"request_id": 1, "src": "gpu1", "dst": "gpu9", "src_ip": addressing.ip_of(1, 1),
+           "dst_ip": addressing.ip_of(9, 2), "bytes": 30_000, "start": 1.0}
+    other = one | {"dst": "gpu10", "dst_ip": addressing.ip_of(10, 2)}
+    rows = b.carry(spec, PlannedTraffic([one | {"id": 1}, one | {"id": 2}, other | {"id": 3}]), Conditions(),
+                   tmp_path, lambda m: None).rows
+    end = {r["id"]: r["end"] for r in rows}
+    wire = wire_bytes(np.array([30_000]), b.network(spec).link.mtu)[0][0] * 8 / 3e6
+    # 1 and 3 share gpu1:p1 (two connections) while 2 waits behind 1 on its connection: 1 and 3 leave together at
+    # twice one message's time, then 2 has the port alone (sent when 1 is delivered: one path latency later)
+    assert end[1] == pytest.approx(end[3], abs=1e-6) and end[1] - 1.0 == pytest.approx(2 * wire, rel=0.02)
+    assert wire < end[2] - end[1] < 1.05 * wire
+    assert all(r["start"] == 1.0 for r in rows)  # the wait in the sender counts in the FCT, as on TCP
