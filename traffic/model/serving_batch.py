@@ -26,13 +26,15 @@ class PairTable:
         self.b = np.array([p[0][1] for p in pairs], dtype=np.int64)
         self.p = np.minimum(1.0, np.array([p[1] for p in pairs], dtype=np.float64))
         self.draws = hits.draws
+        self.senders, self.sender_of = np.unique(self.a, return_inverse=True)
+        self.senders = self.senders.tolist()
         order = np.lexsort((self.b, self.a))  # the per-message path walks the pairs sorted
         self.rank = np.empty_like(order)
         self.rank[order] = np.arange(len(order))
 
     def draw(self, tokens_per_gpu: dict[int, int], rng: np.random.Generator) -> tuple[np.ndarray, ...]:
         """(a, b, token copies) of the pairs with any, sorted by (a, b): ``HitTable.tokens``'s draw."""
-        n = np.array([tokens_per_gpu.get(int(g), 0) for g in self.a], dtype=np.int64) * self.draws
+        n = np.array([tokens_per_gpu.get(g, 0) for g in self.senders], dtype=np.int64)[self.sender_of] * self.draws
         live = n > 0
         c = np.zeros(len(n), dtype=np.int64)
         c[live] = rng.binomial(n[live], self.p[live])
