@@ -3,7 +3,8 @@ counters (the seam: ``testbed.backends.base``).
 
 * ``emulated``: the emulated fabric (Open vSwitch, namespaces, real TCP; root), ``testbed.backends.emulated``;
 * ``ideal``: the ideal network (no fabric, no root), ``testbed.backends.ideal``;
-* ``ns3``: the ns-3 twin (a packet-level simulated fabric, no root), ``testbed.backends.ns3``.
+* ``ns3``: the ns-3 twin (a packet-level simulated fabric, no root), ``testbed.backends.ns3``;
+* ``fluid``: the flow-level network (every message a flow, max-min fair rates, no root), ``testbed.backends.fluid``.
 
 ``get(name, hosts)`` returns one (the emulated one over several machines when given a hosts file); a new
 backend adds its name and loader here.
@@ -37,17 +38,23 @@ def _ideal() -> Backend:
     return IdealBackend()
 
 
+def _fluid() -> Backend:
+    from testbed.backends.fluid.backend import FluidBackend
+
+    return FluidBackend()
+
+
 def _ns3() -> Backend:
     from testbed.backends.ns3.backend import Ns3Backend
 
     return Ns3Backend()
 
 
-_LOADERS: dict[str, Callable[[], Backend]] = {"emulated": _emulated, "ideal": _ideal, "ns3": _ns3}
+_LOADERS: dict[str, Callable[[], Backend]] = {"emulated": _emulated, "ideal": _ideal, "ns3": _ns3, "fluid": _fluid}
 NAMES = tuple(_LOADERS)
 DEFAULT = "emulated"
 OVER_HOSTS = ("emulated",)  # the backends a hosts file can spread
-ROUTE_THEMSELVES = ("ns3",)  # the backends that pick each connection's path (Backend.routes_itself): paths_from
+ROUTE_THEMSELVES = ("ns3", "fluid")  # the backends that pick each path (Backend.routes_itself): paths_from
 
 
 def get(name: str, hosts: str | None = None) -> Backend:

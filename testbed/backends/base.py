@@ -134,12 +134,12 @@ class ServingTraffic:
         """Cluster seconds served."""
         return float(self.config["spec"]["duration_s"])
 
-    def cluster(self):
-        """A fresh ``traffic.model.serving.Cluster`` of this config."""
+    def cluster(self, batched: bool = False):
+        """A fresh ``traffic.model.serving.Cluster`` of this config (``batched``: its batched exchange path)."""
         from traffic.model import serving
         from traffic.runtime.coordinator import requests_from_config, spec_from_config
 
-        return serving.Cluster(spec_from_config(self.config), requests_from_config(self.config))
+        return serving.Cluster(spec_from_config(self.config), requests_from_config(self.config), batched)
 
 
 @dataclass(frozen=True)

@@ -32,9 +32,13 @@ def headline_lines(run_dir: Path | str) -> list[str]:
     try:
         from testbed.report import crosscheck, crosscheck_section, scale_result
         from testbed.report.build import summary_of
-        from testbed.report.headline import lines
+        from testbed.report.headline import engine_line, lines
 
         out = lines(summary_of(run_dir)["headline"])
+        config = Path(run_dir) / "experiment.json"
+        engine = engine_line((json.loads(config.read_text()).get("experiment") or {}).get("backend")
+                             if config.is_file() else None)
+        out += [engine] if engine else []
         shipped = Path(run_dir) / scale_result.FILE
         if shipped.is_file():
             out += [""] + scale_result.lines(json.loads(shipped.read_text()))

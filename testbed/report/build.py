@@ -38,7 +38,7 @@ from testbed.report import html as H
 from testbed.report import load_curve_section as curve
 from testbed.report.crosscheck import line as xc_line
 from testbed.report.fmt import num
-from testbed.report.headline import headline_rows
+from testbed.report.headline import engine_line, headline_rows
 from testbed.report.load import ExperimentRun, load_experiment
 from testbed.report.plots import name
 from testbed.report.serving import calibration_applies, calibration_differences  # noqa: F401 (re-exported)
@@ -690,7 +690,9 @@ def _subtitle(exp: ExperimentRun, doc: dict) -> str:
     rate = (rep.config.get("datapath") or {}).get("rate_bps") or rep.summary.get("rate_bps")
     stands = (rep.summary.get("represents_bps") or (rep.config.get("replay") or {}).get("represents_bps")
               or ((exp.config.get("experiment") or {}).get("link") or {}).get("represents"))
+    backend = ((exp.config or {}).get("experiment") or {}).get("backend")
     bits = [exp.run_id, f"{n} GPUs" if n else None, f"{doc['reps']} repetition{'s' if doc['reps'] > 1 else ''}",
+            engine_line(backend),
             (f"links {rate / 1e6:g} Mbit/s" + (f" standing for {stands / 1e9:g} Gbit/s" if stands else ""))
             if rate else None,
             "report generated " + time.strftime("%Y-%m-%d %H:%M")]

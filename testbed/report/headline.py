@@ -403,6 +403,18 @@ def prefix_cache_line(per_fabric: dict) -> str:
             + ", ".join(f"{fabric_name(f)} {prefix_cache_text(p)}" for f, p in per_fabric.items()))
 
 
+# what made the figures, where it is not the emulated fabric (the backend of the run's experiment.json)
+ENGINES = {"ns3": "packet-level: the ns-3 twin (docs/twin.md)",
+           "fluid": "FLOW-LEVEL: every message a flow at max-min fair rates; no queues, no PFC, no TCP dynamics "
+                    "(docs/fluid.md)",
+           "ideal": "the ideal network: every message at its NIC's rate, no fabric"}
+
+
+def engine_line(backend: str | None) -> str | None:
+    """'engine: ...' for a run whose figures a simulated network made (None: the emulated fabric's)."""
+    return f"engine: {ENGINES[backend]}" if backend in ENGINES else None
+
+
 ENOUGH_REQUESTS = 1000  # measured requests a fabric for a TTFT P99 ratio of +-6 % (docs/serving.md, How sure)
 
 

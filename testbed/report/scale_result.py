@@ -2,9 +2,11 @@
 
 The main job runs 32 GPUs on the emulator; the seed measured 512. An experiment names a shipped result of the
 scale run (``scale_result:``, a file ``extract`` writes from a finished run directory: its headline, where the
-congestion was, what it ran and on which commit), ``run`` copies it into the run directory as
-``scale_result.json``, and the report shows its headline figures beside this run's, each with its interval
-and verdict, and how far the calibration at that scale came from the seed's ablation.
+congestion was, what it ran and on which commit, the command that made it in ``how``), ``run`` copies it into the
+run directory as ``scale_result.json``, and the report shows its headline figures beside this run's, each with
+its interval and verdict, and how far the calibration at that scale came from the seed's ablation. ``check``: an
+earlier scale result of the same workload on another engine (the flow-level result keeps the twin's beside it),
+shown under it.
 """
 
 from __future__ import annotations
@@ -20,8 +22,9 @@ FILE = "scale_result.json"
 FIGURES = ("throughput_tokens_per_s", "ttft_ms.p50", "ttft_ms.p99")
 
 
-def extract(run_dir: Path) -> dict:
-    """The shipped document of a finished run directory whose report was built (its summary.json)."""
+def extract(run_dir: Path, how: str | None = None, check: dict | None = None) -> dict:
+    """The shipped document of a finished run directory whose report was built (its summary.json); ``how``: the
+    command that made the run, ``check``: another engine's document of the same workload, kept beside it."""
     run_dir = Path(run_dir)
     summary = json.loads((run_dir / "summary.json").read_text())
     exp = (json.loads((run_dir / "experiment.json").read_text()).get("experiment")) or {}
@@ -40,7 +43,8 @@ def extract(run_dir: Path) -> dict:
             "workload": (exp.get("trace") or {}).get("workload"), "repetitions": exp.get("repetitions"),
             "headline": {k: h.get(k) for k in ("reps", "pairs", "between_run", "warning", "figures",
                                                 "requests_measured", "fidelity_ok")},
-            "congestion": port_classes.sentence(sums), "calibration": summary.get("calibration")}
+            "congestion": port_classes.sentence(sums), "calibration": summary.get("calibration"), "how": how,
+            "check": check}
 
 
 def section(doc: dict, this_run: dict | None) -> str:
@@ -85,6 +89,9 @@ def lines(doc: dict) -> list[str]:
                        f"{'[' + f'{ci[0]:.4g}, {ci[1]:.4g}' + ']' if ci else '(no interval)'} {f.get('verdict')}")
     if doc.get("congestion"):
         out.append(f"  {doc['congestion']}")
+    check = doc.get("check")
+    if check:
+        out += ["  the check, " + lines(check)[0]] + [f"  {line}" for line in lines(check)[1:]]
     return out
 
 
@@ -101,15 +108,21 @@ def report_section(run_dir: Path, summary: dict) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m testbed.report.scale_result RUN_DIR OUT.json``: write the shipped document of a finished run."""
-    import sys
+    """``python -m testbed.report.scale_result RUN_DIR OUT.json [--how COMMAND] [--check EARLIER.json]``: write the
+    shipped document of a finished run (``--check``: keep another engine's document beside it)."""
+    import argparse
 
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 2:
-        print("usage: python -m testbed.report.scale_result RUN_DIR OUT.json", file=sys.stderr)
-        return 2
-    Path(args[1]).write_text(json.dumps(extract(Path(args[0])), indent=1) + "\n")
-    print(args[1])
+    p = argparse.ArgumentParser(prog="python -m testbed.report.scale_result")
+    p.add_argument("run_dir")
+    p.add_argument("out")
+    p.add_argument("--how", help="the command that made the run directory")
+    p.add_argument("--check", help="a scale_result.json of the same workload on another engine, kept as 'check'")
+    args = p.parse_args(argv)
+    check = json.loads(Path(args.check).read_text()) if args.check else None
+    if check is not None:
+        check.pop("check", None)
+    Path(args.out).write_text(json.dumps(extract(Path(args.run_dir), args.how, check), indent=1) + "\n")
+    print(args.out)
     return 0
 
 

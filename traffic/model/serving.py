@@ -86,14 +86,11 @@ tests, and as the reference an exchange is compared with).
 
 from __future__ import annotations
 
-import heapq
-import math
 from dataclasses import dataclass, field, replace
 from typing import Sequence
 
 import numpy as np
 
-from traffic.model._check import real_positive
 from traffic.model.errors import TrafficError
 from traffic.model.expert import HitTable
 from traffic.model.memory import KVPool, get_gpu
@@ -101,16 +98,19 @@ from traffic.model.models import kv_bytes_per_token_per_rank
 from traffic.model.placement import Instance, gpu_server
 from traffic.model.prefix_cache import BLOCK_TOKENS, PrefixCache, assumed_cached_tokens, cached_tokens, hit_ratios
 from traffic.model.rankmap import kv_transfers
+from traffic.model.serving_batch import PairTable, exchange
 from traffic.model.serving_events import (
     KINDS,
     STEP_PARTS,
     TTFT_PARTS,
+    Exchange,
     Message,
     RequestState,
     Send,
     StepRecord,
     Timer,
 )
+from traffic.model.serving_ideal import run_ideal
 from traffic.model.serving_spec import (
     ARRIVALS,
     ROUTINGS,
@@ -167,7 +167,9 @@ def _sessions(requests: Sequence[Request]) -> list[tuple[Request, ...]]:
 class Cluster:
     """The event machine (see module docstring)."""
 
-    def __init__(self, spec: ServingSpec, requests: Sequence[Request]) -> None:
+    def __init__(self, spec: ServingSpec, requests: Sequence[Request], batched: bool = False) -> None:
+        """``batched``: each expert-parallel phase is one ``Exchange`` action and its end one
+        ``exchange_delivered`` call (``traffic.model.serving_batch``); KV transfers stay messages."""
         if not requests:
             raise TrafficError("no request to serve: the trace window is empty")
         self.spec = spec
@@ -181,6 +183,8 @@ class Cluster:
         self.delivered_at: dict[int, float] = {}
         self._owner: dict[int, tuple[str, object]] = {}  # message id -> ("engine", engine) | ("kv", request)
         self._next_id = 0
+        self.batched = batched
+        self._batched_in_flight = 0  # messages of batched phases not yet arrived
         self._serial = 0  # closed loop: request ids of later rounds of the trace
         seed = spec.seed
         self.engines: dict[str, list[_Engine]] = {}
@@ -194,6 +198,8 @@ class Cluster:
                                  per_expert=kind == "decode") if spec.expert_parallel and len(units) > 1 else None
                 engines.append(_Engine(kind, i, units, hits, [[] for _ in units], batch=[[] for _ in units]))
             self.engines[kind] = engines
+        self._by_name = {e.name: e for es in self.engines.values() for e in es}
+        self._pairs = {e.name: PairTable(e.hits) for e in self._by_name.values() if batched and e.hits is not None}
         self.stopped = False
         # closed loop: the workload as sessions, each a tuple of turns in order (a request without a session
         # is a session of one turn), drawn in order of their first request
@@ -278,10 +284,27 @@ class Cluster:
             eng.step.combine_last_id = message_id
         return self._phase_done(eng, now)
 
+    def exchange_delivered(self, engine: str, last_id: int, now: float) -> list:
+        """Every message of ``engine``'s current phase (an ``Exchange``) has arrived, the last of them
+        ``last_id`` at ``now`` (the batched path)."""
+        eng = self._by_name[engine]
+        self._batched_in_flight -= eng.pending
+        eng.pending = 0
+        if eng.phase == "dispatch":
+            eng.step.dispatch_last_id = last_id
+        else:
+            eng.step.combine_last_id = last_id
+        return self._phase_done(eng, now)
+
     @property
     def in_flight(self) -> int:
         """Messages sent and not yet delivered."""
-        return len(self._owner)
+        return len(self._owner) + self._batched_in_flight
+
+    @property
+    def message_count(self) -> int:
+        """Messages sent so far (KV slices and EP messages)."""
+        return self._next_id
 
     @property
     def quiet(self) -> bool:
@@ -578,10 +601,24 @@ class Cluster:
         for unit, n in zip(eng.units, eng.step_tokens):
             for g in unit.gpus:
                 per_gpu[g] = n
-        eng.step_pairs = eng.hits.tokens(per_gpu, self.rng)
+        if self.batched:
+            eng.step_pairs = self._pairs[eng.name].draw(per_gpu, self.rng)
+        else:
+            eng.step_pairs = eng.hits.tokens(per_gpu, self.rng)
         return self._exchange(eng, now, "dispatch", eng.hits.dispatch_per_token)
 
     def _exchange(self, eng: _Engine, now: float, kind: str, per_token: int) -> list:
+        if self.batched:
+            ex, ep, nvlink = exchange(eng.step_pairs, kind, per_token, self.spec.gpus_per_server,
+                                      self.spec.bytes_scale, self.spec.chunk_bytes, eng.name, eng.step.step,
+                                      self._next_id)
+            eng.step.nvlink_bytes += nvlink
+            eng.step.ep_bytes += ep
+            self._next_id += len(ex)
+            self._batched_in_flight += len(ex)
+            eng.pending = len(ex)
+            eng.step.messages += eng.pending
+            return [ex] if eng.pending else self._phase_done(eng, now)
         out = []
         gps = self.spec.gpus_per_server
         for (a, b), n in sorted(eng.step_pairs.items()):
@@ -737,40 +774,5 @@ class Cluster:
                 "waiting_for_decode_memory": sum(len(q) for q in self._alloc_queue.values()) if pools else None}
 
 
-def run_ideal(cluster: Cluster, port_bps: float, ports: int = 2, latency_s: float = 0.0,
-              until_s: float | None = None) -> Cluster:
-    """Run ``cluster`` against an ideal fabric: each GPU sends its messages one after the other at
-    ``ports`` x ``port_bps`` (its NIC is the only bottleneck: a non-blocking fabric, receivers never
-    congested), each arriving ``latency_s`` after its last byte left (a reference, and the unit tests'
-    network)."""
-    real_positive("port_bps", port_bps)
-    heap: list = []
-    serial = 0
-    nic_free: dict[int, float] = {}
-
-    def push(actions: list, now: float) -> None:
-        nonlocal serial
-        for a in actions:
-            serial += 1
-            if isinstance(a, Timer):
-                heapq.heappush(heap, (a.at, serial, "timer", a.key))
-            else:
-                m = a.message
-                share = m.bytes / max(1, math.ceil(m.real_bytes / cluster.spec.bytes_scale))
-                wire = m.real_bytes * share * 8 / (port_bps * ports)
-                done = max(now, nic_free.get(m.src_gpu, 0.0)) + wire
-                nic_free[m.src_gpu] = done
-                heapq.heappush(heap, (done + latency_s, serial, "deliver", m.id))
-
-    push(cluster.start(0.0), 0.0)
-    horizon = until_s if until_s is not None else cluster.spec.duration_s * 10
-    while heap:
-        at, _, what, key = heapq.heappop(heap)
-        if at > horizon:
-            break
-        push(cluster.timer(key, at) if what == "timer" else cluster.delivered(key, at), at)
-    return cluster
-
-
-__all__ = ["ServingSpec", "Cluster", "Message", "Send", "Timer", "build_engines", "run_ideal", "ARRIVALS", "KINDS",
-           "ROUTINGS", "TTFT_PARTS", "STEP_PARTS", "layout_summary"]
+__all__ = ["ServingSpec", "Cluster", "Message", "Send", "Exchange", "Timer", "build_engines", "run_ideal", "ARRIVALS",
+           "KINDS", "ROUTINGS", "TTFT_PARTS", "STEP_PARTS", "layout_summary"]

@@ -35,6 +35,25 @@ class Send:
 
 
 @dataclass(frozen=True, slots=True)
+class Exchange:
+    """One expert-parallel phase's messages as arrays (``Cluster(batched=True)``: ``traffic.model.serving_batch``):
+    message ``first_id + i`` carries ``bytes[i]`` emulated bytes (``real_bytes[i]`` real) from GPU ``src[i]`` to
+    ``dst[i]``; the phase ends when its last one has arrived (``Cluster.exchange_delivered``)."""
+
+    engine: str  # e.g. "decode0"
+    kind: str  # dispatch | combine
+    step: int
+    first_id: int
+    src: object  # numpy int arrays, one entry per message
+    dst: object
+    bytes: object
+    real_bytes: object
+
+    def __len__(self) -> int:
+        return len(self.bytes)
+
+
+@dataclass(frozen=True, slots=True)
 class Timer:
     at: float
     key: tuple
@@ -140,4 +159,4 @@ class StepRecord:
                 "dispatch_last_id": self.dispatch_last_id, "combine_last_id": self.combine_last_id}
 
 
-__all__ = ["Message", "Send", "Timer", "RequestState", "StepRecord", "KINDS", "TTFT_PARTS", "STEP_PARTS"]
+__all__ = ["Message", "Send", "Exchange", "Timer", "RequestState", "StepRecord", "KINDS", "TTFT_PARTS", "STEP_PARTS"]

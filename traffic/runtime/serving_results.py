@@ -48,7 +48,7 @@ def write_results(run_dir: Path, cluster: Cluster, *, t0: float, dilation: float
     write_csv(run_dir / "steps.csv", cluster.step_rows())
     summary = {k: v for k, v in res.items() if k not in _LISTS}
     summary |= {"t0": t0, "dilation": dilation, "cpu_s": cpu_s, "failed_messages": len(failed),
-                "failures": dict(list(failed.items())[:10]), "messages": len(cluster.messages),
+                "failures": dict(list(failed.items())[:10]), "messages": cluster.message_count,
                 "in_flight_at_end": cluster.in_flight, "control_lag_ms": rounded_percentiles(lag_s, factor=1e3)}
     (run_dir / "serving.json").write_text(json.dumps(summary, indent=1))
     return summary

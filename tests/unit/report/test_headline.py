@@ -268,3 +268,9 @@ def test_a_run_with_fewer_than_a_thousand_requests_a_fabric_says_what_it_lacks()
     assert "the 2nd slowest of 111" in line
     assert lacking_requests({"requests_measured": {"zcube": [500, 600], "roft": [700, 300]}}) is None
     assert lacking_requests({"requests_measured": None}) is None
+
+
+def test_a_simulated_networks_figures_say_which_engine_made_them():
+    assert headline.engine_line("fluid").startswith("engine: FLOW-LEVEL") and "no PFC" in headline.engine_line("fluid")
+    assert headline.engine_line("ns3") == "engine: packet-level: the ns-3 twin (docs/twin.md)"
+    assert headline.engine_line("emulated") is None and headline.engine_line(None) is None

@@ -36,3 +36,19 @@ def test_the_congestion_section_shows_every_class_of_both_fabrics(tmp_path):
                                                                  "bytes": 2e9, "max_over_mean": 2.0}}}
     html = congestion_section.section(exp)
     assert html.count("switch -&gt; switch") >= 2 and "gpu1:p1 2 GB" in html and "ROFT has more" in html
+
+
+def test_a_scale_result_says_how_it_was_made_and_keeps_another_engines_beside_it(tmp_path):
+    scale_run = write_live_experiment(tmp_path / "scale", reps=2)
+    build_report(scale_run)
+    earlier = tmp_path / "earlier.json"
+    assert scale_result.main([str(scale_run), str(earlier)]) == 0
+    out = tmp_path / "scale_result.json"
+    assert scale_result.main([str(scale_run), str(out), "--how", "python -m testbed run X", "--check",
+                              str(earlier)]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["how"] == "python -m testbed run X" and doc["check"]["headline"] == doc["headline"]
+    assert "check" not in doc["check"]  # one level: the check's own check is not carried
+    text = scale_result.lines(doc)
+    assert sum(1 for line in text if "at the seed's scale" in line) == 2 and text[len(text) // 2].startswith(
+        "  the check, at the seed's scale")

@@ -1,0 +1,111 @@
+"""testbed.backends.fluid.solver: max-min fair rates against cases whose answer is known by construction, against
+the fabric model's reference progressive filling, and the event loop's times."""
+
+import numpy as np
+import pytest
+
+from fabrics.maxmin import max_min
+from testbed.backends.fluid.solver import Network, maxmin
+
+
+def rates(flows: list[list[tuple[int, float]]], caps: list[float]) -> list[float]:
+    """``maxmin`` of flows given as [(link, coefficient), ...] over links of capacities ``caps``."""
+    n, width = len(flows), max(len(f) for f in flows)
+    links, coefs = np.zeros((n, width), dtype=np.int64), np.zeros((n, width))
+    nlinks = np.array([len(f) for f in flows], dtype=np.int64)
+    for i, f in enumerate(flows):
+        for k, (lk, c) in enumerate(f):
+            links[i, k], coefs[i, k] = lk, c
+    out = np.zeros(n)
+    mark = np.full(len(caps), -1, dtype=np.int64)
+    maxmin(n, links, coefs, nlinks, np.array(caps, dtype=float), out, mark, np.zeros(len(caps), dtype=np.int64),
+           np.zeros(n, dtype=np.bool_))
+    assert (mark == -1).all()  # the scratch is left as found
+    return out.tolist()
+
+
+def test_two_flows_on_one_link_share_it_equally():
+    assert rates([[(0, 1.0)], [(0, 1.0)]], [10.0]) == [5.0, 5.0]
+
+
+def test_a_flow_bottlenecked_elsewhere_leaves_its_share_to_the_others():
+    # flow 0 crosses links 0 and 1; link 1 (4) is shared with flow 2: 2 each; link 0 (10) gives flow 1 the other 8
+    assert rates([[(0, 1.0), (1, 1.0)], [(0, 1.0)], [(1, 1.0)]], [10.0, 4.0]) == [2.0, 8.0, 2.0]
+
+
+def test_a_chain_of_bottlenecks_fills_in_order():
+    # link 2 (3) splits between flows 1 and 2: 1.5 each; link 0 (9) between flows 0 and 3: 4.5 each, which link 1
+    # (10) allows beside flow 1's 1.5
+    assert rates([[(0, 1.0), (1, 1.0)], [(1, 1.0), (2, 1.0)], [(2, 1.0)], [(0, 1.0)]], [9.0, 10.0, 3.0]) == \
+        [4.5, 1.5, 1.5, 4.5]
+
+
+def test_a_coefficient_is_the_share_of_a_flows_rate_a_link_carries():
+    # flow 0 puts half its rate on link 1 (its acknowledgements): 0.5 r + r = 6 -> r = 4 for both
+    assert rates([[(0, 1.0), (1, 0.5)], [(1, 1.0)]], [10.0, 6.0]) == [4.0, 4.0]
+
+
+def test_random_cases_match_the_fabric_models_progressive_filling():
+    rng = np.random.default_rng(3)
+    for _ in range(300):
+        n_links, n_flows = int(rng.integers(2, 12)), int(rng.integers(1, 25))
+        caps = rng.uniform(1.0, 10.0, n_links)
+        flows = [[(int(lk), 1.0) for lk in rng.choice(n_links, size=int(rng.integers(1, min(4, n_links) + 1)),
+                                                     replace=False)] for _ in range(n_flows)]
+        ref = max_min({str(i): [str(lk) for lk, _ in f] for i, f in enumerate(flows)},
+                      {str(lk): float(c) for lk, c in enumerate(caps)})
+        assert rates(flows, list(caps)) == pytest.approx([ref[str(i)] for i in range(n_flows)], rel=1e-9)
+
+
+def one_link_network(batch_s: float = 0.0) -> Network:
+    return Network(np.array([10.0, 10.0]), 2, batch_s)
+
+
+def add(net: Network, sizes: list[float], group: int, tags: list[int], lat: float = 0.5) -> None:
+    m = len(sizes)
+    net.add(np.tile([0, 1], (m, 1)), np.ones((m, 2)), np.full(m, 2), np.full(m, 2), np.array(sizes, dtype=float),
+            np.full(m, lat), np.full(m, group), np.array(tags), np.full(m, 2), np.zeros(m, dtype=np.int64))
+
+
+def test_flows_share_then_the_survivor_takes_the_link_and_the_group_ends_at_its_last_delivery():
+    net = one_link_network()
+    g = net.new_group(2)
+    add(net, [10.0, 20.0], g, [0, 1])
+    # 5 B/s each until flow 0 has drained (t=2), then flow 1 alone at 10 B/s: its last 10 B by t=3; +0.5 latency
+    assert net.advance(100.0) == (g, 3.5)
+    assert net.m_end[:2].tolist() == [2.5, 3.5] and net.last_of(g) == 1
+    assert net.nbytes.tolist() == [30.0, 30.0] and net.npk.tolist() == [4, 4]  # every byte and packet counted
+    assert net.advance(100.0) is None and net.now == 100.0 and net.flows == 0
+
+
+def test_arrivals_at_one_instant_are_one_solve_and_the_clock_stops_where_asked():
+    net = one_link_network()
+    g1, g2 = net.new_group(1), net.new_group(1)
+    add(net, [10.0], g1, [0])
+    add(net, [10.0], g2, [1])
+    assert net.advance(1.0) is None and net.now == 1.0 and net.solves == 1
+    assert net.nbytes.tolist() == [10.0, 10.0]  # 1 s at the whole link's rate, shared
+    assert net.advance(100.0) == (g1, 2.5) and net.advance(100.0) == (g2, 2.5)  # equal times: in group order
+
+
+def test_departures_within_the_batch_leave_together():
+    net = one_link_network(batch_s=0.01)
+    g = net.new_group(2)
+    add(net, [10.0, 10.04], g, [0, 1], lat=0.0)
+    assert net.advance(100.0) == (g, 2.0)  # 10.04 B would take 0.004 s longer: it leaves with the other
+    assert net.m_end[:2].tolist() == [2.0, 2.0] and net.solves == 2 and net.nbytes[0] == pytest.approx(20.04)
+
+
+def test_a_messages_acknowledgements_flow_back_once_it_has_left_and_take_their_share_then():
+    net = Network(np.array([10.0, 10.0]), 2)
+    ga, gb = net.new_group(1), net.new_group(1)
+    # a: 10 B on link 0, 5 B of acknowledgements back on link 1; b: 20 B on link 1
+    net.add(np.array([[0, 1]]), np.ones((1, 2)), np.array([2]), np.array([1]), np.array([10.0]), np.array([0.0]),
+            np.array([ga]), np.array([0]), np.array([1]), np.array([1]), back=np.array([5.0]))
+    net.add(np.array([[1, 0]]), np.ones((1, 2)), np.array([1]), np.array([1]), np.array([20.0]), np.array([0.0]),
+            np.array([gb]), np.array([1]), np.array([1]), np.array([0]))
+    # until t=1 b has link 1 alone (a's acks are not sent yet); then the acks share it: 5 B each by t=2, b's
+    # last 5 B alone by t=2.5
+    assert net.advance(100.0) == (ga, 1.0)
+    assert net.advance(100.0) == (gb, 2.5)
+    assert net.nbytes.tolist() == [10.0, 25.0] and net.npk.tolist() == [1, 2] and net.flows == 0
