@@ -118,8 +118,9 @@ class Experiment(_Section):
                                  "ns-3 twin: a packet-level simulated fabric; no root)")
     gpus: int = Field(32, ge=2)
     gpus_per_switch: Union[int, Literal["auto"]] = Field(
-        8, description="ZCube k (>= 1); auto: the smallest power of two with k^2 >= 2 x gpus (the scale "
-                       "study's rule: 8 at 32 GPUs, 32 at 512; ROFT's default radix follows it)")
+        8, description="ZCube k (>= 1); auto: the smallest power of two with k^2 >= 2 x gpus, or with k^2 >= "
+                       "gpus when 2k ports would not fit a 51.2T switch's 256 (the scale study's rule: 8 at 32 "
+                       "GPUs, 32 at 512, 128 at 8,192 and 16,384; ROFT's default radix follows it)")
     cables: Optional[int] = Field(None, ge=1, description="ZCube parallel cables per odd-even pair; null: k^2/n")
     gpus_per_server: int = Field(8, ge=1, description="ROFT server size")
     radix: Optional[int] = Field(None, ge=2, description="ROFT switch radix; null: the ZCube's")
