@@ -46,6 +46,9 @@ Snapshot = dict[str, Counters]  # queue id -> its counters
 
 CROSS_TRAFFIC = "cross_traffic"  # what a backend may support beyond carrying messages (Backend.supports)
 FAULTS = "faults"
+# what a backend builds from the fabric model beyond its paths (Backend.builds): what an experiment is checked for
+DATAPATH = "datapath"  # the emulated datapath: interfaces, bridges, qdiscs (fabrics.datapath.plan_datapath)
+QUEUES = "queues"  # a limit and PFC thresholds per switch queue (pfc.policy.queue_limits)
 
 
 # ------------------------------------------------------------------ asked for
@@ -275,6 +278,7 @@ class Backend(abc.ABC):
 
     name: ClassVar[str]
     supports: ClassVar[frozenset[str]] = frozenset()  # CROSS_TRAFFIC, FAULTS
+    builds: ClassVar[frozenset[str]] = frozenset()  # DATAPATH, QUEUES: what an experiment on it is checked for
     realtime: ClassVar[bool] = False  # a repetition takes its run's wall time (else: as long as it computes)
     setup_s: ClassVar[float] = 5.0  # a repetition's time besides the run itself, for the estimates
     once_s: ClassVar[float] = 0.0  # time spent once per process before the first repetition (the estimates)

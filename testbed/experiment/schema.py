@@ -443,28 +443,42 @@ def _attempt(fn, keys: dict[str, str], default: str):
         raise _Problem(keys.get(exc.key, default), str(exc)) from None
 
 
-def check_fabrics(exp: Experiment) -> None:
+def check_fabrics(exp: Experiment, builds: frozenset[str] | None = None) -> None:
     """The rules of what builds each fabric: its size, the datapath's link settings and the PFC policy on
-    them (raises ``_Problem``); what the fabric verbs (``up``, ``bench``) check too."""
+    them (raises ``_Problem``); what the fabric verbs (``up``, ``bench``) check too. ``builds``: what the
+    backend makes of the fabric (``Backend.builds``; None: everything, the emulated fabric's checks). The
+    emulated datapath's plan and every queue's limit are checked only for a backend that builds them: both are
+    quadratic in the GPUs (n = 16,384: 2^29 neighbour entries, 2^30 destination-set members), and a fabric
+    another backend carries has no interface names to fit in 15 characters."""
     from fabrics import build_fabric
     from fabrics.datapath import plan_datapath
     from pfc import policy as pfc_policy
+    from testbed.backends.base import DATAPATH, QUEUES
 
     p = exp.pfc
     if p.xon_bytes is not None and p.xoff_bytes is not None and p.xon_bytes >= p.xoff_bytes:
         raise _Problem("pfc.xon_bytes", f"must be < xoff_bytes {p.xoff_bytes} (got {p.xon_bytes})")
+    builds = frozenset({DATAPATH, QUEUES}) if builds is None else builds
     for kind in exp.fabrics:
         spec = _attempt(lambda: fabric_spec(exp, kind), _LINK_KEYS, "link")
         fabric = _attempt(lambda: build_fabric(**spec.args), _FABRIC_KEYS, "gpus")
-        _attempt(lambda: plan_datapath(fabric, spec.datapath), _FABRIC_KEYS, "gpus")
-        _attempt(lambda: pfc_policy.queue_limits(fabric, spec.datapath, spec.pfc), _PFC_KEYS, "pfc")
+        if DATAPATH in builds:
+            _attempt(lambda: plan_datapath(fabric, spec.datapath), _FABRIC_KEYS, "gpus")
+        if QUEUES in builds:
+            _attempt(lambda: pfc_policy.queue_limits(fabric, spec.datapath, spec.pfc), _PFC_KEYS, "pfc")
+        elif spec.pfc is not None and spec.pfc.enabled:  # the settings alone
+            _attempt(lambda: pfc_policy.resolve_on(spec.pfc, spec.datapath), _PFC_KEYS, "pfc")
 
 
 def semantic_check(exp: Experiment) -> None:
     """Apply the rules of the code that will consume the values (raises ``_Problem``: key path, message)."""
     from traffic.model import rankmap
 
-    check_fabrics(exp)
+    try:
+        builds = backends.get(exp.backend, exp.hosts).builds
+    except TestbedError:  # refused by _check_backend below, with its key
+        builds = None
+    check_fabrics(exp, builds)
     s = exp.serving
     model = models.get_model(s.model)
     _attempt(lambda: models.check_tp(model, s.prefill_tp), {}, "serving.prefill_tp")
