@@ -47,6 +47,7 @@ _LOADERS: dict[str, Callable[[], Backend]] = {"emulated": _emulated, "ideal": _i
 NAMES = tuple(_LOADERS)
 DEFAULT = "emulated"
 OVER_HOSTS = ("emulated",)  # the backends a hosts file can spread
+ROUTE_THEMSELVES = ("ns3",)  # the backends that pick each connection's path (Backend.routes_itself): paths_from
 
 
 def get(name: str, hosts: str | None = None) -> Backend:

@@ -159,6 +159,9 @@ class Conditions:
     # the ECMP hash's seed where a backend draws the flows' source ports itself (the ns-3 twin): None = ``seed``;
     # another value draws a fresh ECMP outcome and leaves everything else that follows ``seed`` as it is
     hash_seed: int | None = None
+    # an emulator repetition's ecmp.json: a backend that routes by itself (``Backend.routes_itself``) carries every
+    # connection on its recorded ports and paths instead (``testbed.backends.paths.Recording``)
+    recorded_paths: str | None = None
 
 
 # -------------------------------------------------------------------- returned
@@ -280,6 +283,7 @@ class Backend(abc.ABC):
     supports: ClassVar[frozenset[str]] = frozenset()  # CROSS_TRAFFIC, FAULTS
     builds: ClassVar[frozenset[str]] = frozenset()  # DATAPATH, QUEUES: what an experiment on it is checked for
     realtime: ClassVar[bool] = False  # a repetition takes its run's wall time (else: as long as it computes)
+    routes_itself: ClassVar[bool] = False  # picks each connection's path (can follow recorded paths: paths_from)
     setup_s: ClassVar[float] = 5.0  # a repetition's time besides the run itself, for the estimates
     once_s: ClassVar[float] = 0.0  # time spent once per process before the first repetition (the estimates)
     held_setup_s: ClassVar[float] = 5.0  # a repetition's time besides the run itself on a held fabric (``hold``)

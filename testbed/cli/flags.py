@@ -70,7 +70,7 @@ SERVING = (Flag("--model", "serving.model"), Flag("--dtype", "serving.dtype"),
 REPETITION = (Flag("--backend", "backend"), *FABRIC, *LINK, Flag("--represents", "link.represents"), *PFC, *TRACE,
               *SERVING,
               Flag("--seed", "seed", "seed of repetition 1 (repetition r: seed + r - 1)"),
-              Flag("--cross", "cross_flows"))
+              Flag("--cross", "cross_flows"), Flag("--paths-from", "paths_from"))
 RUN = (Flag("--fabrics", "fabrics", "comma list, e.g. zcube,roft", type=_names), Flag("--reps", "repetitions"),
        Flag("--name", "name"), *REPETITION)
 

@@ -118,6 +118,9 @@ def start_run_dir(resolved: Resolved, run_dir: Path, versions: dict, log: Log, r
         shutil.copyfile(exp.load_curve, run_dir / "load_curve.json")
     if exp.scale_result:  # the headline shows the shipped run at the seed's scale beside this one
         shutil.copyfile(exp.scale_result, run_dir / "scale_result.json")
+    if exp.crosscheck_result:  # the headline says whether the two engines agreed on this experiment
+        doc = json.loads(Path(exp.crosscheck_result).read_text()) | {"shipped": Path(exp.crosscheck_result).name}
+        _write_json(run_dir / "crosscheck.json", doc)
     if exp.sensitivity_result:  # the report shows the last sensitivity shipped for this experiment
         shutil.copyfile(exp.sensitivity_result, run_dir / "sensitivity.json")
     write_plan(exp, run_dir, log)

@@ -74,7 +74,7 @@ def _shipped_json(v: str, info: ValidationInfo, expected: str, fields: dict[str,
 # keys an alternative of `testbed sensitivity` may not set: every alternative runs every fabric, the same
 # repetitions on the same backend into its own folder, and is not itself a sensitivity
 NOT_ALTERNATIVE_KEYS = ("name", "fabrics", "repetitions", "backend", "sensitivity", "sensitivity_result",
-                        "scale_result", "sweep", "sweep_paired")
+                        "scale_result", "crosscheck_result", "sweep", "sweep_paired")
 
 
 class Alternative(_Section):
@@ -136,6 +136,11 @@ class Experiment(_Section):
     hash_seed: Optional[int] = Field(None, ge=0, description="repetition r draws its ECMP hash outcome (its "
                                      "connections' source ports) from hash_seed + r - 1 instead of its seed: a "
                                      "fresh outcome with the same expert routing; null: the repetition's seed")
+    paths_from: Optional[str] = Field(None, description="an emulator run directory (`testbed run`'s, relative to the "
+                                      "current directory): repetition r on each fabric carries every connection on "
+                                      "the ports and paths Open vSwitch gave it there (runs/<fabric>/rep<r>/"
+                                      "ecmp.json) instead of the model's ECMP hash; for the backends that route "
+                                      "by themselves (ns3, fluid); null: the model's hash")
     repetitions: int = Field(1, ge=1, le=100)
     cross_flows: int = Field(0, ge=0, description="background iperf3 flows between random GPU pairs")
     sweep: Optional[dict[str, list[Union[str, int, float]]]] = Field(
@@ -158,6 +163,9 @@ class Experiment(_Section):
                                         "(scale_result.json, from `python -m testbed.report.scale_result RUN_DIR "
                                         "OUT`; relative to the experiment file's folder): the headline shows it "
                                         "beside the run's")
+    crosscheck_result: Optional[str] = Field(None, description="crosscheck.json written by `testbed crosscheck` on "
+                                             "this experiment (relative to the experiment file's folder): the "
+                                             "headline says whether the two engines agreed, the report shows it")
     sensitivity_result: Optional[str] = Field(None, description="sensitivity.json written by `testbed sensitivity` "
                                                                 "(relative to the experiment file's folder); the "
                                                                 "report shows it after the headline")
@@ -191,6 +199,14 @@ class Experiment(_Section):
             return None
         return _shipped_json(v, info, "expected a load_curve.json written by `testbed sweep` over one key",
                              {"knob": str, "fabrics": dict}, "knob and fabrics")
+
+    @field_validator("crosscheck_result")
+    @classmethod
+    def _crosscheck_file(cls, v: Optional[str], info: ValidationInfo) -> Optional[str]:
+        if v is None:
+            return None
+        return _shipped_json(v, info, "expected a crosscheck.json written by `testbed crosscheck`",
+                             {"repetitions": list, "agreement": dict}, "repetitions and agreement")
 
     @field_validator("scale_result")
     @classmethod
@@ -269,7 +285,8 @@ def repetition_spec(exp: Experiment, kind: str, rep: int = 1):
                           time_dilation=exp.link.time_dilation, seed=exp.seed + rep - 1, rep=rep,
                           cross_flows=exp.cross_flows, gpus_per_server=exp.gpus_per_server,
                           faults=fault_specs(exp, kind), backend=exp.backend, hosts=exp.hosts,
-                          hash_seed=None if exp.hash_seed is None else exp.hash_seed + rep - 1)
+                          hash_seed=None if exp.hash_seed is None else exp.hash_seed + rep - 1,
+                          paths_from=exp.paths_from)
 
 
 def fault_specs(exp: Experiment, kind: str) -> tuple:
@@ -506,6 +523,7 @@ def semantic_check(exp: Experiment) -> None:
                                              "every transfer from the trace")
     _check_backend(exp)
     _check_faults(exp)
+    _check_paths_from(exp)
 
 
 def _check_backend(exp: Experiment) -> None:
@@ -518,6 +536,42 @@ def _check_backend(exp: Experiment) -> None:
             Conditions(cross_flows=exp.cross_flows, faults=tuple(f.model_dump() for f in exp.faults)))
     except TestbedError as exc:
         raise _Problem(exc.key or "backend", str(exc)) from None
+
+
+def _check_paths_from(exp: Experiment) -> None:
+    """A run directory of recorded paths fits this experiment: a backend that routes by itself, a recording per
+    fabric and repetition made on the same wiring (``testbed.backends.paths.Recording``), the same workload and
+    seed (so the same connections: ``testbed.report.workload``)."""
+    if exp.paths_from is None:
+        return
+    from fabrics import build_fabric
+    from testbed.backends.paths import RECORDING, Recording
+    from testbed.report import workload
+
+    if not backends.get(exp.backend).routes_itself:
+        raise _Problem("paths_from", f"the {exp.backend} backend does not route connections itself: expected "
+                                     f"backend {' or '.join(backends.ROUTE_THEMSELVES)} with recorded paths")
+    run = Path(exp.paths_from)
+    try:
+        recorded = json.loads((run / "experiment.json").read_text())["experiment"]
+    except (OSError, ValueError, KeyError, TypeError):
+        raise _Problem("paths_from", f"{run}: no experiment.json: expected a run directory of `testbed run` on the "
+                                     "emulated backend") from None
+    differs = workload.differences(recorded, exp.model_dump(mode="json"))
+    if differs or recorded.get("seed") != exp.seed:
+        raise _Problem("paths_from", f"{run} ran another workload (it differs in "
+                                     f"{', '.join(differs or ['seed'])}): expected a run of this experiment")
+    for kind in exp.fabrics:
+        model = build_fabric(**fabric_spec(exp, kind).args)
+        for rep in range(1, exp.repetitions + 1):
+            f = run / "runs" / kind / f"rep{rep}" / RECORDING
+            if not f.is_file():
+                raise _Problem("paths_from", f"{f} does not exist: expected a recording for every fabric and "
+                                             f"repetition ({', '.join(exp.fabrics)} x {exp.repetitions})")
+            try:
+                Recording.load(f, model)
+            except TestbedError as exc:
+                raise _Problem("paths_from", str(exc)) from None
 
 
 def _check_faults(exp: Experiment) -> None:

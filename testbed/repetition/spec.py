@@ -11,6 +11,7 @@ backend object once and passes it down beside the spec).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from testbed.backends.base import FabricSpec
 from testbed.repetition.settings import Serving, Trace
@@ -37,7 +38,7 @@ RECORD: tuple[tuple[str, object], ...] = (
     ("popularity", lambda s: s.serving.popularity), ("zipf_s", lambda s: s.serving.zipf_s),
     ("time_dilation", lambda s: s.time_dilation), ("warmup_s", lambda s: s.serving.warmup_s),
     ("gpus_per_server", lambda s: s.gpus_per_server), ("faults", lambda s: list(s.faults)),
-    ("hash_seed", lambda s: s.hash_seed),
+    ("hash_seed", lambda s: s.hash_seed), ("paths_from", lambda s: s.paths_from),
 )
 
 
@@ -58,6 +59,16 @@ class RepetitionSpec:
     hosts: str | None = None  # a hosts file: the emulated fabric spread over those machines
     hash_seed: int | None = None  # the ECMP outcome's seed (the connections' source ports); None: ``seed``
     transfer_timeout_s: float = DEFAULT_TRANSFER_TIMEOUT_S  # a message not delivered by then has failed
+    paths_from: str | None = None  # an emulator run whose recorded paths a self-routing backend follows
+
+    @property
+    def recorded_paths(self) -> str | None:
+        """This repetition's recording in ``paths_from`` (runs/<fabric>/rep<r>/ecmp.json), or None."""
+        if self.paths_from is None:
+            return None
+        from testbed.backends.paths import RECORDING
+
+        return str(Path(self.paths_from) / "runs" / self.kind / f"rep{self.rep}" / RECORDING)
 
     @property
     def kind(self) -> str:

@@ -30,7 +30,7 @@ def headline_lines(run_dir: Path | str) -> list[str]:
     summary.json the report wrote, else of the figures computed again from the saved files); one line saying why
     when there is none (no repetition finished, unreadable files), so a run never fails on its headline."""
     try:
-        from testbed.report import scale_result
+        from testbed.report import crosscheck, crosscheck_section, scale_result
         from testbed.report.build import summary_of
         from testbed.report.headline import lines
 
@@ -38,6 +38,9 @@ def headline_lines(run_dir: Path | str) -> list[str]:
         shipped = Path(run_dir) / scale_result.FILE
         if shipped.is_file():
             out += [""] + scale_result.lines(json.loads(shipped.read_text()))
+        check = crosscheck_section.load(run_dir)
+        if check is not None:
+            out += ["", crosscheck.line(check)]
         return out
     except Exception as exc:  # noqa: BLE001 - the repetitions' results are kept; say why there is no headline
         return [f"no headline: {type(exc).__name__}: {exc}"]

@@ -21,6 +21,7 @@ from testbed.report import (
     breakdown,
     confidence,
     congestion_section,
+    crosscheck_section,
     faults,
     headline,
     hot_links,
@@ -35,6 +36,7 @@ from testbed.report import (
 )
 from testbed.report import html as H
 from testbed.report import load_curve_section as curve
+from testbed.report.crosscheck import line as xc_line
 from testbed.report.fmt import num
 from testbed.report.headline import headline_rows
 from testbed.report.load import ExperimentRun, load_experiment
@@ -193,6 +195,9 @@ def _headline_section(run: LoadedRun) -> str:
     if sentence:
         parts.append(f"<p>{H.escape(sentence)}</p>")
     parts.append(H.headline_block(doc["headline"]))
+    check = crosscheck_section.load(exp.path)
+    if check is not None:  # whether the engines agree on this experiment: one line, the section further down
+        parts.append(f'<p><b>{H.escape(xc_line(check))}</b> (<a href="#crosscheck">cross-check</a>)</p>')
     parts.append("<h3>Every figure</h3>")
     parts.append(H.headline_table(doc, exp.fabrics))
     conf = doc.get("confidence")
@@ -717,6 +722,8 @@ SECTIONS: tuple[Section, ...] = (
     Section("calibration", "Calibration", "Calibration: where the network matters as much as in the seed's cluster",
             _calibration_section),
     Section("headline", "Headline", "Headline", _headline_section),
+    Section("crosscheck", "Cross-check", "Cross-check: the same experiment on two engines",
+            lambda run: crosscheck_section.report_section(run.exp.path, run.figures)),
     Section("scale", "At the seed's scale", "At the seed's scale: the shipped run beside this one",
             lambda run: scale_result.report_section(run.exp.path, run.doc)),
     Section("sensitivity", "Sensitivity", "Sensitivity: does the verdict survive other assumptions?",

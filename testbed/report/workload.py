@@ -30,10 +30,12 @@ NOT_WORKLOAD_KEYS = (
     "repetitions",  # how often
     "seed",  # the first repetition's seed (repetition r uses seed + r - 1)
     "hash_seed",  # the ECMP outcome's seed (a draw, as the seed)
+    "paths_from",  # an emulator run whose recorded ECMP outcome a simulator follows (the draw, taken from there)
     "calibration",  # files the report shows beside the run
     "load_curve",
     "sensitivity_result",
     "scale_result",
+    "crosscheck_result",
     "sensitivity",  # what `testbed sensitivity` and `testbed sweep` run besides; `run` ignores them
     "sweep",
     "sweep_paired",

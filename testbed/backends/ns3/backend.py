@@ -36,6 +36,7 @@ class Ns3Backend(Backend):
     name = "ns3"
     realtime = False
     builds = frozenset({QUEUES})  # the twin's switch queues take the PFC policy's limits and thresholds
+    routes_itself = True
     setup_s = cost.FALLBACK_S  # a repetition without a load model (cost.for_experiment): building the network
     once_s = cost.LOAD_S  # loading ns-3 and compiling the twin, once per process
 
@@ -56,10 +57,16 @@ class Ns3Backend(Backend):
         engine.load()
         t = time.monotonic()
         engine.configure(net.link.mtu, conditions.seed)
-        built = plan.build(net.model, net.link, resolved, conditions.seed, conditions.hash_seed)
+        recording = None
+        if conditions.recorded_paths is not None:
+            from testbed.backends.paths import Recording
+
+            recording = Recording.load(conditions.recorded_paths, net.model)
+        built = plan.build(net.model, net.link, resolved, conditions.seed, conditions.hash_seed, recording)
         build_s = time.monotonic() - t
         log(f"twin: {net.model.describe()}, {len(built.queues)} queues, PFC "
-            f"{'on' if resolved else 'off'} (ns-3 loaded in {engine.load_s():g} s, built in {build_s:.1f} s)")
+            f"{'on' if resolved else 'off'}, paths {'recorded in ' + recording.source if recording else 'by the hash'} "
+            f"(ns-3 loaded in {engine.load_s():g} s, built in {build_s:.1f} s)")
         return net, resolved, built, max(build_s, 0.0)
 
     def _finish(self, spec: FabricSpec, net: Network, resolved, built, sampler, rows: list[dict],
@@ -91,7 +98,13 @@ class Ns3Backend(Backend):
             f"cluster s, {figures['events_per_wall_s']} events/s, peak RSS {figures['peak_rss_mb']:.0f} MB, "
             f"{device_drops} device drops)")
         t_end = max((r["end"] for r in rows if r["end"] is not None), default=0.0)
-        record = FabricRecord(dict(spec.args), dataclasses.asdict(spec.datapath), pfc.record(resolved))
+        warnings = ()
+        hashed = figures["ecmp"].get("hashed_multipath")
+        if hashed:  # a recording was given, yet some multipath directions were not in it
+            warnings = (f"{hashed} multipath connection directions were not in the recording "
+                        f"({figures['ecmp']['recorded_from']}) and took the model's hash",)
+            log("twin: " + warnings[0])
+        record = FabricRecord(dict(spec.args), dataclasses.asdict(spec.datapath), pfc.record(resolved), warnings)
         return Carried(0.0, max(t_end, counters.t_last), rows, record, counters, pauses, serving=serving, cpu_s=cpu_s)
 
     def carry(self, spec: FabricSpec, traffic: PlannedTraffic, conditions: Conditions, run_dir: Path,

@@ -325,9 +325,9 @@ def test_config_json_records_every_setting_under_its_old_flat_name():
     exp = validate({"trace": {"speed": 2}, "link": {"time_dilation": 1}, "serving": {"chunk_bytes": 0},
                     "gpus_per_server": 4, "gpus": 16, "gpus_per_switch": 4}, "x")
     rec = repetition_spec(exp, "zcube", 2).record()
-    assert list(rec)[:3] == ["trace", "trace_format", "skip_bad"] and list(rec)[-3:] == ["gpus_per_server", "faults",
-                                                                                     "hash_seed"]
-    assert len(rec) == 37 and "backend" not in rec
+    assert list(rec)[:3] == ["trace", "trace_format", "skip_bad"] and list(rec)[-3:] == ["faults", "hash_seed",
+                                                                                     "paths_from"]
+    assert len(rec) == 38 and "backend" not in rec
     assert (rec["speed"], rec["seed"], rec["chunk_bytes"], rec["represents_bps"], rec["gpus_per_server"]) == \
         (2, 1, None, exp.link.represents, 4)
     assert (rec["driver"], rec["time_dilation"], rec["warmup_s"], rec["faults"]) == ("plan", 1, 0, [])

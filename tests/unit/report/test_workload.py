@@ -13,6 +13,7 @@ import pytest
 from common.paths import REPO, shown
 from testbed.experiment import crosscheck
 from testbed.experiment.schema import Experiment, resolve
+from testbed.report import crosscheck as xc
 from testbed.report import sensitivity_section, workload
 from testbed.report.comparison import differences as compare_differences
 from testbed.report.serving import calibration_applies, calibration_differences
@@ -22,7 +23,8 @@ RUN_KEYS_CHANGED = {"name": "elsewhere", "fabrics": ["roft"], "backend": "ideal"
                     "repetitions": 7, "seed": 9, "calibration": "/x/calibration.json", "load_curve": "/x/lc.json",
                     "sensitivity": [{"name": "a", "assumption": None, "set": {"serving.policy": "adaptive"}}],
                     "sensitivity_result": "/x/sensitivity.json", "sweep": {"seed": [1, 2]}, "sweep_paired": True,
-                    "hash_seed": 5, "scale_result": "/x/scale_result.json"}
+                    "hash_seed": 5, "scale_result": "/x/scale_result.json", "paths_from": "/x/run",
+                    "crosscheck_result": "/x/crosscheck.json"}
 
 
 def _default() -> dict:
@@ -95,20 +97,18 @@ def test_files_by_name_and_a_key_one_side_lacks_left_at_its_empty_default():
     assert workload.differences(a, b, aside=("serving",)) == []
 
 
-def test_crosscheck_against_another_workload_says_so(tmp_path):
-    base = _default()
-    for name, exp in (("emu", base | {"backend": "emulated"}), ("twin", base | {"backend": "ns3"})):
-        (tmp_path / name).mkdir()
-        (tmp_path / name / "experiment.json").write_text(json.dumps({"experiment": exp}))
-    assert crosscheck.workload_differences(tmp_path / "emu", tmp_path / "twin") == []
-    other = json.loads(json.dumps(base))
-    other["link"]["represents"] = 1e11
-    (tmp_path / "emu" / "experiment.json").write_text(json.dumps({"experiment": other}))
-    assert crosscheck.workload_differences(tmp_path / "emu", tmp_path / "twin") == ["link.represents"]
-    assert crosscheck.workload_differences(tmp_path / "emu", tmp_path / "none") is None
-    doc = crosscheck.compare(None, {"zcube": {}, "roft": {}}) | {"workload_differences": ["link.represents"]}
-    assert crosscheck.table(doc)[-1].startswith("NOT the same workload") and "link.represents" in crosscheck.table(
-        doc)[-1]
+def test_crosscheck_of_another_workload_says_so(tmp_path):
+    from tests.unit.report.test_crosscheck import make_run
+
+    a = make_run(tmp_path / "a", "emulated", tokens={"zcube": 2.0, "roft": 1.0})
+    b = make_run(tmp_path / "b", "ns3", tokens={"zcube": 2.0, "roft": 1.0})
+    assert xc.compare_runs(a, b)["workload_differences"] == []
+    exp = json.loads((a / "experiment.json").read_text())
+    exp["experiment"]["link"] = {"represents": 1e11}
+    (a / "experiment.json").write_text(json.dumps(exp))
+    doc = xc.compare_runs(a, b)
+    assert doc["workload_differences"] == ["link.represents"]
+    assert any(line.startswith("NOT the same workload") and "link.represents" in line for line in crosscheck.table(doc))
 
 
 @pytest.mark.parametrize("given,expected", [

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from fabrics import build_fabric
 from fabrics.routing import forwarding_tables
+from testbed.backends import paths
 from testbed.backends.ns3 import plan
 
 FABRIC = build_fabric("roft", gpus=32)
@@ -26,7 +27,8 @@ class FakeTwin:
 
 
 def opened(seed, hash_seed=None):
-    built = plan.Built(FakeTwin(), FABRIC, TABLES, seed, {n: i for i, n in enumerate(FABRIC.switches)}, [], hash_seed)
+    book = paths.PathBook(FABRIC, seed if hash_seed is None else hash_seed, tables=TABLES)
+    built = plan.Built(FakeTwin(), FABRIC, book, {n: i for i, n in enumerate(FABRIC.switches)}, [], hash_seed)
     for p in PAIRS:
         built.connection(*p)
     return built
@@ -34,7 +36,7 @@ def opened(seed, hash_seed=None):
 
 def test_none_keeps_the_repetition_s_seed():
     assert opened(3).sports == opened(3, hash_seed=None).sports == opened(7, hash_seed=3).sports
-    assert opened(3).port_seed == 3 and opened(3, 9).port_seed == 9
+    assert opened(3).paths.seed == 3 and opened(3, 9).paths.seed == 9
 
 
 def test_two_hash_seeds_give_two_port_assignments_and_the_same_one_the_same():

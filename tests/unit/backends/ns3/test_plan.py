@@ -13,17 +13,19 @@ from fabrics.datapath import DatapathConfig
 from fabrics.routing import forwarding_tables, select_ports, walk
 from pfc import policy
 from pfc.policy import PfcConfig
+from testbed.backends import paths
 from testbed.backends.base import LinkSettings
 from testbed.backends.ns3 import engine, pfc, plan
+from traffic.runtime.ports import EPHEMERAL, source_port
 
 LINK = LinkSettings.of(DatapathConfig().validate(), 200e9)
 
 
 @contextlib.contextmanager
-def built(fabric, seed=0, pfc_cfg=None):
+def built(fabric, seed=0, pfc_cfg=None, recording=None):
     engine.load()
     engine.configure(LINK.mtu, seed)
-    b = plan.build(fabric, LINK, pfc.resolve(pfc_cfg, LINK), seed)
+    b = plan.build(fabric, LINK, pfc.resolve(pfc_cfg, LINK), seed, recording=recording)
     try:
         yield b
     finally:
@@ -58,9 +60,32 @@ def test_every_gpu_pair_is_routed_on_the_models_path(kind, n):
                     if kind == "zcube":
                         assert len(options) == 1
                     sport = b.sports[(src, c.src_port, dst, c.dst_port)]
-                    assert got == plan.route(fabric, tables, a, z, sport, plan.LISTEN_PORT, 3)
+                    assert got == list(paths.route(fabric, tables, a, z, sport, paths.LISTEN_PORT))
                     back = plan.installed_path(b, z, a) if (dst, c.dst_port, src, c.src_port) in b.sports else None
                     assert back is None or tuple(back) in {tuple(zip(h, o)) for h, o in walk(fabric, tables, z, a)}
+
+
+def test_a_recording_routes_each_direction_on_the_recorded_path_not_the_hashed_one(tmp_path):
+    import json
+
+    from fabrics import addressing
+    from testbed.backends.emulated import ecmp
+
+    fabric = build_fabric("roft", gpus=32)
+    tables = forwarding_tables(fabric)
+    a, z = (1, 1), (18, 1)  # another rail: a spine to choose, each way
+    hashed = paths.PathBook(fabric, 0).connection(a, z)
+    fwd = next(tuple(zip(h, o)) for h, o in walk(fabric, tables, a, z) if tuple(zip(h, o)) != hashed.forward)
+    rev = next(tuple(zip(h, o)) for h, o in walk(fabric, tables, z, a) if tuple(zip(h, o)) != hashed.reverse)
+    conn = [addressing.ip_of(*a), 41000, addressing.ip_of(*z), paths.LISTEN_PORT]
+    doc = ecmp.outcome(fabric, [conn], {tuple(conn): tuple(zip(*fwd)), (tuple(conn), ecmp.REVERSE): tuple(zip(*rev))},
+                       0, False)
+    (tmp_path / "ecmp.json").write_text(json.dumps(doc))
+    with built(fabric, recording=paths.Recording.load(tmp_path / "ecmp.json", fabric)) as b:
+        b.connection(a[0], a[1], z[0], z[1])
+        assert b.sports[(1, 1, 18, 1)] == 41000
+        assert tuple(plan.installed_path(b, a, z)) == fwd and tuple(plan.installed_path(b, a, z, reverse=True)) == rev
+        assert plan.ecmp_outcome(b)["hashed_multipath"] == 0
 
 
 def test_the_seed_moves_roft_flows_between_spines_and_the_hash_spreads_them():
@@ -72,8 +97,8 @@ def test_the_seed_moves_roft_flows_between_spines_and_the_hash_spreads_them():
         chosen = []
         for src in (1, 2, 3, 4):
             for dst in (9, 17, 25):
-                sport = plan.source_port(seed, "10.1.0.%d" % src, "10.2.0.%d" % dst, used)
-                hops = plan.route(fabric, tables, (src, 1), (dst, 2), sport, plan.LISTEN_PORT, seed)
+                sport = source_port(seed, "10.1.0.%d" % src, "10.2.0.%d" % dst, used)
+                hops = paths.route(fabric, tables, (src, 1), (dst, 2), sport, paths.LISTEN_PORT)
                 chosen.append(fabric.peer(*hops[0])[0])
         spines[seed] = chosen
         assert len(set(chosen)) > 1  # the hash spreads 12 flows over more than one spine
@@ -82,8 +107,8 @@ def test_the_seed_moves_roft_flows_between_spines_and_the_hash_spreads_them():
 
 def test_source_ports_are_unique_per_address_and_in_linux_range():
     used: set = set()
-    ports = [plan.source_port(7, "10.1.0.1", f"10.2.0.{d}", used) for d in range(2, 200)]
-    assert len(set(ports)) == len(ports) and all(plan.EPHEMERAL[0] <= p <= plan.EPHEMERAL[1] for p in ports)
+    ports = [source_port(7, "10.1.0.1", f"10.2.0.{d}", used) for d in range(2, 200)]
+    assert len(set(ports)) == len(ports) and all(EPHEMERAL[0] <= p <= EPHEMERAL[1] for p in ports)
 
 
 def test_queue_limits_and_thresholds_are_the_pfc_policys():
