@@ -153,6 +153,15 @@ def _policy_ports(src_gpu: int, dst_gpu: int, policy: str) -> list[PortChoice]:
     raise TestbedError(f"port policy {policy!r} is unknown: expected one of {', '.join(POLICIES)}")
 
 
+def port_pairs(src_gpu: int, dst_gpu: int, policy: str = DEFAULT_POLICY) -> tuple[tuple[int, int], ...]:
+    """The (source port, destination port) pairs the messages of a GPU pair take in turn, in the policy's order:
+    the serving cluster's senders (the emulator's coordinator, the twin, the ideal network) alternate over them;
+    ``adaptive`` chooses among striped's by the sender's backlog. A rule asked per pair, not a table of every
+    pair (268M of them at n = 16,384)."""
+    static = "striped" if policy == "adaptive" else policy
+    return tuple((c.src_port, c.dst_port) for c in select_ports(src_gpu, dst_gpu, static))
+
+
 def egress_port_for(dst_port: int) -> int:
     """The host's route: destinations on plane 2 leave on port 1 and vice versa."""
     return 1 if dst_port == 2 else 2

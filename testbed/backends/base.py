@@ -123,8 +123,8 @@ class PlannedTraffic:
 @dataclass(frozen=True)
 class ServingTraffic:
     """The serving cluster the live driver runs, as ``traffic.runtime.coordinator`` reads it: ``spec``
-    (``ServingSpec`` as JSON), ``requests``, ``dilation`` (wall seconds per cluster second), ``ips``,
-    ``choices`` (each GPU pair's NIC port pairs, in the policy's order) and ``policy``."""
+    (``ServingSpec`` as JSON), ``requests``, ``dilation`` (wall seconds per cluster second), ``ips`` and
+    ``policy`` (the port-selection policy: a GPU pair's NIC port pairs are ``fabrics.routing.port_pairs``)."""
 
     config: dict
 

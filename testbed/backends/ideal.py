@@ -17,6 +17,7 @@ from pathlib import Path
 
 from common import scale
 from fabrics import build_fabric
+from fabrics.routing import port_pairs
 from testbed.backends.base import (
     Backend,
     Carried,
@@ -81,11 +82,14 @@ class IdealBackend(Backend):
         serving.run_ideal(cluster, port_bps=spec.represents_bps)
         cpu_s = round(time.process_time() - cpu, 3)
         dilation = traffic.dilation
-        choices, ips = traffic.config["choices"], traffic.config["ips"]
+        policy, ips = traffic.config["policy"], traffic.config["ips"]
+        choices: dict[tuple[int, int], tuple] = {}
         used: dict[tuple[int, int], int] = {}
         rows = []
         for m in sorted(cluster.messages.values(), key=lambda m: m.id):
-            options = choices[f"{m.src_gpu},{m.dst_gpu}"]  # the policy's port pairs in turn, as the coordinator
+            options = choices.get((m.src_gpu, m.dst_gpu))  # the policy's port pairs in turn, as the coordinator
+            if options is None:
+                options = choices[(m.src_gpu, m.dst_gpu)] = port_pairs(m.src_gpu, m.dst_gpu, policy)
             k = used.get((m.src_gpu, m.dst_gpu), 0)
             used[(m.src_gpu, m.dst_gpu)] = k + 1
             sp, dp = options[k % len(options)]

@@ -13,6 +13,7 @@ from fabrics.routing import (
     forwarding_tables,
     links_on_path,
     paths,
+    port_pairs,
     select_ports,
     walk,
 )
@@ -114,6 +115,18 @@ def test_policies():
         select_ports(1, 2, "random")
     picks = {select_ports(s, d, "pair-hash")[0].src_port for s in range(1, 9) for d in range(1, 9)}
     assert picks == {1, 2}
+
+
+def test_port_pairs_are_the_policys_static_choices_in_order():
+    """What the serving cluster's senders alternate over per GPU pair: striped both halves (adaptive chooses
+    among those), rail-out and server-out one each, pair-hash one of the two by the pair."""
+    assert port_pairs(1, 2, "striped") == port_pairs(1, 2, "adaptive") == ((1, 2), (2, 1))
+    assert port_pairs(7, 3, "rail-out") == ((1, 2),) and port_pairs(7, 3, "server-out") == ((2, 1),)
+    hashed = {port_pairs(s, d, "pair-hash") for s in range(1, 9) for d in range(1, 9)}
+    assert hashed == {((1, 2),), ((2, 1),)}
+    assert port_pairs(16384, 1, "pair-hash") == port_pairs(16384, 1, "pair-hash")
+    with pytest.raises(TestbedError, match="expected one of"):
+        port_pairs(1, 2, "random")
 
 
 def test_path_query_rejects_unknown_gpus():
