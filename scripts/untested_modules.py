@@ -42,7 +42,6 @@ UNREACHED: dict[str, str] = {
     "testbed.backends.ideal.IdealBackend.serve": f"{_BACKEND_SEAM}; tests/unit/backends/test_ideal.py runs it",
     "testbed.backends.ns3.backend.Ns3Backend.serve": f"{_BACKEND_SEAM}; tests/unit/backends/ns3/test_run.py runs it",
     "testbed.backends.ns3.apps.serve": "Ns3Backend.serve's simulation; tests/unit/backends/ns3/test_run.py runs it",
-    "testbed.backends.ns3.apps.PortPicker.pick": "apps.serve's port choice; tests/unit/backends/ns3/test_run.py",
     "testbed.backends.emulated.backend.EmulatedBackend.serve": f"{_ROOT_FABRIC}: tests/integration/test_live.py",
     "testbed.backends.emulated.multihost.MultiHostBackend.serve": "SSH hosts and root: "
                                                                   "tests/integration/test_multihost.py",
