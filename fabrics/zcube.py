@@ -40,7 +40,8 @@ def scaled_k(n_gpus: int) -> int:
     failover) and switches have 2k ports: n=32 -> 8 (the default fabric), 128 -> 16, 512 -> 32 (16 + 16 switches
     of 64 ports, 2 cables per pair), 8,192 -> 128. When those 2k ports would not fit one 51.2T switch
     (``SWITCH_PORTS_51T``), the smallest power of two with k^2 >= n instead: one cable per pair, still
-    non-blocking, so n=16,384 -> 128 (128 + 128 switches of 256 ports), the blog's formula."""
+    non-blocking, so n=16,384 -> 128 (128 + 128 switches of 256 ports), the blog's formula; beyond that no
+    ZCube of 51.2T switches exists (TestbedError)."""
     n = _positive_int("gpus", n_gpus)
     k = 1
     while k * k < 2 * n:
@@ -49,6 +50,11 @@ def scaled_k(n_gpus: int) -> int:
         k = 1
         while k * k < n:
             k *= 2
+        if 2 * k > SWITCH_PORTS_51T:
+            limit = (SWITCH_PORTS_51T // 2) ** 2
+            raise TestbedError(f"gpus={n} needs ZCube switches of {2 * k} ports (k={k}), more than a 51.2T switch's "
+                               f"{SWITCH_PORTS_51T}: one layer of them reaches {limit} GPUs (set gpus_per_switch to "
+                               "build a larger one)", key="gpus")
     if n % k:
         raise TestbedError(f"gpus={n} is not divisible by the scaled k={k}: expected a multiple of {k}", key="gpus")
     return k

@@ -207,6 +207,9 @@ def realised_hit(requests: list[Request], capacity_blocks: int | None = None) ->
     return hit / total if total else 0.0
 
 
+GENERATED_REQUESTS = 10_000  # a generated workload's size when the experiment names none (trace.first_n)
+
+
 @functools.lru_cache(maxsize=8)
 def _generated(n_requests: int, seed: int, shape: AgenticShape) -> tuple[Request, ...]:
     """A generated workload, drawn once per process for each (size, seed, shape): a run asks for the same
@@ -217,15 +220,17 @@ def _generated(n_requests: int, seed: int, shape: AgenticShape) -> tuple[Request
 def workload_requests(name: str, *, seed: int = 0, n_requests: int | None = None,
                       root: Path | None = None, shape: dict | None = None) -> list[Request]:
     """The requests of a named workload: a shipped trace's (the first ``n_requests``; paths from the
-    repository root, or ``root``) or ``n_requests`` generated ones (10,000 by default) from ``seed``, with
-    ``shape`` (``AgenticShape`` fields) set otherwise."""
+    repository root, or ``root``) or ``n_requests`` generated ones (``GENERATED_REQUESTS`` by default) from
+    ``seed``, with ``shape`` (``AgenticShape`` fields) set otherwise."""
     w = WORKLOADS[one_of("workload", name, WORKLOADS)]
     if w.kind == "generated":
         from dataclasses import replace
 
-        return list(_generated(10_000 if n_requests is None else n_requests, seed, replace(AGENTIC, **(shape or {}))))
+        n = GENERATED_REQUESTS if n_requests is None else n_requests
+        return list(_generated(n, seed, replace(AGENTIC, **(shape or {}))))
     requests = read_trace((root or REPO) / w.path).requests
     return requests if n_requests is None else requests[:int_at_least("n_requests", n_requests, 1)]
 
 
-__all__ = ["Workload", "WORKLOADS", "AgenticShape", "AGENTIC", "agentic_coding", "realised_hit", "workload_requests"]
+__all__ = ["Workload", "WORKLOADS", "AgenticShape", "AGENTIC", "GENERATED_REQUESTS", "agentic_coding", "realised_hit",
+           "workload_requests"]

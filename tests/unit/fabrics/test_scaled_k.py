@@ -32,6 +32,8 @@ def test_auto_in_an_experiment_and_its_refusals():
         validate({"gpus": 40, "gpus_per_switch": "auto"}, "t")
     with pytest.raises(TestbedError):
         scaled_k(0)
+    with pytest.raises(TestbedError, match="gpus=32768 needs ZCube switches of 512 ports"):
+        scaled_k(32768)
 
 
 def test_the_blogs_cluster_is_one_layer_of_51t_switches():
