@@ -86,9 +86,6 @@ UNREACHED: dict[str, str] = {
     "testbed.emulation.hosts.cluster.clean": "SSH hosts and root: tests/integration/test_pseudo_hosts.py",
     "testbed.emulation.hosts.cluster.Cluster.upload": "SSH hosts: tests/integration/test_multihost.py",
     "testbed.emulation.hosts.cluster.Cluster.check_alive": "SSH hosts: tests/integration/test_multihost.py",
-    # whole experiments on the emulator
-    "testbed.experiment.crosscheck.run_crosscheck": "the ns-3 twin and, as root, the emulator at full size; "
-                                                    "tests/unit/experiment/test_crosscheck.py stands it in",
     # called by asyncio's event loop (a BufferedProtocol)
     "traffic.runtime.receiver.Receiver.get_buffer": "asyncio calls it: tests/unit/traffic/runtime/test_receiver.py",
     "traffic.runtime.receiver.Receiver.eof_received": "asyncio calls it: "

@@ -304,12 +304,17 @@ class Backend(abc.ABC):
         """Raise when this machine cannot carry a repetition now (``build_own``: every repetition brings
         its own fabric up, so one already up is in the way). Nothing to check by default."""
 
+    @property
+    def label(self) -> str:
+        """The backend as a line names it."""
+        return f"the {self.name} backend"
+
     def refuse_unsupported(self, conditions: Conditions) -> None:
         """A TestbedError when ``conditions`` ask for something this backend does not do."""
         if conditions.cross_flows and CROSS_TRAFFIC not in self.supports:
-            raise TestbedError(f"the {self.name} backend carries no cross traffic: expected 0", key="cross_flows")
+            raise TestbedError(f"{self.label} carries no cross traffic: expected 0", key="cross_flows")
         if conditions.faults and FAULTS not in self.supports:
-            raise TestbedError(f"the {self.name} backend cannot inject faults: expected none", key="faults")
+            raise TestbedError(f"{self.label} cannot inject faults: expected none", key="faults")
 
     @abc.abstractmethod
     def network(self, spec: FabricSpec) -> Network:

@@ -42,10 +42,14 @@ def cmd_run(args) -> int:
     out_root = out_dir(args.out)  # checked before anything is built, also by --dry-run
     resolved = resolve(args.experiment, overrides_from_args(args))
     if args.dry_run:
+        from testbed.report.workload import served_text
+
         exp = resolved.experiment
-        print(json.dumps(resolved.as_dict() | {"runs": [t.as_dict() for t in run.targets(exp)],
+        served = run.served(exp)
+        print(json.dumps(resolved.as_dict() | {"served": served, "runs": [t.as_dict() for t in run.targets(exp)],
                                                "estimate_s": round(run.estimate_s(exp, resolved.backend))},
                          indent=1))
+        _stderr(f"serving: {served_text(served)}")
         _stderr(f"estimated wall time: {run.estimate_text(exp, resolved.backend)}")
         return 0
     return run.run_experiment(resolved, out_root, log=_stderr)

@@ -48,7 +48,9 @@ def write(doc: dict, b_dir: Path) -> Path:
 def compare_only(a_dir: Path, b_dir: Path, ablation: tuple[Path, Path] | None = None) -> dict:
     """Two finished runs compared (and, given ``ablation``, the same two engines' runs at 100 Gbit/s: ROFT's
     200G/100G on each); crosscheck.json written into ``b_dir``."""
-    doc = xc.compare_runs(a_dir, b_dir)
+    from testbed import backends
+
+    doc = xc.compare_runs(a_dir, b_dir, backends.ROUTE_THEMSELVES)
     if ablation is not None:
         doc["roft_200g_over_100g"] = xc.bandwidth_ablation(a_dir, b_dir, *ablation)
         doc["agreement"] = xc.agreement(doc)
@@ -83,7 +85,7 @@ def run_crosscheck(experiment: str | None, overrides: list, out_root: Path, engi
     follow = a_name == "emulated" and b_name in backends.ROUTE_THEMSELVES and not own_paths
     extra = [Override("paths_from", str(a_dir), "crosscheck")] if follow else []
     b_dir = _run(resolve(experiment, on(b_name, extra)), out_root, log, run)
-    doc = xc.compare_runs(a_dir, b_dir)
+    doc = xc.compare_runs(a_dir, b_dir, backends.ROUTE_THEMSELVES)
     if doc["workload_differences"]:
         log("crosscheck: the two runs are not the same workload: they differ in "
             + ", ".join(doc["workload_differences"]))

@@ -29,8 +29,8 @@ from testbed.backends.base import Backend
 from testbed.experiment import rundir
 from testbed.experiment.schema import Resolved, repetition_spec
 from testbed.repetition.orchestrate import run_repetition
-from testbed.repetition.spec import served_requests
-from testbed.report import headline
+from testbed.repetition.spec import served_source
+from testbed.report import headline, workload
 
 Log = Callable[[str], None]
 Progress = Callable[["PlannedRepetition", dict], None]  # told each repetition and its outcome as it ends
@@ -48,10 +48,10 @@ def run_experiment(resolved: Resolved, out_root: Path, log: Log = stderr_log, ou
     ``backend``: the experiment's own (``resolved.backend``) unless given."""
     exp = resolved.experiment
     backend = backend or resolved.backend
-    n = requests_served(exp)
-    log(f"experiment {exp.name}: {', '.join(exp.fabrics)} with {exp.gpus} GPUs, {n} requests of "
-        f"{exp.trace.label}, {exp.serving.model} TP {exp.serving.prefill_tp}->{exp.serving.decode_tp}, "
-        f"{exp.link.rate / 1e6:g} Mbit/s links, PFC {'on' if exp.pfc.enabled else 'off'}")
+    log(f"serving: {workload.served_text(served(exp))}")  # first: whose requests the figures will be
+    log(f"experiment {exp.name}: {', '.join(exp.fabrics)} with {exp.gpus} GPUs, {exp.serving.model} TP "
+        f"{exp.serving.prefill_tp}->{exp.serving.decode_tp}, {exp.link.rate / 1e6:g} Mbit/s links, PFC "
+        f"{'on' if exp.pfc.enabled else 'off'}")
     log(f"estimated wall time: {estimate_text(exp, backend)}")
     backend.check(build_own=True)  # each fabric is built with the experiment's own link settings
     run_dir = rundir.new_run_dir(Path(out_root), exp.name)
@@ -132,10 +132,15 @@ def minutes(seconds: float) -> str:
     return f"{seconds / 60:.1f} min" if seconds >= 90 else f"{seconds:.0f} s"
 
 
+def served(exp) -> dict:
+    """What the run serves (``testbed.repetition.spec.served_source``: the drivers' own requests), as
+    experiment.json's ``served`` records it; an empty slice fails here, before any directory or fabric exists."""
+    return served_source(repetition_spec(exp, exp.fabrics[0]))
+
+
 def requests_served(exp) -> int:
-    """Requests the run serves (``traffic.model.traces.served_requests``, the drivers' own rule); an empty
-    slice fails here, before any directory or fabric exists."""
-    return len(served_requests(repetition_spec(exp, exp.fabrics[0]))[0])
+    """Requests the run serves (``served``)."""
+    return served(exp)["requests"]
 
 
 def _write_error(target: Path, text: str) -> None:
@@ -311,7 +316,7 @@ def run_into(resolved: Resolved, run_dir: Path, backend: Backend, log: Log, vers
     rundir.mark_state(run_dir, "running")
     try:
         rundir.start_run_dir(resolved, run_dir, versions, log, [t.as_dict() for t in targets(exp)],
-                             estimate_s(exp, backend), extra)
+                             estimate_s(exp, backend), {"served": served(exp)} | (extra or {}))
         outcomes = execute(resolved, run_dir, backend, log, progress)
         result = finish(resolved, run_dir, outcomes, log)
     except KeyboardInterrupt:

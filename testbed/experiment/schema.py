@@ -21,6 +21,7 @@ testbed.experiment.schema``), also checked by a unit test.
 import copy
 import functools
 import json
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +34,7 @@ from common.errors import TestbedError
 from common.paths import REPO
 from testbed import backends
 from testbed.repetition.settings import (
+    TRACE_SOURCES,
     BackendName,
     FabricName,
     Fault,
@@ -337,6 +339,8 @@ def check_key_path(key: str, origin: str) -> list[str]:
                        f"({', '.join(model.model_fields)})")
 
 
+_SOURCE_KEYS = tuple(f"trace.{k}" for k in TRACE_SOURCES)
+
 # Command-line values of these keys stay text: a bare rate means Mbit/s there (as with --rate), and a
 # name or path is never a number.
 CLI_TEXT_KEYS = ("link.rate", "trace.path", "name", "serving.model")
@@ -368,7 +372,25 @@ def apply_overrides(raw: dict, overrides: list[Override]) -> dict:
         if o.key == "trace.path" and isinstance(value, str) and not Path(value).expanduser().is_absolute():
             value = os.path.abspath(Path(value).expanduser())  # given on the command line: relative to cwd
         node[parts[-1]] = value
-    return out
+    return _one_source(out, overrides)
+
+
+def _one_source(data: dict, overrides: list[Override]) -> dict:
+    """Where the requests come from (``settings.TRACE_SOURCES``): a trace path or a workload the overrides set
+    (the last value of each key; null sets nothing) replaces the other in ``data``; both set by the overrides
+    is refused in one line naming both keys and where each was set."""
+    last = {o.key: o for o in overrides if o.key in _SOURCE_KEYS}
+    given = [last[k] for k in _SOURCE_KEYS if k in last and last[k].value is not None]
+    if len(given) == 2:
+        raise TestbedError(f"{given[0].key} (from {given[0].origin}) and {given[1].key} (from {given[1].origin}) "
+                           "are alternatives (a trace file, or a named workload): expected one of them, not both "
+                           f"(got {given[0].value!r} and {given[1].value!r})", key=given[0].key)
+    trace = data.get("trace")
+    if given and isinstance(trace, dict):
+        for key in _SOURCE_KEYS:
+            if key != given[0].key and trace.get(key.split(".")[1]) is not None:
+                trace[key.split(".")[1]] = None  # replaced by the source the overrides set
+    return data
 
 
 # ----------------------------------------------------------------- errors
@@ -463,10 +485,8 @@ def _attempt(fn, keys: dict[str, str], default: str):
 def check_fabrics(exp: Experiment, builds: frozenset[str] | None = None) -> None:
     """The rules of what builds each fabric: its size, the datapath's link settings and the PFC policy on
     them (raises ``_Problem``); what the fabric verbs (``up``, ``bench``) check too. ``builds``: what the
-    backend makes of the fabric (``Backend.builds``; None: everything, the emulated fabric's checks). The
-    emulated datapath's plan and every queue's limit are checked only for a backend that builds them: both are
-    quadratic in the GPUs (n = 16,384: 2^29 neighbour entries, 2^30 destination-set members), and a fabric
-    another backend carries has no interface names to fit in 15 characters."""
+    backend makes of it (``Backend.builds``; None: all); the datapath's plan and each queue's limit, quadratic
+    in the GPUs (n = 16,384: 2^29 neighbour entries), only for a backend that builds them."""
     from fabrics import build_fabric
     from fabrics.datapath import plan_datapath
     from pfc import policy as pfc_policy
@@ -524,6 +544,45 @@ def semantic_check(exp: Experiment) -> None:
     _check_backend(exp)
     _check_faults(exp)
     _check_paths_from(exp)
+    _check_serving(exp)
+
+
+# the serving cluster's parameters its rules name (traffic.model.serving_spec: TrafficError.key) -> key paths
+_SERVING_KEYS = {"prefill_ep": "serving.prefill_ep", "decode_ep": "serving.decode_ep", "gpu": "serving.gpu",
+                 "model": "serving.model", "decode_kv_tokens": "serving.decode_memory"}
+
+
+def _check_serving(exp: Experiment) -> None:
+    """What a repetition would fail on that the experiment alone decides, found before any run directory exists:
+    the requests it serves (an empty slice) and, live, the serving cluster's rules and whether it can serve them
+    (``testbed.repetition.drivers.live.check_live``: the warm-up against the run, the EP groups' experts, the
+    caches' and pools' sizes, each request's KV against a decode pool)."""
+    from testbed.repetition.drivers.live import check_live
+    from testbed.repetition.spec import served_requests
+    from traffic.model.errors import TraceError
+
+    spec = repetition_spec(exp, exp.fabrics[0])
+    try:
+        served_requests(spec)
+    except TraceError as exc:
+        raise _Problem("trace.path", str(exc)) from None
+    except TestbedError as exc:
+        raise _Problem(f"trace.{exc.key}" if exc.key in Trace.model_fields else "trace.start_s", str(exc)) from None
+    if exp.serving.driver != "live":
+        return
+    try:
+        check_live(spec, exp.gpus, spec.fabric.datapath.rate_bps)
+    except TestbedError as exc:
+        if exc.key in ("prefill_ep", "decode_ep") and exp.serving.layout is not None:
+            raise _Problem("serving.layout", str(exc)) from None  # the layout sets the EP groups
+        if exc.key != "warmup_s":
+            raise _Problem(_SERVING_KEYS.get(exc.key, "serving"), str(exc)) from None
+        t = exp.trace
+        run = f"trace.duration_s {t.duration_s:g}" + (f" / trace.speed {t.speed:g}" if spec.run_s != t.duration_s
+                                                      else "")
+        raise _Problem("serving.warmup_s", f"{exp.serving.warmup_s:g} s is not shorter than the run's "
+                                           f"{spec.run_s:g} cluster seconds ({run}): expected serving.warmup_s < "
+                                           f"{spec.run_s:g}, or a longer trace.duration_s") from None
 
 
 def _check_backend(exp: Experiment) -> None:
@@ -575,11 +634,18 @@ def _check_paths_from(exp: Experiment) -> None:
 
 
 def _check_faults(exp: Experiment) -> None:
-    """Every fault's target exists on every fabric it names, and its action fits it."""
+    """Every fault's target exists on every fabric it names, its action fits it, it begins within the run (or it
+    would never be applied) and it does not begin while another fault holds its target (the second ``down`` of
+    a cable, ``stop`` of a stopped controller, would not be applied)."""
     from fabrics import build_fabric
-    from fabrics.failover import parse_target
+    from fabrics.failover import UNDO, parse_target
 
+    run_s = repetition_spec(exp, exp.fabrics[0]).run_s if exp.faults else 0.0
+    held: dict[tuple[str, str], list[tuple[int, float, float]]] = {}  # (fabric, target) -> (fault, begin, end)
     for i, f in enumerate(exp.faults):
+        if f.at >= run_s:
+            raise _Problem(f"faults[{i}].at", f"{f.at:g} s is not within the run's {run_s:g} s (it would never be "
+                                              f"applied): expected at < {run_s:g}")
         for kind in exp.fabrics:
             text = f.target_on(kind)
             if text is None:
@@ -588,6 +654,14 @@ def _check_faults(exp: Experiment) -> None:
                 target = parse_target(build_fabric(**fabric_spec(exp, kind).args), text)
             except TestbedError as exc:
                 raise _Problem(f"faults[{i}].target", f"on {kind}: {exc}") from None
+            end = f.at if f.action not in UNDO else math.inf if f.duration is None else f.at + f.duration
+            for j, begin, until in held.setdefault((kind, target.text), []):
+                if begin <= f.at < until or f.at <= begin < end:
+                    to = "the end" if until == math.inf else f"{until:g} s"
+                    raise _Problem(f"faults[{i}].at", f"on {kind}: {target.text} is held by faults[{j}] from "
+                                                      f"{begin:g} s to {to}: expected faults on one target one "
+                                                      "after the other")
+            held[(kind, target.text)].append((i, f.at, end))
             fits = ("stop", "restart") if target.kind == "controller" else ("down",)
             if f.action not in fits:
                 raise _Problem(f"faults[{i}].action", f"{f.action!r} does not fit {target.kind}: expected "
@@ -635,7 +709,11 @@ def read_file(path: Path) -> dict:
         raise TestbedError(f"{path}: must hold a mapping of keys (name, fabrics, link, trace, serving, ...), "
                            f"got a {type(doc).__name__}")
     if path.suffix == ".json" and isinstance(doc.get("experiment"), dict) and "overrides" in doc:
-        return doc["experiment"]
+        exp = doc["experiment"]
+        trace = exp.get("trace")
+        if isinstance(trace, dict) and trace.get("workload") is not None:  # its path is the workload's file,
+            exp = exp | {"trace": trace | {"path": None}}  # resolved when it ran: the workload names it again
+        return exp
     return doc
 
 
@@ -668,7 +746,7 @@ def validate(raw: dict, label: str, base: Path | None = None, overrides: list[Ov
     try:
         data = apply_overrides(raw, overrides)
     except TestbedError as exc:
-        raise TestbedError(f"{label}: {exc}") from None
+        raise TestbedError(f"{label}: {exc}", key=exc.key) from None
     try:
         exp = Experiment.model_validate(data, context={"base": base})
     except ValidationError as exc:

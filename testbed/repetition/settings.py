@@ -128,6 +128,12 @@ class Pfc(_Section):
                                                f"{pfc_policy.DEFAULT_POLL_US}")
 
 
+# where a run's requests come from: a trace file or a named workload, alternatives (docs/experiments.md, "Where
+# the requests come from"): ``Trace`` refuses both in one mapping; the experiment's overrides
+# (``testbed.experiment.schema.apply_overrides``) let the one set last replace the other
+TRACE_SOURCES = ("path", "workload")
+
+
 class Trace(_Section):
     """Which requests of which trace are replayed."""
 
@@ -174,6 +180,16 @@ class Trace(_Section):
         if not p.is_file():
             raise ValueError(f"trace {p} does not exist: {expected}")
         return str(p)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_source(cls, data: Any) -> Any:
+        """A trace file and a named workload are alternatives: both in one mapping is refused, naming both."""
+        if isinstance(data, dict) and all(data.get(k) is not None for k in TRACE_SOURCES):
+            raise ValueError(f"trace.path and trace.workload are alternatives (a trace file, or a named workload): "
+                             f"expected one of them, not both (got path {data['path']!r} and workload "
+                             f"{data['workload']!r})")
+        return data
 
     @model_validator(mode="after")
     def _workload_path(self) -> "Trace":

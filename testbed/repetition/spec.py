@@ -10,6 +10,8 @@ backend object once and passes it down beside the spec).
 
 from __future__ import annotations
 
+import functools
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -123,6 +125,35 @@ def served_requests(spec: RepetitionSpec) -> tuple[list, int]:
         drawn = workloads.workload_requests(tr.workload, seed=tr.workload_seed, n_requests=tr.first_n,
                                             shape=tr.workload_shape)
         return traces.served_requests(drawn, 0.0, tr.duration_s, None, 1.0, closed, label=tr.workload), 0
-    read = traces.read_trace(tr.path, tr.format, skip_bad=tr.skip_bad)
-    return traces.served_requests(read.requests, tr.start_s, tr.duration_s, tr.first_n, tr.speed, closed,
-                                  label=tr.path), read.skipped
+    try:
+        version = os.stat(tr.path).st_mtime_ns, os.stat(tr.path).st_size
+    except OSError:
+        version = None, None  # read_trace says what is wrong with it, in one line
+    requests, skipped = _read(tr.path, tr.format, tr.skip_bad, *version)
+    return traces.served_requests(requests, tr.start_s, tr.duration_s, tr.first_n, tr.speed, closed,
+                                  label=tr.path), skipped
+
+
+@functools.lru_cache(maxsize=4)
+def _read(path: str, fmt: str, skip_bad: bool, mtime_ns: int | None, size: int | None) -> tuple[tuple, int]:
+    """A trace read once per process for each version of the file (its time and size in the key): a run reads
+    it for its check, its count and every repetition's preparation."""
+    from traffic.model import traces
+
+    read = traces.read_trace(path, fmt, skip_bad=skip_bad)
+    return tuple(read.requests), read.skipped
+
+
+def served_source(spec: RepetitionSpec) -> dict:
+    """Where the repetition's requests come from, as experiment.json's ``served`` records it and the terminal's
+    first line says it (``testbed.experiment.run.source_line``): a generated workload (its name and seed), a
+    named workload's shipped trace or the user's trace file (its path and format); how many requests, how many
+    with ``hash_ids`` (the prefix cache's keys) and how many bad rows were skipped."""
+    from traffic.model import traces
+
+    reqs, skipped = served_requests(spec)
+    tr = spec.trace
+    return {"source": "generated" if tr.generated else "workload" if tr.workload else "trace",
+            "workload": tr.workload, "seed": tr.workload_seed if tr.generated else None, "path": tr.path,
+            "format": None if tr.generated else tr.format if tr.format != "auto" else traces.detect_format(tr.path),
+            "requests": len(reqs), "with_hash_ids": sum(1 for r in reqs if r.hash_ids), "skipped_rows": skipped}

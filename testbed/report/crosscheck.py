@@ -205,8 +205,9 @@ def goals_of(rep: dict) -> dict[str, bool | None]:
     return out
 
 
-def compare_runs(a_dir: Path, b_dir: Path) -> dict:
-    """The cross-check document of two run directories of one experiment (engine A, the reference, and B)."""
+def compare_runs(a_dir: Path, b_dir: Path, self_routing: tuple[str, ...] = ()) -> dict:
+    """The cross-check document of two run directories of one experiment (engine A, the reference, and B);
+    ``self_routing``: the backends that pick their connections' paths by the one rule (``testbed.backends``)."""
     a_dir, b_dir = Path(a_dir), Path(b_dir)
     exp_a, exp_b = (_experiment(d) for d in (a_dir, b_dir))
     from testbed.report import workload
@@ -236,7 +237,7 @@ def compare_runs(a_dir: Path, b_dir: Path) -> dict:
                            "both): expected two finished runs of one experiment")
     doc = {"a": {"run": str(a_dir), "backend": exp_a.get("backend"), "paths_from": exp_a.get("paths_from")},
            "b": {"run": str(b_dir), "backend": exp_b.get("backend"), "paths_from": exp_b.get("paths_from")},
-           "same_paths": _same_paths(a_dir, exp_a, b_dir, exp_b),
+           "same_paths": _same_paths(a_dir, exp_a, b_dir, exp_b, self_routing),
            "workload_differences": differs, "goals": dict(GOALS), "repetitions": reps}
     doc["agreement"] = agreement(doc)
     return doc
@@ -277,7 +278,7 @@ def _experiment(run_dir: Path) -> dict:
         raise TestbedError(f"{run_dir}: no experiment.json: expected a run directory of `testbed run`") from None
 
 
-def _same_paths(a_dir: Path, exp_a: dict, b_dir: Path, exp_b: dict) -> str:
+def _same_paths(a_dir: Path, exp_a: dict, b_dir: Path, exp_b: dict, routed: tuple[str, ...]) -> str:
     """How the two runs' connections were routed: 'recorded' (B followed A's recorded paths, or A's), 'rule' (both
     routed themselves by the one rule with the same seeds), or 'own' (each its own: the emulator's OVS hash
     against a simulator's)."""
@@ -285,9 +286,6 @@ def _same_paths(a_dir: Path, exp_a: dict, b_dir: Path, exp_b: dict) -> str:
         return "recorded"
     if exp_a.get("paths_from") and Path(exp_a["paths_from"]).resolve() == b_dir.resolve():
         return "recorded"
-    from testbed import backends
-
-    routed = set(backends.ROUTE_THEMSELVES)
     if exp_a.get("backend") in routed and exp_b.get("backend") in routed and exp_a.get("paths_from") == \
             exp_b.get("paths_from") and (exp_a.get("seed"), exp_a.get("hash_seed")) == (exp_b.get("seed"),
                                                                                       exp_b.get("hash_seed")):

@@ -277,6 +277,7 @@ def summary_keys(doc: dict) -> dict:
             "pfc_pauses": {f: _range(doc[f], "pfc_pauses") for f in fabrics},
             "queue_drops": {f: _range(doc[f], "queue_drops") for f in fabrics},
             "congestion": port_classes.sentence({f: doc[f].get("per_rep") or [] for f in fabrics}) if both else None,
+            "prefix_cache": {f: doc[f].get("prefix_cache") for f in fabrics if doc[f].get("prefix_cache")} or None,
             "verdict": doc.get("verdict")}
 
 
@@ -364,7 +365,42 @@ def facts(h: dict) -> list[str]:
                f"fidelity: NOT ok ({h['fidelity_problems']} problem{'s' if h['fidelity_problems'] != 1 else ''}: "
                "these numbers may describe the emulator, not the fabric; the report's Fidelity section lists them)")
     out.append(f"PFC pauses: {_per_fabric(h, 'pfc_pauses')}; queue drops: {_per_fabric(h, 'queue_drops')}")
+    if h.get("prefix_cache"):
+        out.append(prefix_cache_line(h["prefix_cache"]))
     return out
+
+
+def percent(v) -> str:
+    """A ratio as '89.6 %' ('-' for none)."""
+    return "-" if v is None else f"{100 * v:.1f} %"
+
+
+PREFIX_NOTE = ("Prefix-cache hit: the prompt tokens each request's prefill unit had cached (not computed) over its "
+               "prompt tokens, summed over the requests (token-weighted, as vLLM and SGLang count it); GPU: found in "
+               "the prefill GPU's own pool; host tier: held only by the host-memory tier behind it (SGLang HiCache) "
+               "and loaded into the GPU first. The two add up to the hit.")
+
+
+def prefix_cache_text(p: dict) -> str:
+    """One fabric's prefix-cache hit: '89.6 % (GPU 61.9 % + host 27.7 %; repetitions 89.5, 89.6, 89.8 %)', or
+    why there is none."""
+    if not p.get("cache") and not p.get("assumed_hit"):
+        return "none (serving.prefix_cache false)"
+    reps = [r.get("hit_rate") for r in p.get("per_rep") or []]
+    each = (f"; repetitions {', '.join('-' if v is None else f'{100 * v:.1f}' for v in reps)} %"
+            if len(reps) > 1 else "")
+    tiers = (f"GPU {percent(p.get('device_hit_rate'))} + host {percent(p.get('host_hit_rate'))}"
+             if p.get("hicache_ratio") else "GPU only")
+    assumed = ""
+    if p.get("assumed_hit") and p.get("with_hash_ids", 0) < (p.get("requests") or 0):
+        assumed = f"; serving.prefix_hit {p['assumed_hit']:g} assumed for requests without hash_ids"
+    return f"{percent(p.get('hit_rate'))} ({tiers}{each}{assumed})"
+
+
+def prefix_cache_line(per_fabric: dict) -> str:
+    """The terminal's line of the prefix cache's hit per fabric (what vLLM and SGLang print first)."""
+    return ("prefix-cache hit, token-weighted over the measured requests (TTFT's): "
+            + ", ".join(f"{fabric_name(f)} {prefix_cache_text(p)}" for f, p in per_fabric.items()))
 
 
 ENOUGH_REQUESTS = 1000  # measured requests a fabric for a TTFT P99 ratio of +-6 % (docs/serving.md, How sure)
@@ -419,4 +455,5 @@ def lines(h: dict) -> list[str]:
 __all__ = ["pfc_pauses", "pfc_enabled", "queue_drops", "HEADLINE_KEYS", "rep_headline", "spread", "planned_runs",
            "fabric_headlines", "HEADLINE", "LIVE_HEADLINE", "headline_rows", "verdict", "BETTER", "WORSE",
            "NOT_RESOLVED", "SPREAD_UNKNOWN", "NOT_MEASURED", "FIGURES", "VERDICT_KEYS", "HIGHER_IS_BETTER",
-           "summary_keys", "figure_table", "rep_table", "facts", "lines", "columns"]
+           "summary_keys", "figure_table", "rep_table", "facts", "lines", "columns", "prefix_cache_text",
+           "prefix_cache_line", "percent", "PREFIX_NOTE"]

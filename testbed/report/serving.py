@@ -19,8 +19,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from testbed.report import headline, stats, workload  # noqa: E402
 from testbed.report import html as H  # noqa: E402
-from testbed.report import stats, workload  # noqa: E402
 from testbed.report.fmt import num  # noqa: E402
 from testbed.report.load import ExperimentRun  # noqa: E402
 from testbed.report.plots import colour, name, save  # noqa: E402
@@ -122,10 +122,34 @@ def serving_section(doc: dict, exp: ExperimentRun, fig: Path | None) -> str:
              "are converted back. A step is modelled compute plus the measured exchange of its expert-parallel "
              "messages over the fabric (dispatch, then combine); a request's TTFT is its prefill queue, prefill "
              "steps, KV transfer, the wait for a decode step and that step.</p>"]
+    parts.append(prefix_cache_block(doc, fabrics))
     if fig is not None:
         parts.append(H.img(fig, "Left: TTFT of the requests that arrived after the warm-up; right: every decode "
                                 "step's duration. Every repetition pooled.", "serving CDFs"))
     return "".join(parts)
+
+
+def prefix_cache_block(doc: dict, fabrics: list[str]) -> str:
+    """The prefix cache's hit per fabric and repetition (the report's summary document, ``stats.prefix_cache``):
+    requests and tokens counted, the hit in the GPU's own pool, in the host tier and together; empty when no
+    repetition recorded one."""
+    rows = []
+    for f in fabrics:
+        p = (doc.get(f) or {}).get("prefix_cache")
+        if not p:
+            continue
+        for r in [*p["per_rep"], {**p, "rep": "all"}]:
+            rows.append([H.fab(f), H.escape(f"rep{r['rep']}" if r["rep"] != "all" else "all, pooled"),
+                         *(H.escape(num(r.get(k))) for k in ("requests", "input_tokens", "cached_tokens")),
+                         *(H.escape(headline.percent(r.get(k))) for k in stats.PREFIX_RATIOS)])
+    if not rows:
+        return ""
+    first = next(doc[f]["prefix_cache"] for f in fabrics if (doc.get(f) or {}).get("prefix_cache"))
+    off = "" if first.get("cache") else f" This run had no prefix cache: {headline.prefix_cache_text(first)}."
+    return (H.table(["fabric", "repetition", "requests", "prompt tokens", "cached tokens", "hit: GPU",
+                     "hit: host tier", "hit"], rows, left={0, 1})
+            + f'<p class="note">{H.escape(headline.PREFIX_NOTE)} Counted: {H.escape(first.get("window") or "")}.'
+            f"{H.escape(off)}</p>")
 
 
 def calibration_figure(cal: dict | None, out: Path) -> Path | None:
@@ -273,7 +297,7 @@ def live_traffic_sentence(config: dict, summary: dict) -> str:
     load = (f"closed loop, {s.get('concurrency')} requests in flight" if s.get("arrivals") == "closed"
             else f"arrivals at the trace's times at speed {g(t.get('speed'))}")
     text = (f"Traffic: {s.get('model') or 'the model'} served live with the network in the loop: {load}, request "
-            f"sizes from {Path(t.get('path') or 'the trace').name}; {g(t.get('duration_s'))} cluster seconds, the "
+            f"sizes from {workload.served_of(config)}; {g(t.get('duration_s'))} cluster seconds, the "
             f"first {g(s.get('warmup_s') or 0)} not measured; links standing for "
             f"{g((summary.get('represents_bps') or link.get('represents') or 0) / 1e9)} Gbit/s at dilation "
             f"{g(link.get('time_dilation') or summary.get('time_dilation') or 1)}.")
@@ -333,7 +357,7 @@ def live_operating_section(doc: dict, exp: ExperimentRun) -> str:
 def assumptions(exp: ExperimentRun) -> list[str]:
     """Every assumption the run's figures stand on, in one list, from the saved experiment."""
     e = (exp.config or {}).get("experiment") or {}
-    link, s, t = e.get("link") or {}, e.get("serving") or {}, e.get("trace") or {}
+    link, s = e.get("link") or {}, e.get("serving") or {}
     rate, rep, dil = link.get("rate"), link.get("represents"), link.get("time_dilation") or 1
     out = []
     if rate and rep:
@@ -364,7 +388,7 @@ def assumptions(exp: ExperimentRun) -> list[str]:
             "GPU; a step is compute then exchange, with no overlap of the two (real engines overlap them).",
             f"Operating point: {s.get('arrivals')} arrivals"
             + (f", {s.get('concurrency')} requests in flight" if s.get("arrivals") == "closed" else "")
-            + f", request sizes from {Path(t.get('path') or '').name or 'the trace'}; requests arriving in the first "
+            + f", request sizes from {workload.served_of(exp.config)}; requests arriving in the first "
             f"{s.get('warmup_s') or 0:g} s are not measured.",
         ]
     else:

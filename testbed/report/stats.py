@@ -20,6 +20,7 @@ from testbed.report import headline
 from testbed.report.fmt import flat_get
 from testbed.report.load import ExperimentRun, Rep
 from traffic.model import metrics
+from traffic.model.prefix_cache import hit_ratios
 
 # flattened keys of the headline, in display order
 KEYS = ("goodput_bps", "goodput_real_equivalent_bps", "fct_ms.p50", "fct_ms.p99", "fct_ms.p999",
@@ -149,7 +150,7 @@ def rep_metrics(rep: Rep) -> dict:
     if s.get("driver") == "live":  # the serving figures; lateness over KV and EP, in real-cluster time
         out["start_lateness_ms"] = s.get("start_lateness_ms")
         for key in ("throughput_tokens_per_s", "decode_step_ms", "ep_exchange_ms", "ep_messages",
-                    "ep_messages_verified", "ttft_breakdown_ms"):
+                    "ep_messages_verified", "ttft_breakdown_ms", "prefix_cache"):
             out[key] = s.get(key)
         out["requests_per_s"] = s.get("completed_requests_per_s")  # requests served, not KV transfers seen
     out["queue_drops"] = headline.queue_drops(s)
@@ -330,6 +331,25 @@ def operating_point(reps: list[Rep]) -> dict:
             "recorded_reps": [r.index for r, p in zip(reps, per) if p["overloaded"] is not None]}
 
 
+PREFIX_TOKENS = ("requests", "input_tokens", "cached_tokens", "host_tokens")
+PREFIX_RATIOS = ("device_hit_rate", "host_hit_rate", "hit_rate")  # traffic.model.prefix_cache.hit_ratios
+
+
+def prefix_cache(reps: list[Rep], per: list[dict]) -> dict | None:
+    """A fabric's prefix-cache hit: every repetition's tokens pooled (token-weighted, as each repetition's own,
+    ``traffic.model.prefix_cache.hit_ratios``) and each repetition's ratios; None when no repetition recorded
+    one (a planned replay, or a run from before summary.json's ``prefix_cache``)."""
+    recs = [(r.index, m.get("prefix_cache")) for r, m in zip(reps, per) if isinstance(m.get("prefix_cache"), dict)]
+    if not recs:
+        return None
+    total = {k: sum(p.get(k) or 0 for _, p in recs) for k in PREFIX_TOKENS}
+    first = recs[0][1]
+    return {**total, **hit_ratios(total["input_tokens"], total["cached_tokens"], total["host_tokens"]),
+            **{k: first.get(k) for k in ("cache", "hicache_ratio", "assumed_hit", "window")},
+            "with_hash_ids": sum(p.get("with_hash_ids") or 0 for _, p in recs),
+            "per_rep": [{"rep": i, **{k: p.get(k) for k in (*PREFIX_TOKENS, *PREFIX_RATIOS)}} for i, p in recs]}
+
+
 def aggregate(exp: ExperimentRun) -> dict:
     """The report's summary.json (its keys are a contract the README documents)."""
     doc: dict = {}
@@ -356,6 +376,7 @@ def aggregate(exp: ExperimentRun) -> dict:
                          "machine_busy_fraction": _median([c.get("machine_busy_fraction") for c in cpus]),
                          "saturated": any(bool(c.get("saturated")) for c in cpus)} if cpus else None)
         entry["operating_point"] = operating_point(reps)
+        entry["prefix_cache"] = prefix_cache(reps, per)
         problems += fab_problems
         notes += [n for r, m in zip(reps, per) for n in consistency_notes(r, m)]
         doc[fabric] = entry

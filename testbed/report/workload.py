@@ -20,6 +20,33 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterable
 
+FORMAT_NAMES = {"mooncake": "Mooncake", "azure": "Azure"}
+
+
+def served_text(served: dict) -> str:
+    """What a run served, from experiment.json's ``served`` (``testbed.repetition.spec.served_source``), as the
+    terminal's first line and the report say it: 'MY_TRACE.jsonl, 3,993 requests, Mooncake format, with
+    hash_ids' or 'agentic-coding, generated, seed 0 (10,000 requests drawn)'."""
+    n = f"{served['requests']:,} requests"
+    if served["source"] == "generated":
+        return f"{served['workload']}, generated, seed {served['seed']} ({n} drawn)"
+    name = Path(served["path"]).name
+    what = f"{served['workload']} ({name})" if served["source"] == "workload" else name
+    keys = ("with hash_ids" if served["with_hash_ids"] == served["requests"] else
+            f"{served['with_hash_ids']:,} with hash_ids" if served["with_hash_ids"] else "no hash_ids")
+    skipped = f", {served['skipped_rows']:,} bad rows skipped" if served["skipped_rows"] else ""
+    return f"{what}, {n}, {FORMAT_NAMES.get(served['format'], served['format'])} format, {keys}{skipped}"
+
+
+def served_of(config: dict) -> str:
+    """What the run of experiment.json ``config`` served: its ``served`` record, or in a run from before it the
+    workload's or the trace file's name."""
+    if isinstance((config or {}).get("served"), dict):
+        return served_text(config["served"])
+    t = ((config or {}).get("experiment") or {}).get("trace") or {}
+    return t.get("workload") or Path(t.get("path") or "the trace").name
+
+
 # Top-level experiment keys that say how, where, how often or under which name a workload runs, or what the
 # report shows beside it: never what the cluster serves or what the network carries.
 NOT_WORKLOAD_KEYS = (

@@ -75,7 +75,8 @@ def weights_per_gpu(model: ModelSpec, unit_gpus: int, engine_gpus: int, weights_
     width = DTYPE_BYTES[one_of("weights dtype", weights_dtype, DTYPE_BYTES)]
     if model.params is None:
         raise TrafficError(f"model {model.name} has no parameter count in the table; expected one to size its "
-                           "weights per GPU (or give the KV pool in tokens: prefix_cache_tokens, decode_kv_tokens)")
+                           "weights per GPU (or give the KV pool in tokens: prefix_cache_tokens, decode_kv_tokens)",
+                           key="model")
     if unit_gpus > 1 or engine_gpus == 1 or model.expert is None:
         return model.params * width / unit_gpus
     routed = model.expert.routed_params
@@ -92,7 +93,7 @@ def kv_pool_tokens(model: ModelSpec, kv_dtype: str, weights_dtype: str, gpu: str
     if tokens < BLOCK_TOKENS:
         raise TrafficError(f"{model.name} on {gpu} ({unit_gpus} of {engine_gpus} GPUs, {weights_dtype} weights) leaves "
                            f"{free / 1e9:.1f} GB at mem_fraction {mem_fraction:g}, under one 512-token block of "
-                           f"KV; expected a unit whose weights fit")
+                           f"KV; expected a unit whose weights fit", key="gpu")
     return tokens
 
 

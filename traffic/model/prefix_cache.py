@@ -109,6 +109,18 @@ class Holders:
         return out
 
 
+def hit_ratios(input_tokens: int, cached_tokens: int, host_tokens: int) -> dict:
+    """The prefix cache's token-weighted hit ratios over some requests, from their prompt tokens, those their
+    prefill unit had cached and, of those, the ones only its host tier held (HiCache): ``hit_rate`` (cached over
+    prompt tokens), ``device_hit_rate`` (found in the GPU's own pool) and ``host_hit_rate`` (loaded from the host
+    tier); the two tiers add up to the whole. None without a prompt token."""
+    if not input_tokens:
+        return {"hit_rate": None, "device_hit_rate": None, "host_hit_rate": None}
+    return {"hit_rate": round(cached_tokens / input_tokens, 4),
+            "device_hit_rate": round((cached_tokens - host_tokens) / input_tokens, 4),
+            "host_hit_rate": round(host_tokens / input_tokens, 4)}
+
+
 class PrefixCache:
     """LRU block cache with radix semantics (module docstring)."""
 
@@ -210,4 +222,4 @@ class PrefixCache:
         return added
 
 
-__all__ = ["PrefixCache", "Holders", "BLOCK_TOKENS", "cached_tokens", "assumed_cached_tokens"]
+__all__ = ["PrefixCache", "Holders", "BLOCK_TOKENS", "cached_tokens", "assumed_cached_tokens", "hit_ratios"]

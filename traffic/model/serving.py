@@ -96,10 +96,10 @@ import numpy as np
 from traffic.model._check import real_positive
 from traffic.model.errors import TrafficError
 from traffic.model.expert import HitTable
-from traffic.model.memory import KVPool, get_gpu, kv_pool_tokens
+from traffic.model.memory import KVPool, get_gpu
 from traffic.model.models import kv_bytes_per_token_per_rank
 from traffic.model.placement import Instance, gpu_server
-from traffic.model.prefix_cache import BLOCK_TOKENS, PrefixCache, assumed_cached_tokens, cached_tokens
+from traffic.model.prefix_cache import BLOCK_TOKENS, PrefixCache, assumed_cached_tokens, cached_tokens, hit_ratios
 from traffic.model.rankmap import kv_transfers
 from traffic.model.serving_events import (
     KINDS,
@@ -111,7 +111,15 @@ from traffic.model.serving_events import (
     StepRecord,
     Timer,
 )
-from traffic.model.serving_spec import ARRIVALS, ROUTINGS, ServingSpec, build_engines, layout_summary
+from traffic.model.serving_spec import (
+    ARRIVALS,
+    ROUTINGS,
+    ServingSpec,
+    build_engines,
+    check_fits,
+    layout_summary,
+    unit_kv_tokens,
+)
 from traffic.model.traces import Request
 from traffic.model.unit_routing import LeastLoaded, PrefillRouting
 
@@ -205,9 +213,7 @@ class Cluster:
         if spec.prefix_cache:
             for eng in self.engines["prefill"]:
                 for u, unit in enumerate(eng.units):
-                    tokens = spec.prefix_cache_tokens or kv_pool_tokens(
-                        spec.model, spec.dtype, spec.weights_dtype, spec.gpu, spec.prefill_mem_fraction,
-                        len(unit.gpus), len(eng.gpus))
+                    tokens = unit_kv_tokens(spec, "prefill", len(unit.gpus), len(eng.gpus))
                     key, at = (eng.index, u), self._routing.position[(eng.index, u)]
                     self.caches[key] = PrefixCache(tokens // BLOCK_TOKENS, gpu_tier, at)
                     if spec.hicache_ratio > 0:  # write-through host tier (SGLang HiCache)
@@ -216,9 +222,7 @@ class Cluster:
         if spec.decode_memory or spec.decode_prefix_cache:
             for eng in self.engines["decode"]:
                 for u, unit in enumerate(eng.units):
-                    tokens = spec.decode_kv_tokens or kv_pool_tokens(
-                        spec.model, spec.dtype, spec.weights_dtype, spec.gpu, spec.decode_mem_fraction,
-                        len(unit.gpus), len(eng.gpus))
+                    tokens = unit_kv_tokens(spec, "decode", len(unit.gpus), len(eng.gpus))
                     cache = PrefixCache(tokens // BLOCK_TOKENS) if spec.decode_prefix_cache else None
                     if cache is not None:
                         self.decode_caches[(eng.index, u)] = cache
@@ -361,10 +365,7 @@ class Cluster:
                 eng, unit = self._least_loaded("decode", lambda e, u: self._decode_commit_cost(req, e, u))
             req.decode_unit = (eng.index, unit)
             pool = self.pools[req.decode_unit]
-            if req.input_tokens + req.output_tokens > pool.capacity:
-                raise TrafficError(f"request {req.id} needs {req.input_tokens + req.output_tokens} tokens of KV, "
-                                   f"more than a decode unit holds ({pool.capacity}); expected shorter requests "
-                                   "or a larger decode_kv_tokens / gpu")
+            check_fits(req.id, req.input_tokens + req.output_tokens, pool.capacity)
             self._alloc_queue[req.decode_unit].append(req)
             return self._admit(req.decode_unit, now)
         return self._to_prefill(req, now)
@@ -714,8 +715,8 @@ class Cluster:
                      if s.end_s is not None and s.compute_end_s is not None and s.messages]
         decode_steps = [s for s in self.steps if s.engine.startswith("decode") and s.end_s is not None]
         prefilled = [r for r in measured if r.prefill_end_s is not None and r.prefill_end_s <= end]
-        inputs = sum(r.input_tokens for r in prefilled)
-        cached = sum(r.cached_tokens for r in prefilled)
+        inputs, cached = sum(r.input_tokens for r in prefilled), sum(r.cached_tokens for r in prefilled)
+        host = sum(r.host_tokens for r in prefilled)
         return {
             "measured_requests": len(measured),
             "first_token_missing": sum(1 for r in measured if r.first_token_s is None or r.first_token_s > end),
@@ -732,10 +733,12 @@ class Cluster:
             # prefill compute the requests needed / what the units could do in the run: under 1 keeps up
             "prefill_token_utilization": {e.name: round(e.work_s / (end * len(e.units)), 4)
                                           for e in self.engines["prefill"]},
-            # the measured requests prefilled by the end: their prompt tokens, those their prefill unit had
-            # cached, and the tokens whose KV moved to decode (the whole context, or the decode side's delta)
-            "prefix": {"input_tokens": inputs, "cached_tokens": cached,
-                       "hit_rate": round(cached / inputs, 4) if inputs else None,
+            # the measured requests prefilled by the end: their prompt tokens, those their prefill unit had cached
+            # (of them, from its host tier), the hit ratios, and the tokens whose KV moved to decode (the whole
+            # context, or the decode side's delta)
+            "prefix": {"requests": len(prefilled), "with_hash_ids": sum(1 for r in prefilled if r.hash_ids),
+                       "input_tokens": inputs, "cached_tokens": cached, "host_tokens": host,
+                       **hit_ratios(inputs, cached, host),
                        "kv_tokens": sum(r.kv_tokens for r in prefilled if r.kv_end_s is not None)},
             "kv_memory": self.kv_memory(),
         }

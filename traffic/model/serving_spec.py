@@ -8,7 +8,8 @@ from typing import Sequence
 
 from traffic.model._check import int_at_least, one_of, real_at_least, real_positive
 from traffic.model.errors import TrafficError
-from traffic.model.memory import GPUS
+from traffic.model.expert import expert_owners, expert_popularity
+from traffic.model.memory import GPUS, kv_pool_tokens
 from traffic.model.models import DTYPE_BYTES, ModelSpec
 from traffic.model.placement import Instance
 from traffic.model.prefix_cache import BLOCK_TOKENS, assumed_cached_tokens
@@ -72,7 +73,7 @@ class ServingSpec:
         real_at_least("warmup_s", self.warmup_s, 0.0)
         if self.warmup_s >= self.duration_s:
             raise TrafficError(f"warmup {self.warmup_s:g} s is not shorter than the duration "
-                               f"{self.duration_s:g} s; expected warmup < duration")
+                               f"{self.duration_s:g} s; expected warmup < duration", key="warmup_s")
         for name in ("prefix_cache", "decode_prefix_cache", "decode_memory", "warm_start"):
             if not isinstance(getattr(self, name), bool):
                 raise TrafficError(f"{name} {getattr(self, name)!r} is not allowed; expected true or false", key=name)
@@ -102,6 +103,51 @@ class ServingSpec:
         return self.model.expert is not None
 
 
+def unit_kv_tokens(spec: ServingSpec, kind: str, unit_gpus: int, engine_gpus: int) -> int:
+    """Tokens of KV a unit of ``kind`` holds: a prefill unit's prefix cache, a decode unit's KV pool (the spec's
+    figure, or what the GPU's memory leaves, ``traffic.model.memory.kv_pool_tokens``)."""
+    given, fraction = ((spec.prefix_cache_tokens, spec.prefill_mem_fraction) if kind == "prefill" else
+                       (spec.decode_kv_tokens, spec.decode_mem_fraction))
+    return given or kv_pool_tokens(spec.model, spec.dtype, spec.weights_dtype, spec.gpu, fraction, unit_gpus,
+                                   engine_gpus)
+
+
+def check_fits(request_id: int, tokens: int, capacity: int) -> None:
+    """A request's KV (input + output tokens) must fit a decode unit's pool, or it could never be admitted."""
+    if tokens > capacity:
+        raise TrafficError(f"request {request_id} needs {tokens} tokens of KV, more than a decode unit holds "
+                           f"({capacity}); expected shorter requests or a decode unit with more memory",
+                           key="decode_kv_tokens")
+
+
+def check_serves(spec: ServingSpec, requests: Sequence) -> None:
+    """What would stop a cluster of ``spec`` serving ``requests`` once it runs, checked without running it (the
+    experiment's check, before any run directory exists): requests to serve, each expert-parallel group's
+    experts (``traffic.model.expert``), the prefix caches' and decode pools' sizes, each request's KV against
+    the smallest decode pool (``traffic.model.serving.Cluster`` applies the same rules as it runs)."""
+    if not requests:
+        raise TrafficError("no request to serve: the trace window is empty")
+    if spec.expert_parallel:
+        expert = spec.model.expert
+        for engines in (spec.prefill, spec.decode):
+            for units in engines:
+                if len(units) > 1:  # an EP group (one TP instance has no all-to-all)
+                    try:
+                        expert_owners(tuple(g for u in units for g in u.gpus), expert.routed_experts)
+                    except TrafficError as exc:
+                        kind = units[0].kind
+                        raise TrafficError(f"{kind} {exc}", key=f"{kind}_ep") from None
+        expert_popularity(expert.routed_experts, spec.popularity, spec.zipf_s, expert.experts_per_token)
+    sized = ([("prefill", spec.prefill)] if spec.prefix_cache else []) + (
+        [("decode", spec.decode)] if spec.decode_memory or spec.decode_prefix_cache else [])
+    pools = {kind: [unit_kv_tokens(spec, kind, len(u.gpus), sum(len(x.gpus) for x in units))
+                    for units in engines for u in units] for kind, engines in sized}
+    if spec.decode_memory:
+        smallest = min(pools["decode"])
+        for r in requests:
+            check_fits(r.request_id, max(1, r.input_tokens) + max(1, r.output_tokens), smallest)
+
+
 def build_engines(kind: str, instances: Sequence[Instance], ep: int | None) -> tuple[tuple[Instance, ...], ...]:
     """Engines of one kind from placed TP instances: each instance alone (dense), or EP groups of
     ``ep`` consecutive GPUs whose units are single GPUs (MoE, data-parallel attention)."""
@@ -111,7 +157,7 @@ def build_engines(kind: str, instances: Sequence[Instance], ep: int | None) -> t
     int_at_least(f"{kind} EP size", ep, 1)
     if len(gpus) % ep:
         raise TrafficError(f"{kind} EP size {ep} does not divide the {len(gpus)} {kind} GPUs; expected a divisor "
-                           f"of {len(gpus)}")
+                           f"of {len(gpus)}", key=f"{kind}_ep")
     return tuple(tuple(Instance(kind, i * ep + j, (g,)) for j, g in enumerate(gpus[i * ep:(i + 1) * ep]))
                  for i in range(len(gpus) // ep))
 
@@ -129,4 +175,5 @@ def layout_summary(name: str | None, prefill: Sequence[Sequence[Instance]],
     return out
 
 
-__all__ = ["ServingSpec", "build_engines", "layout_summary", "ARRIVALS", "ROUTINGS"]
+__all__ = ["ServingSpec", "build_engines", "layout_summary", "unit_kv_tokens", "check_fits", "check_serves", "ARRIVALS",
+           "ROUTINGS"]

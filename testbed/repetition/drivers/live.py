@@ -42,12 +42,12 @@ CLUSTER_KEYS = ("prefix_cache", "prefix_hit", "prefill_routing", "decode_prefix_
                 "hicache_ratio", "warm_start")
 
 
-def prepare_live(spec: RepetitionSpec, n_gpus: int, rate_bps: float) -> LiveSetup:
-    """The coordinator's config from a RepetitionSpec: pure computation, no fabric needed."""
+def cluster_spec(spec: RepetitionSpec, n_gpus: int, rate_bps: float) -> tuple[dict, object, tuple, tuple]:
+    """The serving cluster a repetition runs, from its settings: (the coordinator's ``spec`` object, the
+    ``ServingSpec`` it describes, checked; the prefill and the decode engines). Pure computation."""
     from traffic.model import models, placement, serving
 
     s = spec.serving
-    reqs, _ = served_requests(spec)
     model = models.get_model(s.model)
     moe = model.expert is not None
     p_tp, d_tp = (1, 1) if moe else (s.prefill_tp, s.decode_tp)
@@ -60,8 +60,7 @@ def prepare_live(spec: RepetitionSpec, n_gpus: int, rate_bps: float) -> LiveSetu
         n_dec = sum(len(i.gpus) for i in place.decode)
         prefill = serving.build_engines("prefill", place.prefill, (s.prefill_ep or n_pre) if moe else None)
         decode = serving.build_engines("decode", place.decode, (s.decode_ep or n_dec) if moe else None)
-    dilation = spec.time_dilation
-    b_scale = scale.bytes_scale(rate_bps, spec.represents_bps) / dilation
+    b_scale = scale.bytes_scale(rate_bps, spec.represents_bps) / spec.time_dilation
     cluster = dict(model=model.name, dtype=s.dtype, gpus_per_server=spec.gpus_per_server, bytes_scale=b_scale,
                    chunk_bytes=spec.chunk_bytes, prefill_chunk_tokens=s.prefill_chunk_tokens,
                    decode_batch=s.decode_batch, decode_step_s=s.decode_step_s, popularity=s.popularity,
@@ -70,20 +69,39 @@ def prepare_live(spec: RepetitionSpec, n_gpus: int, rate_bps: float) -> LiveSetu
                    **{k: getattr(s, k) for k in CLUSTER_KEYS},
                    prefill=[[list(u.gpus) for u in e] for e in prefill],
                    decode=[[list(u.gpus) for u in e] for e in decode])
-    serving.ServingSpec(model=model, prefill=prefill, decode=decode,
-                        **{k: v for k, v in cluster.items() if k not in ("model", "prefill", "decode")})  # validates
+    checked = serving.ServingSpec(model=model, prefill=prefill, decode=decode,
+                                  **{k: v for k, v in cluster.items() if k not in ("model", "prefill", "decode")})
+    return cluster, checked, prefill, decode
+
+
+def check_live(spec: RepetitionSpec, n_gpus: int, rate_bps: float) -> None:
+    """Everything a live repetition of ``spec`` would fail on that its settings decide, without running it: the
+    cluster's own rules (``cluster_spec``) and whether it can serve the requests (``serving_spec.check_serves``:
+    the EP groups' experts, the caches' and pools' sizes, each request's KV against a decode pool)."""
+    from traffic.model.serving_spec import check_serves
+
+    check_serves(cluster_spec(spec, n_gpus, rate_bps)[1], served_requests(spec)[0])
+
+
+def prepare_live(spec: RepetitionSpec, n_gpus: int, rate_bps: float) -> LiveSetup:
+    """The coordinator's config from a RepetitionSpec: pure computation, no fabric needed."""
+    from traffic.model import serving
+
+    s = spec.serving
+    reqs, _ = served_requests(spec)
+    cluster, checked, prefill, decode = cluster_spec(spec, n_gpus, rate_bps)
     gpus = range(1, n_gpus + 1)
     # a generated workload travels as its recipe (the coordinator draws the same requests), a trace's as rows
     rows = ({"workload": spec.trace.workload, "seed": spec.trace.workload_seed, "n": len(reqs),
              "shape": spec.trace.workload_shape}
             if spec.trace.generated else [r.to_row() for r in reqs])
     config = {"spec": cluster, "requests": rows,
-              "dilation": dilation, "agents": [f"gpu{g}" for g in gpus],
+              "dilation": spec.time_dilation, "agents": [f"gpu{g}" for g in gpus],
               "ips": {str(g): [addressing.ip_of(g, 1), addressing.ip_of(g, 2)] for g in gpus},
               "policy": s.policy}
     engines = {"prefill": [[g for u in e for g in u.gpus] for e in prefill],
                "decode": [[g for u in e for g in u.gpus] for e in decode]}
-    return LiveSetup(ServingTraffic(config), len(reqs), b_scale, engines,
+    return LiveSetup(ServingTraffic(config), len(reqs), checked.bytes_scale, engines,
                      serving.layout_summary(s.layout, prefill, decode))
 
 

@@ -84,6 +84,21 @@ def start_lateness(rows: list[dict]) -> list[float]:
             if r["start"] is not None and r["scheduled_start"] is not None]
 
 
+PREFIX_WINDOW = ("token-weighted over the measured requests (arriving in [warmup, duration), as TTFT's) whose "
+                 "prefill finished by the end")
+
+
+def prefix_cache(prefix: dict | None, spec: dict) -> dict | None:
+    """summary.json's ``prefix_cache``: the cluster's own count over the measured requests (serving.json's
+    ``prefix``: prompt, cached and host-tier tokens, ``traffic.model.prefix_cache.hit_ratios``), whether a cache
+    was on (``serving.prefix_cache``, its host tier ``hicache_ratio``) or a hit assumed (``prefix_hit``, for
+    requests without hash_ids), and which requests it counts."""
+    if not prefix:
+        return None
+    return {**prefix, "cache": spec.get("prefix_cache"), "hicache_ratio": spec.get("hicache_ratio"),
+            "assumed_hit": spec.get("prefix_hit"), "window": PREFIX_WINDOW}
+
+
 def serving_summary(outcome: ServingOutcome, traffic: ServingTraffic, engines: dict, rows: list[dict], run_dir: Path,
                     link: LinkSettings, fabric: Fabric, layout: dict | None = None) -> dict:
     """The live run's serving figures for summary.json, in real-cluster time (wall time / dilation);
@@ -144,6 +159,7 @@ def serving_summary(outcome: ServingOutcome, traffic: ServingTraffic, engines: d
         "serving_failed_messages": srv["failed_messages"],
         "engines": engines,
         "serving_layout": layout,
+        "prefix_cache": prefix_cache(srv.get("prefix"), spec),
         "ttft_breakdown_ms": ttft_breakdown(reqs, lo, end),
         "decode_step_breakdown_ms": decode_step_breakdown(steps, lo, end, _message_ports(messages)),
         "times_note": "ttft, steps, throughput and start lateness are real-cluster time; fct and "

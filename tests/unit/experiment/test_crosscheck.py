@@ -1,9 +1,12 @@
-"""The cross-check's comparison: per-link ratios, twin/emulator figures, the ZCube/ROFT ratios of both
-backends and the goals; reading run directories; the verb's wiring."""
+"""The cross-check's orchestration (testbed.experiment.crosscheck): which engines run, B on A's recorded paths
+when A is the emulator and B routes by itself, compare-only, and the verb's wiring; no engine runs (the run loop
+is replaced by hand-made run directories)."""
 
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 
 import pytest
 
@@ -11,83 +14,54 @@ from common.errors import TestbedError
 from testbed.cli import build_parser
 from testbed.cli import crosscheck as crosscheck_verb
 from testbed.experiment import crosscheck
+from tests.unit.report.test_crosscheck import make_run
 
 
-def _fig(tput, p99, links=None, pauses=3):
-    return {"throughput_tokens_per_s": tput, "ttft_p50_ms": p99 / 2, "ttft_p99_ms": p99, "kv_fct_p50_ms": 10.0,
-            "kv_fct_p99_ms": 40.0, "ep_exchange_p99_ms": 20.0, "pfc_pauses": pauses, "links": links or {}}
+@pytest.fixture
+def runs(monkeypatch, tmp_path):
+    """Replace the run loop: each run_experiment makes a hand-made run directory and records its overrides."""
+    import testbed.experiment.run as run_mod
+    import testbed.report
+
+    made = []
+
+    def fake_run(resolved, out_root, log, out):
+        exp = resolved.experiment
+        d = make_run(Path(out_root) / f"run{len(made)}-{exp.backend}", exp.backend,
+                     tokens={"zcube": 105.0, "roft": 100.0}, paths_from=exp.paths_from)
+        made.append({"backend": exp.backend, "paths_from": exp.paths_from, "dir": d})
+        out(str(d))
+
+    monkeypatch.setattr(run_mod, "run_experiment", fake_run)
+    monkeypatch.setattr(testbed.report, "build_report", lambda d: d)
+    monkeypatch.setattr("testbed.experiment.schema._check_paths_from", lambda exp: None)  # fake runs record nothing
+    return made
 
 
-LINKS = {"sw1:1": 1000.0, "sw1:2": 2000.0, "gpu1:p1": 500.0, "idle": 1.0}
+def test_b_follows_the_emulators_recorded_paths_unless_told_not_to(runs, tmp_path, monkeypatch):
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    doc, b_dir = crosscheck.run_crosscheck(None, [], tmp_path, ("emulated", "ns3"), None, False, print)
+    assert [r["backend"] for r in runs] == ["emulated", "ns3"] and runs[1]["paths_from"] == str(runs[0]["dir"])
+    assert doc["same_paths"] == "recorded" and (b_dir / "crosscheck.json").is_file()
+    doc, _ = crosscheck.run_crosscheck(None, [], tmp_path, ("emulated", "ns3"), runs[0]["dir"], True, print)
+    assert runs[2]["backend"] == "ns3" and runs[2]["paths_from"] is None and doc["same_paths"] == "own"
 
 
-def test_a_twin_that_matches_meets_every_goal():
-    emu = {"zcube": _fig(100.0, 200.0, LINKS), "roft": _fig(95.0, 220.0, LINKS)}
-    twin = {"zcube": _fig(104.0, 190.0, {q: b * 1.02 for q, b in LINKS.items()}),
-            "roft": _fig(99.0, 212.0, {q: b * 0.97 for q, b in LINKS.items()})}
-    doc = crosscheck.compare(emu, twin)
-    z = doc["fabrics"]["zcube"]
-    assert z["twin_over_emulator"]["throughput_tokens_per_s"] == 1.04
-    assert z["link_bytes"]["links"] == 3  # the idle link (under 1 % of the busiest) is not counted
-    assert z["link_bytes"]["within_5pct"] == 1.0 and z["link_bytes"]["median"] == 1.02
-    assert doc["ratios"]["emulator"]["throughput_tokens_per_s"] == round(100 / 95, 4)
-    assert doc["within_goals"]["all"] is True
-    lines = crosscheck.table(doc)
-    assert any("zcube/roft" in ln and "ttft_p99_ms" in ln for ln in lines) and lines[-1].startswith("within goals")
+def test_two_simulators_share_one_path_rule_and_the_emulator_needs_root(runs, tmp_path, monkeypatch):
+    doc, _ = crosscheck.run_crosscheck(None, [], tmp_path, ("ns3", "ideal"), None, False, print)
+    assert [r["paths_from"] for r in runs] == [None, None]
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    with pytest.raises(TestbedError, match="needs root"):
+        crosscheck.run_crosscheck(None, [], tmp_path, ("emulated", "ns3"), None, False, print)
 
 
-def test_each_goal_fails_on_its_own():
-    emu = {"zcube": _fig(100.0, 200.0, LINKS), "roft": _fig(100.0, 200.0, LINKS)}
-    twin = {"zcube": _fig(115.0, 300.0, dict(LINKS, **{"sw1:1": 1100.0})), "roft": _fig(100.0, 200.0, LINKS)}
-    w = crosscheck.compare(emu, twin)["within_goals"]
-    assert w["zcube_link_bytes"] is False and w["roft_link_bytes"] is True
-    assert w["zcube_throughput"] is False and w["roft_throughput"] is True
-    assert w["ratio_throughput"] is False and w["ratio_ttft_p99"] is False and w["all"] is False
-
-
-def test_link_overhead_separates_the_counting_from_the_work():
-    emu = {"zcube": _fig(100.0, 200.0, LINKS) | {"overhead": {"sw1:1": 1.7, "sw1:2": 1.75, "idle": 3.0}}}
-    twin = {"zcube": _fig(110.0, 200.0, {q: b * 1.1 for q, b in LINKS.items()}) |
-            {"overhead": {"sw1:1": 1.7, "sw1:2": 1.4, "idle": 1.0}}}
-    z = crosscheck.compare(emu, twin)["fabrics"]["zcube"]
-    assert z["link_bytes"]["median"] == 1.1 and z["link_bytes"]["within_5pct"] == 0.0
-    assert z["link_overhead"] == {"links": 2, "median": 0.9, "within_5pct": 0.5}  # gpu1:p1 has none, idle not counted
-    assert any("wire/payload" in ln for ln in crosscheck.table(crosscheck.compare(emu, twin)))
-
-
-def test_the_twin_alone_has_its_ratios_and_no_verdict():
-    doc = crosscheck.compare(None, {"zcube": _fig(100.0, 200.0), "roft": _fig(50.0, 400.0)})
-    assert doc["ratios"] == {"twin": doc["ratios"]["twin"]} and doc["ratios"]["twin"]["ttft_p99_ms"] == 0.5
-    assert "emulator" not in doc["fabrics"]["zcube"] and doc["within_goals"]["all"] is None
-
-
-def test_figures_come_from_the_repetition_directory(tmp_path):
-    rep = tmp_path / "runs" / "zcube" / "rep1"
-    rep.mkdir(parents=True)
-    (rep / "summary.json").write_text(json.dumps({
-        "throughput_tokens_per_s": 10.0, "ttft_ms": {"p50": 1.0, "p99": 2.0}, "fct_ms": {"p50": 3.0, "p99": 4.0},
-        "ep_exchange_ms": {"p50": 1.0, "p99": 5.0}, "pfc": {"enabled": True, "pauses": 7}}))
-    (rep / "links.csv").write_text("queue,towards,bytes,utilization\nsw1:1,sw2,1200,0.1\n")
-    (rep / "link_traffic.csv").write_text("queue,towards,kv_bytes,ep_bytes,share,top,measured_bytes,model_vs_measured\n"
-                                          "sw1:1,sw2,400,200,exact,,1200,0.5\nsw1:2,sw3,0,0,exact,,0,\n")
-    got = crosscheck.side(tmp_path)
-    assert list(got) == ["zcube"] and got["zcube"]["kv_fct_p99_ms"] == 4.0 and got["zcube"]["pfc_pauses"] == 7
-    assert got["zcube"]["links"] == {"sw1:1": 1200.0} and got["zcube"]["overhead"] == {"sw1:1": 2.0}
-    with pytest.raises(TestbedError, match="no runs/<fabric>/rep1/summary.json"):
-        crosscheck.side(tmp_path / "nothing")
-
-
-def test_the_verb_runs_the_library_and_prints_the_json(monkeypatch, tmp_path, capsys):
-    seen = {}
-
-    def fake(experiment, overrides, out_root, against, log):
-        seen.update(experiment=experiment, against=against, keys=[o.key for o in overrides])
-        return crosscheck.compare(None, {"zcube": _fig(1.0, 1.0), "roft": _fig(1.0, 1.0)}), tmp_path
-
-    monkeypatch.setattr(crosscheck, "run_crosscheck", fake)
-    args = build_parser().parse_args(["crosscheck", "--against", str(tmp_path), "--gpus", "16", "--json",
-                                      "--out", str(tmp_path)])
-    assert args.func(args) == 0
+def test_the_verb_compares_two_finished_runs_and_prints_the_json(runs, tmp_path, capsys):
+    a = make_run(tmp_path / "a", "emulated", tokens={"zcube": 105.0, "roft": 100.0})
+    b = make_run(tmp_path / "b", "ns3", tokens={"zcube": 105.0, "roft": 100.0}, paths_from=str(tmp_path / "a"))
+    args = build_parser().parse_args(["crosscheck", "--runs", str(a), str(b), "--json"])
+    assert args.func is crosscheck_verb.cmd_crosscheck and args.func(args) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert set(doc) >= {"fabrics", "ratios", "within_goals"} and seen["against"] == tmp_path
-    assert "gpus" in seen["keys"] and args.func is crosscheck_verb.cmd_crosscheck
+    assert doc["agreement"]["all"] and doc["same_paths"] == "recorded" and not runs
+    args = build_parser().parse_args(["crosscheck", "--runs", str(a), str(b), "--against", str(a)])
+    with pytest.raises(TestbedError, match="--runs compares two finished runs"):
+        args.func(args)

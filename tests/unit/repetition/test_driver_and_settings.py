@@ -60,3 +60,22 @@ def test_conditions_carry_the_repetitions_settings():
     assert (c.seed, c.cross_flows, c.cross_s, c.wall_per_run_s, c.timeout_s, c.connections) == (
         11, 2, 45.0, 12.0, spec.transfer_timeout_s, "persistent")
     assert c.faults == ({"at": 1.0, "duration": None, "target": "controller", "action": "stop"},)
+
+
+def test_served_source_says_what_a_repetition_serves(tmp_path):
+    import json
+
+    from testbed.repetition.spec import served_source
+
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("".join(json.dumps({"timestamp": i, "input_length": 10, "output_length": 1,
+                                         "hash_ids": [i] if i % 2 else []}) + "\n" for i in range(6)))
+    assert served_source(repetition({"trace": {"path": str(trace), "duration_s": 100}})) == {
+        "source": "trace", "workload": None, "seed": None, "path": str(trace), "format": "mooncake", "requests": 6,
+        "with_hash_ids": 3, "skipped_rows": 0}
+    drawn = served_source(repetition({"trace": {"workload": "agentic-coding", "first_n": 50, "workload_seed": 2},
+                                      "serving": {"driver": "live", "arrivals": "closed", "model": "glm-5",
+                                                  "layout": "glm5-recipe"}}))
+    assert {k: drawn[k] for k in ("source", "workload", "seed", "path", "format")} == \
+        {"source": "generated", "workload": "agentic-coding", "seed": 2, "path": None, "format": None}
+    assert 0 < drawn["requests"] == drawn["with_hash_ids"] <= 50

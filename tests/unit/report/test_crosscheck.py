@@ -102,6 +102,7 @@ def test_the_100g_ablation_is_compared_on_roft(tmp_path, monkeypatch):
                                       ("b100", "ns3", 100.0))}
     doc = run_xc.compare_only(runs["a200"], runs["b200"], (runs["a100"], runs["b100"]))
     ab = doc["roft_200g_over_100g"]
+    assert xc.bandwidth_ablation(runs["a200"], runs["b200"], runs["a100"], runs["b100"]) == ab
     assert (ab["a"]["throughput"], ab["b"]["throughput"]) == (1.2, 1.25) and ab["within"]["throughput"] is False
     assert ab["within"]["ttft_p99"] is True and "roft_200g_over_100g_throughput" in doc["agreement"]["missed"]
     written = json.loads((runs["b200"] / "crosscheck.json").read_text())

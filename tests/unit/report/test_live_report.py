@@ -272,3 +272,42 @@ def test_compare_lists_a_live_runs_served_throughput_first(live_run, tmp_path):
     root, _, _ = live_run
     lines = compare(root, root).splitlines()
     assert lines[5].startswith("Output tokens per second (1/s)") and lines[7].startswith("TTFT P99 (ms)")
+
+
+def test_the_prefix_caches_hit_per_repetition_and_per_fabric_token_weighted(tmp_path):
+    """Each repetition's summary.json counts its measured requests' tokens (set by hand here); a fabric pools its
+    repetitions' tokens: ZCube (600 + 1,200) / (1,000 + 3,000) = 45 %, 40 % from the GPU and 5 % from the host
+    tier; the terminal, summary.json and the serving section show the same."""
+    from testbed.report import headline_lines
+
+    root = write_live_experiment(tmp_path / "run", reps=2)
+    counts = {("zcube", 1): (1000, 600, 200), ("zcube", 2): (3000, 1200, 0), ("roft", 1): (2000, 1000, 500),
+              ("roft", 2): (2000, 1000, 500)}
+    for (f, k), (inp, cached, host) in counts.items():
+        path = root / "runs" / f / f"rep{k}" / "summary.json"
+        s = json.loads(path.read_text())
+        s["prefix_cache"] |= {"requests": 10, "input_tokens": inp, "cached_tokens": cached, "host_tokens": host,
+                              "hit_rate": cached / inp, "device_hit_rate": (cached - host) / inp,
+                              "host_hit_rate": host / inp, "cache": True, "hicache_ratio": 2.0}
+        path.write_text(json.dumps(s))
+    html = build_report(root).read_text()
+    doc = json.loads((root / "summary.json").read_text())
+    z = doc["zcube"]["prefix_cache"]
+    assert (z["requests"], z["input_tokens"], z["cached_tokens"], z["host_tokens"]) == (20, 4000, 1800, 200)
+    assert (z["hit_rate"], z["device_hit_rate"], z["host_hit_rate"]) == (0.45, 0.4, 0.05)
+    assert [r["hit_rate"] for r in z["per_rep"]] == [0.6, 0.4]
+    assert doc["headline"]["prefix_cache"]["roft"]["hit_rate"] == 0.5
+    assert ("prefix-cache hit, token-weighted over the measured requests (TTFT's): ZCube 45.0 % (GPU 40.0 % + host "
+            "5.0 %; repetitions 60.0, 40.0 %), ROFT 50.0 % (GPU 25.0 % + host 25.0 %; repetitions 50.0, 50.0 %)") \
+        in headline_lines(root)
+    text = " ".join(section(html, "serving").split())
+    assert "ZCube all, pooled 20 4,000 1,800 40.0 % 5.0 % 45.0 %" in text
+    assert "ROFT rep2 10 2,000 1,000 25.0 % 25.0 % 50.0 %" in text
+    assert "token-weighted over the measured requests (arriving in [warmup, duration), as TTFT's)" in text
+
+
+def test_a_run_without_a_prefix_cache_says_so(live_run):
+    root, html, doc = live_run  # the fixture serves Azure's requests with prefix_cache false
+    assert doc["zcube"]["prefix_cache"]["hit_rate"] == 0.0 and doc["zcube"]["prefix_cache"]["cache"] is False
+    assert "This run had no prefix cache: none (serving.prefix_cache false)." in " ".join(section(html, "serving")
+                                                                                           .split())

@@ -144,8 +144,21 @@ def test_agents_on_a_host_take_orders_through_its_relay_on_its_clock():
 @pytest.mark.parametrize("verb", ["carry", "serve"])
 def test_cross_traffic_and_faults_over_hosts_are_refused_before_anything_is_built(verb):
     b = multihost.MultiHostBackend("/nonexistent/hosts.yaml")  # never read: refused first
-    with pytest.raises(TestbedError, match="cross traffic and faults are not supported with --hosts"):
+    with pytest.raises(TestbedError, match="the emulated backend over a hosts file carries no cross traffic"):
         getattr(b, verb)(None, None, Conditions(cross_flows=2), Path("."), print)
+    with pytest.raises(TestbedError, match="the emulated backend over a hosts file cannot inject faults"):
+        getattr(b, verb)(None, None, Conditions(faults=({"at": 1},)), Path("."), print)
+
+
+def test_cross_traffic_and_faults_over_hosts_are_refused_by_the_experiments_check(tmp_path):
+    from testbed.experiment.schema import validate
+
+    _hosts(tmp_path)
+    for key, extra in (("cross_flows", {"cross_flows": 1}),
+                       ("faults", {"faults": [{"at": 1, "target": "controller", "action": "restart"}]})):
+        with pytest.raises(TestbedError) as info:
+            validate({"hosts": str(tmp_path / "hosts.yaml"), **extra}, "x")
+        assert info.value.key == key and "over a hosts file" in str(info.value)
 
 
 def test_a_multi_host_verb_without_a_hosts_file_is_one_line():

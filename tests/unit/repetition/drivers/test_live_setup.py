@@ -90,3 +90,20 @@ def test_start_lateness_counts_each_message_once():
             {"kind": "dispatch", "start": 3.002, "scheduled_start": 3.0},
             {"kind": "combine", "start": None, "scheduled_start": 4.0}]
     assert live_summary.start_lateness(rows) == [pytest.approx(0.001), pytest.approx(0.003), pytest.approx(0.002)]
+
+
+def test_check_live_finds_what_the_cluster_would_fail_on_without_running_it():
+    from dataclasses import replace
+
+    from common.errors import TestbedError
+
+    good = cfg(decode_memory=True, prefix_cache=True)
+    assert live.check_live(good, 16, 3e6) is None
+    late = replace(good, serving=good.serving.model_copy(update={"warmup_s": 4.0}))  # the run is 4 cluster s
+    with pytest.raises(TestbedError, match="warmup 4 s is not shorter than the duration 4 s") as info:
+        live.check_live(late, 16, 3e6)
+    assert info.value.key == "warmup_s"
+    small = replace(good, serving=good.serving.model_copy(update={"gpu": "h100"}))  # GLM-5 does not fit 8 x 80 GB
+    with pytest.raises(TestbedError, match="glm-5 on h100") as info:
+        live.check_live(small, 16, 3e6)
+    assert info.value.key == "gpu"

@@ -181,6 +181,24 @@ def test_a_request_larger_than_a_decode_unit_is_refused_in_one_line():
         serving.run_ideal(serving.Cluster(spec, [Request(1, 0.0, 1000, 3)]), 100e9)
 
 
+def test_check_serves_applies_the_clusters_rules_before_it_runs():
+    from traffic.model.serving_spec import check_serves
+
+    spec = dense_spec(decode_memory=True, decode_kv_tokens=512)
+    assert check_serves(spec, [Request(1, 0.0, 500, 3)]) is None
+    with pytest.raises(TrafficError, match="request 2 needs 1003 tokens of KV, more than a decode unit holds"):
+        check_serves(spec, [Request(1, 0.0, 500, 3), Request(2, 0.0, 1000, 3)])
+    with pytest.raises(TrafficError, match="no request to serve"):
+        check_serves(spec, [])
+    # an EP group of 24 GPUs cannot hold GLM-5's 256 routed experts evenly
+    e = placement.place(32, 1, 1, 0.25)
+    moe = serving.ServingSpec(model=GLM5, prefill=serving.build_engines("prefill", e.prefill, 8),
+                              decode=serving.build_engines("decode", e.decode, 24), duration_s=10.0)
+    with pytest.raises(TrafficError, match="decode EP group of 24 GPUs does not divide 256 routed experts") as info:
+        check_serves(moe, [Request(1, 0.0, 500, 3)])
+    assert info.value.key == "decode_ep"
+
+
 @pytest.mark.parametrize("kw, text", [
     (dict(prefix_hit=1.2), "prefix_hit 1.2"),
     (dict(prefill_routing="random"), "prefill_routing 'random' is not known"),
@@ -283,6 +301,44 @@ def test_a_hit_only_the_host_tier_holds_is_loaded_at_the_host_link_and_counted_a
     bare = serving.run_ideal(serving.Cluster(dataclasses.replace(spec, hicache_ratio=0.0), reqs), 100e9)
     assert (bare.requests[3].cached_tokens, bare.requests[3].host_tokens) == (0, 0)
     assert bare.requests[3].prefill_compute_s == pytest.approx(1024 / 40_000)
+
+
+# ------------------------------------------------------------ the hit rate a run reports (issue 40)
+def test_four_requests_sharing_a_prefix_hit_three_fifths_of_their_tokens():
+    # single-node (one prefill unit), a cache far larger than the requests; four requests of 2,560 tokens (5 blocks)
+    # share their first 4 blocks and each has its own fifth, arriving one a second (each prefilled long before the
+    # next): A misses, B, C and D hit the shared 2,048 tokens. 3 x 2,048 / (4 x 2,560) = 0.6, all in the GPU's pool.
+    spec = layout_spec("single-node", 16, prefix_cache=True, prefix_cache_tokens=65_536)
+    reqs = [Request(i, float(i), 2560, 2, (1, 2, 3, 4, 10 + i)) for i in range(4)]
+    prefix = serving.run_ideal(serving.Cluster(spec, reqs), 100e9).results()["prefix"]
+    assert {k: prefix[k] for k in ("requests", "with_hash_ids", "input_tokens", "cached_tokens", "host_tokens")} == \
+        {"requests": 4, "with_hash_ids": 4, "input_tokens": 10_240, "cached_tokens": 6144, "host_tokens": 0}
+    assert (prefix["hit_rate"], prefix["device_hit_rate"], prefix["host_hit_rate"]) == (0.6, 0.6, 0.0)
+
+
+def test_the_hit_is_split_between_the_gpu_pool_and_the_host_tier():
+    # a GPU cache of 5 blocks, a host tier of 20 (hicache_ratio 4). A = (1..4), 2,048 tokens: a miss. X = (20..24)
+    # evicts A's blocks from the GPU (LRU), the host tier keeps them (write-through): a miss. B = (1..4, 30), 2,560
+    # tokens: the GPU has none of its blocks, the host 4: 2,048 from the host tier; B's blocks go back into the GPU.
+    # C = (1..4, 31): 2,048 from the GPU. Of 9,728 prompt tokens, 4,096 hit: 2,048 each tier.
+    spec = layout_spec("single-node", 16, prefix_cache=True, prefix_cache_tokens=2560, hicache_ratio=4)
+    reqs = [Request(0, 0.0, 2048, 2, (1, 2, 3, 4)), Request(1, 1.0, 2560, 2, (20, 21, 22, 23, 24)),
+            Request(2, 2.0, 2560, 2, (1, 2, 3, 4, 30)), Request(3, 3.0, 2560, 2, (1, 2, 3, 4, 31))]
+    c = serving.run_ideal(serving.Cluster(spec, reqs), 100e9)
+    assert [(c.requests[i].cached_tokens, c.requests[i].host_tokens) for i in range(4)] == \
+        [(0, 0), (0, 0), (2048, 2048), (2048, 0)]
+    prefix = c.results()["prefix"]
+    assert (prefix["input_tokens"], prefix["cached_tokens"], prefix["host_tokens"]) == (9728, 4096, 2048)
+    assert (prefix["hit_rate"], prefix["device_hit_rate"], prefix["host_hit_rate"]) == (0.4211, 0.2105, 0.2105)
+
+
+def test_the_hit_counts_the_measured_requests_only():
+    # the same four requests with a warm-up of 1.5 s: A (t = 0) and B (t = 1) are not measured, C and D hit 2,048 of
+    # 2,560 tokens each: 0.8
+    spec = layout_spec("single-node", 16, prefix_cache=True, prefix_cache_tokens=65_536, warmup_s=1.5)
+    reqs = [Request(i, float(i), 2560, 2, (1, 2, 3, 4, 10 + i)) for i in range(4)]
+    prefix = serving.run_ideal(serving.Cluster(spec, reqs), 100e9).results()["prefix"]
+    assert (prefix["requests"], prefix["input_tokens"], prefix["hit_rate"]) == (2, 5120, 0.8)
 
 
 # ------------------------------------------------------------ warm start of a closed loop with sessions
