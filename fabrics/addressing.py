@@ -18,6 +18,7 @@ has to pick which of the destination's two addresses to send to.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 
 from common.errors import TestbedError
@@ -51,8 +52,10 @@ def mac_of(gpu: int, port: int) -> str:
     return f"02:00:0a:{port:02x}:{gpu >> 8:02x}:{gpu & 0xFF:02x}"
 
 
+@functools.lru_cache(maxsize=1 << 17)  # room for every NIC port of MAX_GPUS
 def parse_ip(address: str) -> tuple[int, int]:
-    """(GPU, port) for an address of the plan; TestbedError for any other."""
+    """(GPU, port) for an address of the plan; TestbedError for any other. Remembered: a write-up parses the
+    two addresses of each of millions of messages (n = 2,048: 0.6M messages, 8.5 s of ipaddress)."""
     try:
         packed = ipaddress.IPv4Address(address).packed
     except ValueError:

@@ -17,16 +17,17 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from fabrics.topology import Fabric
+from fabrics.zcube import SWITCH_PORTS_51T
 
 DEFAULT_PRICES = {"switch_port": 1.0, "transceiver": 1.5, "cable": 0.1}
 
 # (label, n, ZCube k, radix): the scales the project reports. The last two are
-# 51.2 Tbit/s switches used as 256 x 200G ports.
+# 51.2 Tbit/s switches used as 256 x 200G ports (testbed scale's sizes: docs/fabrics.md, "At scale").
 SCALES = [
     ("n=32 (emulated)", 32, 8, 16),
     ("n=64 (emulated)", 64, 8, 16),
-    ("n=1024, 51.2T", 1024, 128, 256),
-    ("n=16384, 51.2T", 16384, 128, 256),
+    ("n=1024, 51.2T", 1024, 128, SWITCH_PORTS_51T),
+    ("n=16384, 51.2T", 16384, 128, SWITCH_PORTS_51T),
 ]
 
 

@@ -16,6 +16,9 @@ from fabrics.topology import Fabric
 ROW = {"odd": 2.0, "gpu": 1.0, "even": 0.0, "spine": 2.0, "leaf": 1.0}
 ROW_ROFT_GPU = 0.0
 COLOURS = {"odd": "#d95f02", "even": "#1b9e77", "leaf": "#7570b3", "spine": "#e7298a", "gpu": "#666666"}
+# the largest fabric drawn as a picture (every GPU and cable a mark): the seed's scale, 512 GPUs, ~12 s to draw;
+# 16,384 GPUs and 49,152 cables would take minutes and show nothing one can read (text formats have no limit)
+MAX_DRAWN_GPUS = 512
 
 
 def _positions(f: Fabric) -> dict[str, tuple[float, float]]:
@@ -75,6 +78,9 @@ def draw(f: Fabric, out: str | Path) -> Path:
         return out
     if suffix not in (".png", ".svg", ".pdf"):
         raise TestbedError(f"graph file {str(out)!r} has an unknown type: expected .png, .svg, .pdf, .dot or .mmd")
+    if f.n_gpus > MAX_DRAWN_GPUS:
+        raise TestbedError(f"{f.describe()} is not drawn as a picture: {f.n_gpus} GPUs, more than "
+                           f"{MAX_DRAWN_GPUS} (docs/fabrics.md describes the wiring; .dot and .mmd have no limit)")
     import matplotlib
 
     matplotlib.use("Agg")

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass
-from typing import Callable, NamedTuple, Sequence
+from typing import Callable, Iterator, Mapping, NamedTuple, Sequence
 
 from common.errors import TestbedError
 from fabrics import addressing
@@ -47,7 +47,40 @@ class NextHop:
 
 
 # switch name -> destination IPv4 -> next hop
-ForwardingTables = dict[str, dict[str, NextHop]]
+ForwardingTables = dict[str, Mapping[str, NextHop]]
+
+
+class SwitchTable(Mapping):
+    """One switch's forwarding table, each next hop computed from the routing rule when it is read, not stored:
+    every switch x every NIC address is 8.4M entries at n = 16,384. Reads as the dict it stands for: the same
+    destinations in the same order ((gpu, port) order), the same next hops."""
+
+    def __init__(self, fabric: Fabric, hop: Callable[[int, int], NextHop],
+                 own: Sequence[tuple[int, int]] | None = None) -> None:
+        """``hop(gpu, port)``: the next hop towards that NIC port; ``own``: the only destinations the switch has
+        a route to (a rail-only leaf's own NIC ports), None for every NIC port of the fabric. Holds the fabric's
+        address index, not the fabric (a table cached beside a fabric must not keep it alive)."""
+        self._hop, self._index = hop, fabric.nic_of_ip
+        self._own = None if own is None else frozenset(own)
+        self._keys = fabric.nic_ips if own is None else tuple(kv for kv in fabric.nic_ips if kv[1] in self._own)
+
+    def __getitem__(self, dst_ip: str) -> NextHop:
+        nic = self._index.get(dst_ip)
+        if nic is None or (self._own is not None and nic not in self._own):
+            raise KeyError(dst_ip)
+        return self._hop(*nic)
+
+    def __iter__(self) -> Iterator[str]:
+        return (ip for ip, _ in self._keys)
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def items(self):
+        return [(ip, self._hop(*nic)) for ip, nic in self._keys]
+
+    def __repr__(self) -> str:
+        return f"SwitchTable({len(self)} destinations)"
 
 
 # ----------------------------------------------------------------- policies
@@ -120,6 +153,15 @@ def _policy_ports(src_gpu: int, dst_gpu: int, policy: str) -> list[PortChoice]:
     raise TestbedError(f"port policy {policy!r} is unknown: expected one of {', '.join(POLICIES)}")
 
 
+def port_pairs(src_gpu: int, dst_gpu: int, policy: str = DEFAULT_POLICY) -> tuple[tuple[int, int], ...]:
+    """The (source port, destination port) pairs the messages of a GPU pair take in turn, in the policy's order:
+    the serving cluster's senders (the emulator's coordinator, the twin, the ideal network) alternate over them;
+    ``adaptive`` chooses among striped's by the sender's backlog. A rule asked per pair, not a table of every
+    pair (268M of them at n = 16,384)."""
+    static = "striped" if policy == "adaptive" else policy
+    return tuple((c.src_port, c.dst_port) for c in select_ports(src_gpu, dst_gpu, static))
+
+
 def egress_port_for(dst_port: int) -> int:
     """The host's route: destinations on plane 2 leave on port 1 and vice versa."""
     return 1 if dst_port == 2 else 2
@@ -134,56 +176,77 @@ def forwarding_tables(fabric: Fabric) -> ForwardingTables:
     raise TestbedError(f"fabric kind {fabric.kind!r} has no routing")
 
 
-def zcube_cable(f: Fabric, gpu: int, n_cables: int) -> int:
-    """Which of the parallel odd-even cables carries traffic to ``gpu``.
+def zcube_cable(gpu: int, k: int, groups: int, n_cables: int) -> int:
+    """Which of the parallel odd-even cables carries traffic to ``gpu`` in a ZCube of k GPUs per switch and
+    ``groups`` (n/k) switches per group.
 
     The GPUs of one switch that are reached from one switch of the other group
     are k/(n/k) = cables apart in local rank ((gpu-1) mod k) // (n/k), so this
     gives each of them its own cable when the fabric is non-blocking.
     """
-    k = f.params["gpus_per_switch"]
-    groups = f.n_gpus // k
     return ((gpu - 1) % k) // groups % n_cables
 
 
+def _one_port_hops() -> Callable[[int], NextHop]:
+    """NextHop((port,)) for a port, one object per port (a table read millions of times allocates nothing)."""
+    made: dict[int, NextHop] = {}
+
+    def one(port: int) -> NextHop:
+        hop = made.get(port)
+        if hop is None:
+            hop = made[port] = NextHop((port,))
+        return hop
+
+    return one
+
+
 def _zcube_tables(f: Fabric) -> ForwardingTables:
-    tables: ForwardingTables = {name: {} for name in f.switches}
-    for (gpu, port), (home, home_port) in sorted(f.attachment.items()):
-        dst = addressing.ip_of(gpu, port)
-        # the destination GPU's switch in the other group: transit for same-group sources
-        transit = f.switch_of(gpu, 2 if port == 1 else 1)
-        home_role = f.switches[home].role
-        for name, sw in f.switches.items():
+    """From a switch of the other group the destination port's switch is one cable away (the cable by
+    ``zcube_cable``); from its own switch it is a host port; from another switch of its group it goes through
+    the destination GPU's switch of the other group (the transit)."""
+    one = _one_port_hops()
+    role = {name: sw.role for name, sw in f.switches.items()}
+    attachment, k = f.attachment, f.params["gpus_per_switch"]
+    groups = f.n_gpus // k
+
+    def table(name: str) -> SwitchTable:
+        towards = f._ports_by_peer[name]
+
+        def hop(gpu: int, port: int) -> NextHop:
+            home, home_port = attachment[(gpu, port)]
             if name == home:
-                hop = home_port
-            elif sw.role != home_role:
-                cables = f.ports_towards(name, home)
-                hop = cables[zcube_cable(f, gpu, len(cables))]
-            else:
-                cables = f.ports_towards(name, transit)
-                hop = cables[zcube_cable(f, gpu, len(cables))]
-            tables[name][dst] = NextHop((hop,))
-    return tables
+                return one(home_port)
+            via = home if role[name] != role[home] else attachment[(gpu, 3 - port)][0]
+            cables = towards[via]
+            return one(cables[zcube_cable(gpu, k, groups, len(cables))])
+
+        return SwitchTable(f, hop)
+
+    return {name: table(name) for name in f.switches}
 
 
 def _roft_tables(f: Fabric) -> ForwardingTables:
-    tables: ForwardingTables = {name: {} for name in f.switches}
-    uplinks = {
-        name: tuple(sorted(p for p, (peer, _) in sw.ports.items() if peer.startswith("spine")))
-        for name, sw in f.switches.items()
-        if sw.role == "leaf"
-    }
-    for (gpu, port), (home, home_port) in sorted(f.attachment.items()):
-        dst = addressing.ip_of(gpu, port)
-        for name, sw in f.switches.items():
-            if name == home:
-                tables[name][dst] = NextHop((home_port,))
-            elif sw.role == "leaf":
-                if uplinks[name]:
-                    tables[name][dst] = NextHop(uplinks[name])
-            else:  # spine
-                tables[name][dst] = NextHop(tuple(f.ports_towards(name, home)))
-    return tables
+    """A destination on this leaf: its host port; on another leaf: up an ECMP group over every uplink (none on a
+    rail-only leaf: no route); at a spine: down an ECMP group over its cables to the destination's leaf."""
+    one = _one_port_hops()
+    attachment = f.attachment
+
+    def table(name: str) -> SwitchTable:
+        towards = f._ports_by_peer[name]
+        if f.switches[name].role == "spine":
+            down = {peer: NextHop(ports) for peer, ports in towards.items()}
+            return SwitchTable(f, lambda gpu, port: down[attachment[(gpu, port)][0]])
+        uplinks = NextHop(tuple(sorted(p for peer, ports in towards.items() if peer.startswith("spine")
+                                       for p in ports)))
+
+        def hop(gpu: int, port: int) -> NextHop:
+            home, home_port = attachment[(gpu, port)]
+            return one(home_port) if home == name else uplinks
+
+        mine = None if uplinks.ports else [nic for nic, (home, _) in attachment.items() if home == name]
+        return SwitchTable(f, hop, mine)
+
+    return {name: table(name) for name in f.switches}
 
 
 def ecmp_bucket(five_tuple: tuple, n_buckets: int) -> int:

@@ -65,6 +65,28 @@ class Fabric:
                 out[(int(c.a[3:]), c.a_port)] = (c.b, c.b_port)
         return out
 
+    @cached_property
+    def nic_ips(self) -> tuple[tuple[str, tuple[int, int]], ...]:
+        """(address, (gpu, nic port)) of every NIC port, in (gpu, port) order: the destinations of the
+        forwarding tables, in the order they list them."""
+        return tuple((addressing.ip_of(g, p), (g, p)) for g, p in sorted(self.attachment))
+
+    @cached_property
+    def nic_of_ip(self) -> dict[str, tuple[int, int]]:
+        """NIC port address -> (gpu, nic port)."""
+        return dict(self.nic_ips)
+
+    @cached_property
+    def _ports_by_peer(self) -> dict[str, dict[str, tuple[int, ...]]]:
+        """switch -> neighbour -> the switch's OpenFlow ports cabled to it, in cable order (``ports_towards``
+        without a scan of every port: a 256-port switch asked for each of 32,768 destinations)."""
+        out: dict[str, dict[str, list[int]]] = {}
+        for name, sw in self.switches.items():
+            by_peer = out.setdefault(name, {})
+            for port, (peer, _) in sw.ports.items():
+                by_peer.setdefault(peer, []).append(port)
+        return {name: {peer: tuple(sorted(ports)) for peer, ports in by.items()} for name, by in out.items()}
+
     def gpus(self) -> range:
         return range(1, self.n_gpus + 1)
 
@@ -76,8 +98,7 @@ class Fabric:
 
     def ports_towards(self, switch: str, neighbour: str) -> list[int]:
         """OpenFlow ports of ``switch`` cabled to ``neighbour``, in cable order."""
-        sw = self.switches[switch]
-        return sorted(p for p, (peer, _) in sw.ports.items() if peer == neighbour)
+        return list(self._ports_by_peer[switch].get(neighbour, ()))
 
     @property
     def host_cables(self) -> list[Cable]:

@@ -29,14 +29,32 @@ def default_cables(n_gpus: int, gpus_per_switch: int) -> int:
     return k2 // n_gpus if k2 % n_gpus == 0 and k2 >= n_gpus else 1
 
 
+# A 51.2 Tbit/s switch as 256 ports of 200G: the largest switch the sizes the project reports are built from
+# (the blog's "16,384 dual-port NICs on one layer of 51.2T switches": k = 128, 2 x 128 switches of 256 ports).
+SWITCH_PORTS_51T = 256
+
+
 def scaled_k(n_gpus: int) -> int:
-    """The ZCube k a scale study uses for n GPUs: the smallest power of two with k^2 >= 2n, so the default
-    cables k^2/n are 2 or 4 (non-blocking) and switches have 2k ports: n=32 -> 8 (the default fabric),
-    128 -> 16, 512 -> 32 (16 + 16 switches of 64 ports, 2 cables per pair)."""
+    """The ZCube k a scale study uses for n GPUs (``gpus_per_switch: auto``): the smallest power of two with
+    k^2 >= 2n, so the default cables k^2/n are 2 or 4 (non-blocking, a sibling cable per odd-even pair for fast
+    failover) and switches have 2k ports: n=32 -> 8 (the default fabric), 128 -> 16, 512 -> 32 (16 + 16 switches
+    of 64 ports, 2 cables per pair), 8,192 -> 128. When those 2k ports would not fit one 51.2T switch
+    (``SWITCH_PORTS_51T``), the smallest power of two with k^2 >= n instead: one cable per pair, still
+    non-blocking, so n=16,384 -> 128 (128 + 128 switches of 256 ports), the blog's formula; beyond that no
+    ZCube of 51.2T switches exists (TestbedError)."""
     n = _positive_int("gpus", n_gpus)
     k = 1
     while k * k < 2 * n:
         k *= 2
+    if 2 * k > SWITCH_PORTS_51T:
+        k = 1
+        while k * k < n:
+            k *= 2
+        if 2 * k > SWITCH_PORTS_51T:
+            limit = (SWITCH_PORTS_51T // 2) ** 2
+            raise TestbedError(f"gpus={n} needs ZCube switches of {2 * k} ports (k={k}), more than a 51.2T switch's "
+                               f"{SWITCH_PORTS_51T}: one layer of them reaches {limit} GPUs (set gpus_per_switch to "
+                               "build a larger one)", key="gpus")
     if n % k:
         raise TestbedError(f"gpus={n} is not divisible by the scaled k={k}: expected a multiple of {k}", key="gpus")
     return k

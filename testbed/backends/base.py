@@ -46,6 +46,9 @@ Snapshot = dict[str, Counters]  # queue id -> its counters
 
 CROSS_TRAFFIC = "cross_traffic"  # what a backend may support beyond carrying messages (Backend.supports)
 FAULTS = "faults"
+# what a backend builds from the fabric model beyond its paths (Backend.builds): what an experiment is checked for
+DATAPATH = "datapath"  # the emulated datapath: interfaces, bridges, qdiscs (fabrics.datapath.plan_datapath)
+QUEUES = "queues"  # a limit and PFC thresholds per switch queue (pfc.policy.queue_limits)
 
 
 # ------------------------------------------------------------------ asked for
@@ -120,8 +123,8 @@ class PlannedTraffic:
 @dataclass(frozen=True)
 class ServingTraffic:
     """The serving cluster the live driver runs, as ``traffic.runtime.coordinator`` reads it: ``spec``
-    (``ServingSpec`` as JSON), ``requests``, ``dilation`` (wall seconds per cluster second), ``ips``,
-    ``choices`` (each GPU pair's NIC port pairs, in the policy's order) and ``policy``."""
+    (``ServingSpec`` as JSON), ``requests``, ``dilation`` (wall seconds per cluster second), ``ips`` and
+    ``policy`` (the port-selection policy: a GPU pair's NIC port pairs are ``fabrics.routing.port_pairs``)."""
 
     config: dict
 
@@ -278,6 +281,7 @@ class Backend(abc.ABC):
 
     name: ClassVar[str]
     supports: ClassVar[frozenset[str]] = frozenset()  # CROSS_TRAFFIC, FAULTS
+    builds: ClassVar[frozenset[str]] = frozenset()  # DATAPATH, QUEUES: what an experiment on it is checked for
     realtime: ClassVar[bool] = False  # a repetition takes its run's wall time (else: as long as it computes)
     routes_itself: ClassVar[bool] = False  # picks each connection's path (can follow recorded paths: paths_from)
     setup_s: ClassVar[float] = 5.0  # a repetition's time besides the run itself, for the estimates

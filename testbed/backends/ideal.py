@@ -17,6 +17,7 @@ from pathlib import Path
 
 from common import scale
 from fabrics import build_fabric
+from fabrics.routing import port_pairs
 from testbed.backends.base import (
     Backend,
     Carried,
@@ -33,6 +34,11 @@ from testbed.backends.base import (
 from traffic.runtime.records import NEVER_COMPLETED
 
 LOSSLESS = {"enabled": False}  # no queues, nothing to pause
+# A live repetition's wall seconds on this 2-core machine: the serving cluster's events, its messages and their
+# write-up grow with the GPUs and the cluster seconds (the default's load per GPU): ~0.008 s per GPU and cluster
+# second, from runs of the default at n=32 (28 cluster s), 128 and 512 (6 cluster s), the machine shared
+PER_GPU_CLUSTER_S = 0.008
+FIXED_S = 1.0
 
 
 def _row(plan: dict, start: float | None, end: float | None) -> dict:
@@ -49,6 +55,15 @@ def _row(plan: dict, start: float | None, end: float | None) -> dict:
 
 class IdealBackend(Backend):
     name = "ideal"
+
+    def estimate(self, exp) -> tuple[float, str] | None:
+        """A live repetition: ``FIXED_S`` + ``PER_GPU_CLUSTER_S`` x GPUs x cluster seconds (the planned replay:
+        None, the flat ``setup_s``)."""
+        if exp.serving.driver != "live":
+            return None
+        cluster_s = exp.trace.duration_s / (1.0 if exp.serving.arrivals == "closed" else exp.trace.speed)
+        s = FIXED_S + PER_GPU_CLUSTER_S * exp.gpus * cluster_s
+        return s, f"{exp.gpus} GPUs x {cluster_s:g} cluster s x {PER_GPU_CLUSTER_S:g} s"
 
     def network(self, spec: FabricSpec) -> Network:
         return Network(build_fabric(**spec.args), LinkSettings.of(spec.datapath, spec.represents_bps))
@@ -81,11 +96,14 @@ class IdealBackend(Backend):
         serving.run_ideal(cluster, port_bps=spec.represents_bps)
         cpu_s = round(time.process_time() - cpu, 3)
         dilation = traffic.dilation
-        choices, ips = traffic.config["choices"], traffic.config["ips"]
+        policy, ips = traffic.config["policy"], traffic.config["ips"]
+        choices: dict[tuple[int, int], tuple] = {}
         used: dict[tuple[int, int], int] = {}
         rows = []
         for m in sorted(cluster.messages.values(), key=lambda m: m.id):
-            options = choices[f"{m.src_gpu},{m.dst_gpu}"]  # the policy's port pairs in turn, as the coordinator
+            options = choices.get((m.src_gpu, m.dst_gpu))  # the policy's port pairs in turn, as the coordinator
+            if options is None:
+                options = choices[(m.src_gpu, m.dst_gpu)] = port_pairs(m.src_gpu, m.dst_gpu, policy)
             k = used.get((m.src_gpu, m.dst_gpu), 0)
             used[(m.src_gpu, m.dst_gpu)] = k + 1
             sp, dp = options[k % len(options)]

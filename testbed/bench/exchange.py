@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from fabrics import Fabric, addressing
-from fabrics.routing import forwarding_tables
+from fabrics.routing import forwarding_tables, port_pairs
 from testbed.repetition.drivers.live_summary import exchange_ideal_s, longest_path
 from traffic.runtime.launcher import AGENT_PORT
 
@@ -63,7 +63,7 @@ def sample(phases: dict[tuple, list]) -> list[tuple]:
     return out
 
 
-def plan(phases: dict[tuple, list], keys: list[tuple], choices: dict, rate_bps: float, mtu: int,
+def plan(phases: dict[tuple, list], keys: list[tuple], policy: str, rate_bps: float, mtu: int,
          fabric: Fabric) -> tuple[list[dict], dict[int, tuple]]:
     """Plan rows, one exchange after the other (every message of an exchange at its start), and the
     exchange each row id belongs to. A pair's messages alternate over its port choices, as the
@@ -77,7 +77,7 @@ def plan(phases: dict[tuple, list], keys: list[tuple], choices: dict, rate_bps: 
         first = len(rows)
         for m in sorted(phases[key], key=lambda m: m.id):
             pair = (m.src_gpu, m.dst_gpu)
-            options = choices[f"{pair[0]},{pair[1]}"]
+            options = port_pairs(*pair, policy)
             sp, dp = options[used.get(pair, 0) % len(options)]
             used[pair] = used.get(pair, 0) + 1
             rows.append({"id": next_id, "request_id": None, "src": f"gpu{m.src_gpu}", "dst": f"gpu{m.dst_gpu}",
@@ -159,7 +159,7 @@ def bench(spec, out: Path, log) -> dict:
         from common.errors import TestbedError
 
         raise TestbedError("the serving loop produced no expert-parallel exchange: bench exchange needs an MoE model")
-    rows, of = plan(phases, keys, setup.config["choices"], rate, dp.mtu, fabric)
+    rows, of = plan(phases, keys, setup.config["policy"], rate, dp.mtu, fabric)
     log(f"{len(keys)} exchanges, {len(rows)} messages, {rows[-1]['start']:.1f} s of plan")
     out.mkdir(parents=True, exist_ok=True)
     fabricctl.require_root()

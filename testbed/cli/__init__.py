@@ -2,7 +2,7 @@
 
 This package holds the verbs, one module per group (``plan``, ``fabric``, ``fault``, ``bench`` (a package: one
 module per benchmark), ``replay``, ``run``, ``sensitivity``, ``spread``, ``report``, ``compare``, ``crosscheck``,
-``hosts``);
+``hosts``, ``scale``);
 every flag that sets an experiment key is defined once in ``flags`` (flag -> key path), the fabric and PFC options
 of the fabric verbs and benchmarks in ``options``, output folders in ``outputs``; this module only assembles the
 parser and runs a verb. Library code never imports from here.
@@ -42,6 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
         replay,
         report,
         run,
+        scale,
         sensitivity,
         spread,
     )
@@ -58,6 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.register(sub)  # run, sweep, calibrate
     sensitivity.register(sub)  # sensitivity
     spread.register(sub)  # spread (ROFT over ECMP outcomes)
+    scale.register(sub)  # scale (the per-GPU load at growing n)
     report.register(sub)  # report
     compare.register(sub)  # compare (several runs' headlines: do they agree?)
     crosscheck.register(sub)  # crosscheck (the ns-3 twin beside the emulator)

@@ -33,6 +33,7 @@ from testbed.repetition.spec import served_source
 from testbed.report import headline, workload
 
 Log = Callable[[str], None]
+Progress = Callable[["PlannedRepetition", dict], None]  # told each repetition and its outcome as it ends
 
 
 def stderr_log(message: str) -> None:
@@ -167,7 +168,8 @@ def execution_order(exp, backend: Backend) -> list[list[PlannedRepetition]]:
     return [[t for t in plan if t.fabric == kind] for kind in exp.fabrics]
 
 
-def execute(resolved: Resolved, run_dir: Path, backend: Backend, log: Log) -> list[dict]:
+def execute(resolved: Resolved, run_dir: Path, backend: Backend, log: Log,
+            progress: Progress | None = None) -> list[dict]:
     """Every target in turn (``execution_order``: on the emulated backend each fabric's repetitions on one
     fabric, built once). A repetition that failed for an environment reason (the machine, not the
     experiment: EnvironmentProblem) is retried once, on a fabric built anew, its first attempt kept beside
@@ -181,7 +183,7 @@ def execute(resolved: Resolved, run_dir: Path, backend: Backend, log: Log) -> li
     done = 0
     for group in groups:
         if not held:
-            outcomes += _execute_group(exp, group, backend, run_dir, log, done, total, None)
+            outcomes += _execute_group(exp, group, backend, run_dir, log, done, total, None, progress)
             done += len(group)
             continue
         log(f"{group[0].fabric}: one fabric for its {len(group)} repetition(s)")
@@ -193,7 +195,7 @@ def execute(resolved: Resolved, run_dir: Path, backend: Backend, log: Log) -> li
                 "repetition builds its own")
             fabric = None
         try:
-            outcomes += _execute_group(exp, group, backend, run_dir, log, done, total, fabric)
+            outcomes += _execute_group(exp, group, backend, run_dir, log, done, total, fabric, progress)
         finally:
             if fabric is not None:
                 fabric.__exit__(None, None, None)
@@ -202,7 +204,7 @@ def execute(resolved: Resolved, run_dir: Path, backend: Backend, log: Log) -> li
 
 
 def _execute_group(exp, group: list[PlannedRepetition], backend: Backend, run_dir: Path, log: Log, done: int,
-                   total: int, held) -> list[dict]:
+                   total: int, held, progress: Progress | None = None) -> list[dict]:
     outcomes = []
     for i, t in enumerate(group, done + 1):
         target = run_dir / t.rel
@@ -232,9 +234,11 @@ def _execute_group(exp, group: list[PlannedRepetition], backend: Backend, run_di
             log(f"{t.fabric} repetition {t.rep} FAILED: {exc} ({t.rel / 'error.txt'}); going on")
             outcomes.append(t.as_dict() | {"status": "error", "error": f"{type(exc).__name__}: {exc}",
                                            "retried": retried})
-            continue
-        outcomes.append(t.as_dict() | {"status": "ok", "wall_s": round(time.monotonic() - t0, 1),
-                                       "retried": retried})
+        else:
+            outcomes.append(t.as_dict() | {"status": "ok", "wall_s": round(time.monotonic() - t0, 1),
+                                           "retried": retried})
+        if progress is not None:
+            progress(t, outcomes[-1])
     return outcomes
 
 
@@ -305,14 +309,15 @@ def finish(resolved: Resolved, run_dir: Path, outcomes: list[dict], log: Log) ->
 
 # ----------------------------------------------------------------- one run directory
 def run_into(resolved: Resolved, run_dir: Path, backend: Backend, log: Log, versions: dict,
-             extra: dict | None = None) -> tuple[int, dict]:
-    """Fill an existing, empty run directory: set-up files, every repetition, headline, report."""
+             extra: dict | None = None, progress: Progress | None = None) -> tuple[int, dict]:
+    """Fill an existing, empty run directory: set-up files, every repetition, headline, report; ``progress``:
+    told each repetition as it ends."""
     exp = resolved.experiment
     rundir.mark_state(run_dir, "running")
     try:
         rundir.start_run_dir(resolved, run_dir, versions, log, [t.as_dict() for t in targets(exp)],
                              estimate_s(exp, backend), {"served": served(exp)} | (extra or {}))
-        outcomes = execute(resolved, run_dir, backend, log)
+        outcomes = execute(resolved, run_dir, backend, log, progress)
         result = finish(resolved, run_dir, outcomes, log)
     except KeyboardInterrupt:
         rundir.mark_state(run_dir, "interrupted", "Ctrl-C or SIGTERM: the run stopped before it finished")

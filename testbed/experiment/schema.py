@@ -120,8 +120,9 @@ class Experiment(_Section):
                                  "ns-3 twin: a packet-level simulated fabric; no root)")
     gpus: int = Field(32, ge=2)
     gpus_per_switch: Union[int, Literal["auto"]] = Field(
-        8, description="ZCube k (>= 1); auto: the smallest power of two with k^2 >= 2 x gpus (the scale "
-                       "study's rule: 8 at 32 GPUs, 32 at 512; ROFT's default radix follows it)")
+        8, description="ZCube k (>= 1); auto: the smallest power of two with k^2 >= 2 x gpus, or with k^2 >= "
+                       "gpus when 2k ports would not fit a 51.2T switch's 256 (the scale study's rule: 8 at 32 "
+                       "GPUs, 32 at 512, 128 at 8,192 and 16,384; ROFT's default radix follows it)")
     cables: Optional[int] = Field(None, ge=1, description="ZCube parallel cables per odd-even pair; null: k^2/n")
     gpus_per_server: int = Field(8, ge=1, description="ROFT server size")
     radix: Optional[int] = Field(None, ge=2, description="ROFT switch radix; null: the ZCube's")
@@ -481,28 +482,40 @@ def _attempt(fn, keys: dict[str, str], default: str):
         raise _Problem(keys.get(exc.key, default), str(exc)) from None
 
 
-def check_fabrics(exp: Experiment) -> None:
+def check_fabrics(exp: Experiment, builds: frozenset[str] | None = None) -> None:
     """The rules of what builds each fabric: its size, the datapath's link settings and the PFC policy on
-    them (raises ``_Problem``); what the fabric verbs (``up``, ``bench``) check too."""
+    them (raises ``_Problem``); what the fabric verbs (``up``, ``bench``) check too. ``builds``: what the
+    backend makes of it (``Backend.builds``; None: all); the datapath's plan and each queue's limit, quadratic
+    in the GPUs (n = 16,384: 2^29 neighbour entries), only for a backend that builds them."""
     from fabrics import build_fabric
     from fabrics.datapath import plan_datapath
     from pfc import policy as pfc_policy
+    from testbed.backends.base import DATAPATH, QUEUES
 
     p = exp.pfc
     if p.xon_bytes is not None and p.xoff_bytes is not None and p.xon_bytes >= p.xoff_bytes:
         raise _Problem("pfc.xon_bytes", f"must be < xoff_bytes {p.xoff_bytes} (got {p.xon_bytes})")
+    builds = frozenset({DATAPATH, QUEUES}) if builds is None else builds
     for kind in exp.fabrics:
         spec = _attempt(lambda: fabric_spec(exp, kind), _LINK_KEYS, "link")
         fabric = _attempt(lambda: build_fabric(**spec.args), _FABRIC_KEYS, "gpus")
-        _attempt(lambda: plan_datapath(fabric, spec.datapath), _FABRIC_KEYS, "gpus")
-        _attempt(lambda: pfc_policy.queue_limits(fabric, spec.datapath, spec.pfc), _PFC_KEYS, "pfc")
+        if DATAPATH in builds:
+            _attempt(lambda: plan_datapath(fabric, spec.datapath), _FABRIC_KEYS, "gpus")
+        if QUEUES in builds:
+            _attempt(lambda: pfc_policy.queue_limits(fabric, spec.datapath, spec.pfc), _PFC_KEYS, "pfc")
+        elif spec.pfc is not None and spec.pfc.enabled:  # the settings alone
+            _attempt(lambda: pfc_policy.resolve_on(spec.pfc, spec.datapath), _PFC_KEYS, "pfc")
 
 
 def semantic_check(exp: Experiment) -> None:
     """Apply the rules of the code that will consume the values (raises ``_Problem``: key path, message)."""
     from traffic.model import rankmap
 
-    check_fabrics(exp)
+    try:
+        builds = backends.get(exp.backend, exp.hosts).builds
+    except TestbedError:  # refused by _check_backend below, with its key
+        builds = None
+    check_fabrics(exp, builds)
     s = exp.serving
     model = models.get_model(s.model)
     _attempt(lambda: models.check_tp(model, s.prefill_tp), {}, "serving.prefill_tp")

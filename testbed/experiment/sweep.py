@@ -53,16 +53,17 @@ def parse_param(text: str) -> tuple[str, list[str]]:
 
 def expand(params: list[tuple[str, list[str]]], paired: bool = False) -> list[list[tuple[str, str]]]:
     """The grid: every combination of the values of one or two parameters, in the order given; ``paired``:
-    the i-th value of each parameter together (a load that grows with the cluster: gpus and concurrency)."""
-    if not 1 <= len(params) <= 2:
+    the i-th value of each parameter together (a load that grows with the cluster: gpus and concurrency; the
+    scale curve's three: gpus, concurrency and the workload's size)."""
+    if not 1 <= len(params) <= (3 if paired else 2):
         raise TestbedError(f"sweep takes one or two --param, got {len(params)}")
     keys = [k for k, _ in params]
     if len(set(keys)) != len(keys):
         raise TestbedError(f"--param {keys[0]} is given twice: list all its values in one --param")
     if paired:
         lengths = {len(values) for _, values in params}
-        if len(params) != 2 or len(lengths) != 1:
-            raise TestbedError(f"a paired sweep takes two keys with as many values each, got "
+        if len(params) < 2 or len(lengths) != 1:
+            raise TestbedError(f"a paired sweep takes two or three keys with as many values each, got "
                                f"{', '.join(f'{k} ({len(v)})' for k, v in params)}")
         return [list(zip(keys, combo)) for combo in zip(*(values for _, values in params))]
     return [list(zip(keys, combo)) for combo in itertools.product(*(values for _, values in params))]
@@ -110,17 +111,20 @@ def _write(sweep_dir: Path, keys: list[str], doc: dict, rows: list[dict]) -> Non
 def run_sweep(path: str | Path | None, overrides: list[Override], params: list[tuple[str, list[str]]],
               out_root: Path, log: run.Log = run.stderr_log,
               out: run.Log = print, name: str | None = None, slo_ttft_ms: float | None = None,
-              paired: bool = False) -> tuple[int, Path]:
+              paired: bool = False, points: list | None = None,
+              progress: run.Progress | None = None) -> tuple[int, Path]:
     """The ``sweep`` verb: validate every point, run them in turn, print a table and the sweep directory last;
-    (worst exit status, sweep directory). ``paired``: see ``expand``."""
-    points = resolve_points(path, overrides, params, paired)
+    (worst exit status, sweep directory). ``paired``: see ``expand``; ``points``: ``resolve_points``' result
+    when the caller has it; ``progress``: told each repetition as it ends (``run.run_into``)."""
+    points = points or resolve_points(path, overrides, params, paired)
     base = points[0][1].experiment
     for _, res in points:
         run.requests_served(res.experiment)
     total = sum(run.estimate_s(res.experiment, res.backend) for _, res in points)
     joined = (" with " if paired else " x ").join(f"{k} ({len(v)})" for k, v in params)
-    log(f"sweep over {joined}: {len(points)} points, "
-        f"each {run.estimate_text(base, points[0][1].backend)}; estimated wall time ~{run.minutes(total)}")
+    log(f"sweep over {joined}: {len(points)} points, estimated wall time ~{run.minutes(total)}")
+    for point, res in points:
+        log(f"  {point_name(point)}: {run.estimate_text(res.experiment, res.backend)}")
     for _, res in points:  # every point's backend can run
         res.backend.check(build_own=True)
     sweep_dir = rundir.new_run_dir(Path(out_root), name or f"sweep-{base.name}")
@@ -140,7 +144,8 @@ def run_sweep(path: str | Path | None, overrides: list[Override], params: list[t
         point_dir = sweep_dir / "points" / point_name(point)
         point_dir.mkdir(parents=True)
         status, heads = run.run_into(res, point_dir, res.backend, log, versions,
-                                     extra={"sweep": {"dir": str(sweep_dir), "point": dict(point)}})
+                                     extra={"sweep": {"dir": str(sweep_dir), "point": dict(point)}},
+                                     progress=progress)
         worst = max(worst, status)
         doc["points"][i] |= {"status": status, "fabrics": {k: {key: h[key] for key in h if key != "repetitions"}
                                                             for k, h in heads.items()}}

@@ -166,6 +166,11 @@ def goodput_time(exp: ExperimentRun, out: Path) -> Path | None:
     return save(fig, out)
 
 
+# servers drawn one by one in the per-NIC load figure (a bar per port, the server's mean and its max/mean): the
+# seed's 64 servers of 8 GPUs; beyond, 2,048 servers' marks take minutes to draw and cannot be read
+NIC_LOAD_SERVERS = 64
+
+
 def nic_load(exp: ExperimentRun, out: Path) -> Path | None:
     """Bytes per NIC port, grouped by 8-GPU server: uneven bars inside a group = imbalance."""
     fabrics = [f for f in exp.fabrics if stats.nic_loads(exp.reps[f][0])]
@@ -190,8 +195,13 @@ def nic_load(exp: ExperimentRun, out: Path) -> Path | None:
             cols.append(colour(f, i) if p == 1 else _lighter(colour(f, i)))
             centres[s].append(x)
             x += 1
-        ax.bar(xs, heights, width=0.85, color=cols)
-        for s, pos in centres.items():
+        if len(centres) > NIC_LOAD_SERVERS:  # thousands of servers: the ports as two lines, no per-server marks
+            for port, shade in ((1, colour(f, i)), (2, _lighter(colour(f, i)))):
+                pts = [(xx, h) for xx, h, (_, p) in zip(xs, heights, sorted(loads)) if p == port]
+                ax.plot([xx for xx, _ in pts], [h for _, h in pts], color=shade, lw=0.4)
+        else:
+            ax.bar(xs, heights, width=0.85, color=cols)
+        for s, pos in centres.items() if len(centres) <= NIC_LOAD_SERVERS else ():
             vals = [h for xx, h in zip(xs, heights) if xx in pos]
             mean = sum(vals) / len(vals)
             ax.hlines(mean, pos[0] - 0.4, pos[-1] + 0.4, color="#222", lw=0.8, ls="--")
@@ -201,8 +211,9 @@ def nic_load(exp: ExperimentRun, out: Path) -> Path | None:
         ax.set_xticks([])
         ax.set_ylabel("sent + received (KB)")
         worst = f"worst server {imb['worst_server']}: max/mean {imb['max']:.2f}" if imb else "no traffic"
+        marks = "dashed = server mean" if len(centres) <= NIC_LOAD_SERVERS else f"{len(centres)} servers in order"
         ax.set_title(f"{name(f)} (rep{rep.index}): per-NIC-port load, dark = port 1, light = port 2, "
-                     f"dashed = server mean; {worst}", loc="left")
+                     f"{marks}; {worst}", loc="left")
         ax.set_ylim(0, max(heights + [1]) * 1.3)
     return save(fig, out)
 

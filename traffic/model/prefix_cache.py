@@ -55,6 +55,60 @@ def assumed_cached_tokens(fraction: float, input_tokens: int) -> int:
     return cached_tokens(math.floor(fraction * input_tokens) // BLOCK_TOKENS, input_tokens)
 
 
+class Holders:
+    """Which caches of a group hold each block, kept up to date by the caches (``PrefixCache(holders=...)``):
+    ``matches`` gives every cache's ``match`` of a chain in one walk of the chain instead of one walk per cache
+    (KV-aware routing asks it of every prefill unit for every request: 1,024 units at n = 16,384)."""
+
+    def __init__(self) -> None:
+        self.of: dict = {}  # block id -> the owner holding it, or the set of owners when several do
+        self.owners: set = set()
+
+    def add(self, block: int, owner) -> None:
+        held = self.of.get(block)
+        if held is None:
+            self.of[block] = owner  # most blocks are one session's, in one cache: no set for them
+        elif isinstance(held, set):
+            held.add(owner)
+        elif held != owner:
+            self.of[block] = {held, owner}
+
+    def drop(self, block: int, owner) -> None:
+        held = self.of[block]
+        if not isinstance(held, set):
+            del self.of[block]
+            return
+        held.discard(owner)
+        if len(held) == 1:
+            self.of[block] = held.pop()
+
+    def matches(self, chain: Sequence[int]) -> dict:
+        """Owner -> how many leading blocks of ``chain`` its cache holds (``PrefixCache.match``), for every owner
+        holding at least the first."""
+        out: dict = {}
+        alive, total = self.owners, len(self.owners)
+        for depth, b in enumerate(chain):
+            held = self.of.get(b)
+            if held is None:
+                break
+            if not isinstance(held, set):
+                held = {held}
+            if len(held) == total:  # every cache holds it (a shared system prompt): nobody's match stops here
+                continue
+            kept = alive & held
+            if len(kept) != len(alive):
+                for owner in alive - kept:
+                    out[owner] = depth
+                alive = kept
+                if not alive:
+                    return out
+        else:
+            depth = len(chain)
+        for owner in alive:
+            out[owner] = depth
+        return out
+
+
 def hit_ratios(input_tokens: int, cached_tokens: int, host_tokens: int) -> dict:
     """The prefix cache's token-weighted hit ratios over some requests, from their prompt tokens, those their
     prefill unit had cached and, of those, the ones only its host tier held (HiCache): ``hit_rate`` (cached over
@@ -70,7 +124,8 @@ def hit_ratios(input_tokens: int, cached_tokens: int, host_tokens: int) -> dict:
 class PrefixCache:
     """LRU block cache with radix semantics (module docstring)."""
 
-    def __init__(self, capacity: int | None) -> None:
+    def __init__(self, capacity: int | None, holders: Holders | None = None, owner=None) -> None:
+        """``holders``: a group's index this cache reports its blocks to, as ``owner``."""
         if capacity is not None:
             int_at_least("prefix cache capacity (blocks)", capacity, 0)
         self.capacity = capacity
@@ -78,6 +133,9 @@ class PrefixCache:
         self._pins: dict[int, int] = {}
         self.evictions = 0
         self.peak = 0  # the most blocks ever held
+        self._holders, self._owner = holders, owner
+        if holders is not None:
+            holders.owners.add(owner)
 
     def __len__(self) -> int:
         return len(self._lru)
@@ -131,6 +189,8 @@ class PrefixCache:
         for b in self._lru:
             if b not in self._pins and b not in keep:
                 del self._lru[b]
+                if self._holders is not None:
+                    self._holders.drop(b, self._owner)
                 self.evictions += 1
                 return True
         return False
@@ -154,10 +214,12 @@ class PrefixCache:
             if self.capacity is not None and len(self._lru) >= self.capacity and not self._evict_one(keep):
                 break
             self._lru[b] = None
+            if self._holders is not None:
+                self._holders.add(b, self._owner)
             added += 1
         self._touch(chain[:self.match(chain)])
         self.peak = max(self.peak, len(self._lru))
         return added
 
 
-__all__ = ["PrefixCache", "BLOCK_TOKENS", "cached_tokens", "assumed_cached_tokens", "hit_ratios"]
+__all__ = ["PrefixCache", "Holders", "BLOCK_TOKENS", "cached_tokens", "assumed_cached_tokens", "hit_ratios"]

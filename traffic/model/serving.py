@@ -121,6 +121,7 @@ from traffic.model.serving_spec import (
     unit_kv_tokens,
 )
 from traffic.model.traces import Request
+from traffic.model.unit_routing import LeastLoaded, PrefillRouting
 
 
 @dataclass
@@ -212,13 +213,18 @@ class Cluster:
         self.pools: dict[tuple[int, int], KVPool] = {}
         self.decode_caches: dict[tuple[int, int], PrefixCache] = {}
         self._alloc_queue: dict[tuple[int, int], list[RequestState]] = {}
+        self._routing = PrefillRouting([(e.index, u) for e in self.engines["prefill"] for u in range(len(e.units))],
+                                       spec.prefill_routing == "kv")
+        gpu_tier, host_tier = self._routing.tiers  # the caches tell the routing which blocks they hold
         if spec.prefix_cache:
             for eng in self.engines["prefill"]:
                 for u, unit in enumerate(eng.units):
                     tokens = unit_kv_tokens(spec, "prefill", len(unit.gpus), len(eng.gpus))
-                    self.caches[(eng.index, u)] = PrefixCache(tokens // BLOCK_TOKENS)
+                    key, at = (eng.index, u), self._routing.position[(eng.index, u)]
+                    self.caches[key] = PrefixCache(tokens // BLOCK_TOKENS, gpu_tier, at)
                     if spec.hicache_ratio > 0:  # write-through host tier (SGLang HiCache)
-                        self.host_caches[(eng.index, u)] = PrefixCache(int(tokens * spec.hicache_ratio) // BLOCK_TOKENS)
+                        self.host_caches[key] = PrefixCache(int(tokens * spec.hicache_ratio) // BLOCK_TOKENS,
+                                                            host_tier, at)
         if spec.decode_memory or spec.decode_prefix_cache:
             for eng in self.engines["decode"]:
                 for u, unit in enumerate(eng.units):
@@ -229,6 +235,9 @@ class Cluster:
                     if spec.decode_memory:
                         self.pools[(eng.index, u)] = KVPool(tokens, cache)
                         self._alloc_queue[(eng.index, u)] = []
+        # each decode unit's committed and queued KV (decode memory; without a decode prefix cache a request needs
+        # as much on every unit), for picking the least committed unit without a pass over all of them
+        self._decode_loads = LeastLoaded(list(self.pools)) if self.pools and not spec.decode_prefix_cache else None
 
     # -- events -----------------------------------------------------------------------------
     def start(self, now: float = 0.0) -> list:
@@ -372,7 +381,11 @@ class Cluster:
         if not req.hash_ids and self.spec.prefix_hit:
             req.cached_tokens = assumed_cached_tokens(self.spec.prefix_hit, req.input_tokens)
         if self.spec.decode_memory:  # SGLang: decode pre-allocates the KV before the prefill may run
-            eng, unit = self._least_loaded("decode", lambda e, u: self._decode_commit_cost(req, e, u))
+            if self._decode_loads is not None:  # the same unit: req's need is the same on every unit
+                e, unit = self._decode_loads.best()
+                eng = self.engines["decode"][e]
+            else:
+                eng, unit = self._least_loaded("decode", lambda e, u: self._decode_commit_cost(req, e, u))
             req.decode_unit = (eng.index, unit)
             pool = self.pools[req.decode_unit]
             check_fits(req.id, req.input_tokens + req.output_tokens, pool.capacity)
@@ -391,8 +404,11 @@ class Cluster:
 
     def _decode_commit_cost(self, req: RequestState, eng: _Engine, u: int) -> int:
         key = (eng.index, u)
-        return (self.pools[key].committed + sum(self._decode_need(x, key) for x in self._alloc_queue[key])
-                + self._decode_need(req, key))
+        return self._decode_committed(key) + self._decode_need(req, key)
+
+    def _decode_committed(self, key: tuple[int, int]) -> int:
+        """A decode unit's KV allocated and asked for by the requests waiting there."""
+        return self.pools[key].committed + sum(self._decode_need(x, key) for x in self._alloc_queue[key])
 
     def _admit(self, key: tuple[int, int], now: float) -> list:
         """Allocate decode KV to the requests waiting at decode unit ``key``, first come first served, as long
@@ -412,6 +428,8 @@ class Cluster:
             req.decode_memory_s = now - req.arrival_s
             req.attributed_to_s = now
             out += self._to_prefill(req, now)
+        if self._decode_loads is not None:  # every change to a unit's pool or queue ends here
+            self._decode_loads.set(key, self._decode_committed(key))
         return out
 
     def _take_decode_hit(self, req: RequestState, key: tuple[int, int], hit: int) -> None:
@@ -426,18 +444,18 @@ class Cluster:
         return x.input_tokens - cached - x.prefilled_tokens
 
     def _to_prefill(self, req: RequestState, now: float) -> list:
-        def queued(e: _Engine, u: int) -> int:
-            return sum(self._prefill_left(x) for x in e.queue[u])
-
-        if self.spec.prefill_routing == "least-loaded":
-            eng, unit = self._least_loaded("prefill", queued)
-        else:  # kv: the tokens to prefill there, the request's uncached ones and those queued
-            eng, unit = self._least_loaded("prefill", lambda e, u: queued(e, u) + req.input_tokens
-                                           - max(req.cached_tokens, self._prefill_hit_tokens(req, (e.index, u))))
+        e, unit = self._routing.pick(req.hash_ids, req.input_tokens, req.cached_tokens)
+        eng = self.engines["prefill"][e]
         req.prefill_unit = (eng.index, unit)
         req.cache_estimate = self._prefill_hit_tokens(req, req.prefill_unit)
         eng.queue[unit].append(req)
+        self._requeue(eng)
         return self._maybe_step(eng, now)
+
+    def _requeue(self, eng: _Engine) -> None:
+        """Tell the routing the tokens queued at each unit of prefill engine ``eng``, after every change."""
+        for u, queue in enumerate(eng.queue):
+            self._routing.set_queued((eng.index, u), sum(self._prefill_left(x) for x in queue))
 
     def _prefill_hit_tokens(self, req: RequestState, key: tuple[int, int]) -> int:
         cache = self.caches.get(key)
@@ -549,6 +567,7 @@ class Cluster:
             need = tokens[-1] / (self.spec.prefill_rate * len(unit.gpus)) + load_s
             eng.work_s += need
             compute = max(compute, need)
+        self._requeue(eng)
         return self._begin(eng, now, compute, tokens, sum(len(t) for t in eng.taken))
 
     def _take_prefill_hit(self, req: RequestState, key: tuple[int, int]) -> float:
@@ -672,6 +691,7 @@ class Cluster:
                             req.pinned_blocks = 0
                         if not self.stopped:
                             out += self._send_kv(req, now)
+            self._requeue(eng)
         else:
             for u in range(len(eng.units)):
                 keep = []

@@ -133,28 +133,34 @@ def agentic_coding(n_requests: int = 10_000, seed: int = 0, shape: AgenticShape 
         out = rng.lognormal(math.log(shape.median_output), shape.output_sigma, turns)
         drawn.append((new, out, first))
         total += turns
+    # every session's turns end to end (the bisection below builds the workload ~110 times: in numpy, not a
+    # Python loop over every turn; np.rint rounds half to even, as round() does)
+    new_all = np.concatenate([d[0] for d in drawn])
+    out_all = np.concatenate([d[1] for d in drawn])
+    lengths = np.array([len(d[0]) for d in drawn])
+    starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
+    session = np.repeat(np.arange(len(drawn)), lengths)
+    turn = np.arange(len(new_all)) - starts[session]
+    opening = shape.system_tokens + np.maximum(1, np.rint([d[2] for d in drawn])).astype(np.int64)
 
-    def build(new_scale: float, out_scale: float) -> list[tuple[int, int, int, int]]:
-        """(session, turn, input, output) of the first n_requests turns."""
-        rows: list[tuple[int, int, int, int]] = []
-        for s, (new, out, first) in enumerate(drawn):
-            outputs = [max(1, round(o * out_scale)) for o in out]
-            context = shape.system_tokens + max(1, round(first))
-            for t in range(len(new)):
-                if t:
-                    context += outputs[t - 1] + max(1, round(new[t] * new_scale))
-                if context > shape.max_context:
-                    break
-                rows.append((s, t, context, outputs[t]))
-                if len(rows) == n_requests:
-                    return rows
-        return rows
+    def build(new_scale: float, out_scale: float) -> tuple[np.ndarray, ...]:
+        """(session, turn, input, output) of the first n_requests turns, as arrays: a turn's prompt is its
+        predecessor's plus that one's output plus its own new tokens; a session stops before the first turn
+        whose prompt would pass the context limit (prompts only grow, so those are the turns over it)."""
+        outputs = np.maximum(1, np.rint(out_all * out_scale)).astype(np.int64)
+        step = np.empty_like(outputs)
+        step[1:] = outputs[:-1] + np.maximum(1, np.rint(new_all[1:] * new_scale)).astype(np.int64)
+        step[starts] = opening
+        grown = np.cumsum(step)
+        context = grown - (grown[starts] - opening)[session]
+        kept = np.flatnonzero(context <= shape.max_context)[:n_requests]
+        return session[kept], turn[kept], context[kept], outputs[kept]
 
     def fit(out_scale: float) -> float:
         lo, hi = 1.0, 1e6  # tokens: the new tokens' median
         for _ in range(36):  # on a log scale: hi / lo ends within 1e-9 of 1
             mid = math.sqrt(lo * hi)
-            if np.median([r[2] for r in build(mid, out_scale)]) < shape.median_input:
+            if np.median(build(mid, out_scale)[2]) < shape.median_input:
                 lo = mid
             else:
                 hi = mid
@@ -164,8 +170,8 @@ def agentic_coding(n_requests: int = 10_000, seed: int = 0, shape: AgenticShape 
     for _ in range(2):  # the outputs' median over the turns kept, then the new tokens' for the inputs'
         new_scale = fit(out_scale)
         kept = build(new_scale, out_scale)
-        out_scale *= shape.median_output / float(np.median([r[3] for r in kept]))
-    rows = build(fit(out_scale), out_scale)
+        out_scale *= shape.median_output / float(np.median(kept[3]))
+    rows = list(zip(*(a.tolist() for a in build(fit(out_scale), out_scale))))
     return _with_blocks(rows, shape)
 
 
@@ -177,9 +183,10 @@ def _with_blocks(rows: list[tuple[int, int, int, int]], shape: AgenticShape) -> 
     out = []
     for i, (s, t, tokens, output) in enumerate(rows):
         blocks = full.setdefault(s, list(system))
-        while len(blocks) < tokens // BLOCK_TOKENS:
-            blocks.append(next_id)
-            next_id += 1
+        grown = tokens // BLOCK_TOKENS - len(blocks)
+        if grown > 0:
+            blocks.extend(range(next_id, next_id + grown))
+            next_id += grown
         chain = blocks[:tokens // BLOCK_TOKENS]
         if tokens % BLOCK_TOKENS:  # the partial last block: new content every turn
             chain = chain + [next_id]
@@ -200,6 +207,9 @@ def realised_hit(requests: list[Request], capacity_blocks: int | None = None) ->
     return hit / total if total else 0.0
 
 
+GENERATED_REQUESTS = 10_000  # a generated workload's size when the experiment names none (trace.first_n)
+
+
 @functools.lru_cache(maxsize=8)
 def _generated(n_requests: int, seed: int, shape: AgenticShape) -> tuple[Request, ...]:
     """A generated workload, drawn once per process for each (size, seed, shape): a run asks for the same
@@ -210,15 +220,17 @@ def _generated(n_requests: int, seed: int, shape: AgenticShape) -> tuple[Request
 def workload_requests(name: str, *, seed: int = 0, n_requests: int | None = None,
                       root: Path | None = None, shape: dict | None = None) -> list[Request]:
     """The requests of a named workload: a shipped trace's (the first ``n_requests``; paths from the
-    repository root, or ``root``) or ``n_requests`` generated ones (10,000 by default) from ``seed``, with
-    ``shape`` (``AgenticShape`` fields) set otherwise."""
+    repository root, or ``root``) or ``n_requests`` generated ones (``GENERATED_REQUESTS`` by default) from
+    ``seed``, with ``shape`` (``AgenticShape`` fields) set otherwise."""
     w = WORKLOADS[one_of("workload", name, WORKLOADS)]
     if w.kind == "generated":
         from dataclasses import replace
 
-        return list(_generated(10_000 if n_requests is None else n_requests, seed, replace(AGENTIC, **(shape or {}))))
+        n = GENERATED_REQUESTS if n_requests is None else n_requests
+        return list(_generated(n, seed, replace(AGENTIC, **(shape or {}))))
     requests = read_trace((root or REPO) / w.path).requests
     return requests if n_requests is None else requests[:int_at_least("n_requests", n_requests, 1)]
 
 
-__all__ = ["Workload", "WORKLOADS", "AgenticShape", "AGENTIC", "agentic_coding", "realised_hit", "workload_requests"]
+__all__ = ["Workload", "WORKLOADS", "AgenticShape", "AGENTIC", "GENERATED_REQUESTS", "agentic_coding", "realised_hit",
+           "workload_requests"]

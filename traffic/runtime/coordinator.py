@@ -40,6 +40,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from fabrics.routing import port_pairs
 from traffic.model import models, serving
 from traffic.model.errors import TrafficError
 from traffic.model.placement import Instance
@@ -99,9 +100,9 @@ class Coordinator:
         self.dilation = float(cfg.get("dilation", 1.0))
         self.agents: list[str] = cfg["agents"]
         self.ips: dict[int, list[str]] = {int(g): ips for g, ips in cfg["ips"].items()}
-        self.choices: dict[tuple[int, int], list[tuple[int, int]]] = {
-            tuple(map(int, k.split(","))): [tuple(c) for c in v] for k, v in cfg["choices"].items()}
-        self.adaptive = cfg.get("policy") == "adaptive"
+        self.policy = cfg["policy"]
+        self.choices: dict[tuple[int, int], tuple[tuple[int, int], ...]] = {}  # a pair's, on its first message
+        self.adaptive = self.policy == "adaptive"
         self.port = int(cfg["port"])
         self.out = Path(cfg["agents_dir"])
         self.peers: dict[str, _Peer] = {}
@@ -182,7 +183,9 @@ class Coordinator:
     def _ports(self, src: int, dst: int) -> tuple[int, int]:
         """The NIC ports of the next message src -> dst: the policy's choices in turn, or (adaptive) the
         choice whose source port has the fewest of this sender's bytes not yet delivered."""
-        opts = self.choices[(src, dst)]
+        opts = self.choices.get((src, dst))
+        if opts is None:
+            opts = self.choices[(src, dst)] = port_pairs(src, dst, self.policy)
         k = self.pair_count.get((src, dst), 0)
         self.pair_count[(src, dst)] = k + 1
         if not self.adaptive or len(opts) == 1:

@@ -19,7 +19,9 @@ from fabrics import build_fabric
 from pfc.files import LATENCY_FILE, LOG_FILE, STATUS_FILE
 from testbed.backends.base import (
     CROSS_TRAFFIC,
+    DATAPATH,
     FAULTS,
+    QUEUES,
     Backend,
     Carried,
     Conditions,
@@ -50,6 +52,7 @@ Runner = Callable[[FabricState, Callable[[float], None] | None], tuple[AgentsRun
 class EmulatedBackend(Backend):
     name = "emulated"
     supports = frozenset({CROSS_TRAFFIC, FAULTS})
+    builds = frozenset({DATAPATH, QUEUES})
     realtime = True
     setup_s = 40.0  # bring-up, agents' start, lead time, teardown, queue sampling and merge
     # measured (py-spy of a default repetition on ROFT, docs/replay.md "Where a default run's time goes"): on a

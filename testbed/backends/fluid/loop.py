@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from fabrics.routing import port_pairs
 from testbed.backends.fluid.network import Paths
 from testbed.backends.fluid.solver import Network
 from testbed.backends.ns3.apps import DRAIN_S, SAMPLES, PortPicker
@@ -29,10 +30,10 @@ BATCH_FRAMES = 0.25
 class EnginePorts:
     """An engine's GPU pairs' port choices and connections as arrays (local indices in the engine's GPUs)."""
 
-    def __init__(self, gpus: tuple[int, ...], choices: dict) -> None:
+    def __init__(self, gpus: tuple[int, ...], policy: str) -> None:
         self.gpus = np.array(sorted(gpus), dtype=np.int64)
         g = len(self.gpus)
-        opts = {(a, b): choices[f"{int(x)},{int(y)}"] for a, x in enumerate(self.gpus)
+        opts = {(a, b): port_pairs(int(x), int(y), policy) for a, x in enumerate(self.gpus)
                 for b, y in enumerate(self.gpus) if a != b}
         most = max((len(o) for o in opts.values()), default=1)
         self.nopts = np.ones((g, g), dtype=np.int64)
@@ -138,8 +139,8 @@ def run_cluster(paths: Paths, cluster, config: dict, dilation: float, duration_s
     """Run the (batched) cluster on the fluid network until it is quiet or the drain ran out."""
     net = Network(paths.capacity, paths.longest, batch_s(paths))
     ips = config["ips"]
-    picker = PortPicker(config["choices"], config.get("policy") == "adaptive")
-    engines = {e.name: EnginePorts(e.gpus, config["choices"]) for es in cluster.engines.values() for e in es
+    picker = PortPicker(config["policy"])
+    engines = {e.name: EnginePorts(e.gpus, config["policy"]) for es in cluster.engines.values() for e in es
                if e.hits is not None}
     groups: list[tuple] = []
     stream = Streams()

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from fabrics import addressing
+from fabrics.routing import port_pairs
 from testbed.backends.ns3 import engine
 from testbed.backends.ns3.plan import Built
 
@@ -78,10 +79,10 @@ class PortPicker:
     """The NIC port pair of each message: the policy's choices in turn, or (adaptive) the choice whose source
     port has the fewest of the sender's bytes not yet delivered (``traffic.runtime.coordinator``'s rule)."""
 
-    def __init__(self, choices: dict, adaptive: bool) -> None:
-        self.config = choices  # "src,dst" -> [[sp, dp], ...], read per pair on first use (n=512: 261,632 pairs)
+    def __init__(self, policy: str) -> None:
+        self.policy = policy  # a pair's choices: fabrics.routing.port_pairs, asked on the pair's first message
         self.choices: dict[tuple[int, int], list[tuple[int, int]]] = {}
-        self.adaptive = adaptive
+        self.adaptive = policy == "adaptive"
         self.count: dict[tuple[int, int], int] = {}
         self.outstanding: dict[tuple[int, int], int] = {}
         self.port_of: dict[int, tuple[int, int, int]] = {}
@@ -89,7 +90,7 @@ class PortPicker:
     def pick(self, mid: int, src: int, dst: int, nbytes: int) -> tuple[int, int]:
         opts = self.choices.get((src, dst))
         if opts is None:
-            opts = self.choices[(src, dst)] = [tuple(c) for c in self.config[f"{src},{dst}"]]
+            opts = self.choices[(src, dst)] = list(port_pairs(src, dst, self.policy))
         k = self.count.get((src, dst), 0)
         self.count[(src, dst)] = k + 1
         if not self.adaptive or len(opts) == 1:
@@ -146,7 +147,7 @@ def serve(built: Built, cluster, config: dict, dilation: float, duration_s: floa
     tb = engine.load()
     twin = built.twin
     ips = config["ips"]
-    picker = PortPicker(config["choices"], config.get("policy") == "adaptive")
+    picker = PortPicker(config["policy"])
     timers: dict[int, tuple] = {}
     serial = itertools.count()
     rows: list[Sent] = []

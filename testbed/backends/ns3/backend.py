@@ -15,6 +15,7 @@ from pathlib import Path
 from common.errors import EnvironmentProblem, TestbedError
 from fabrics import build_fabric
 from testbed.backends.base import (
+    QUEUES,
     Backend,
     Carried,
     Conditions,
@@ -34,6 +35,7 @@ from testbed.backends.ns3 import estimate as cost
 class Ns3Backend(Backend):
     name = "ns3"
     realtime = False
+    builds = frozenset({QUEUES})  # the twin's switch queues take the PFC policy's limits and thresholds
     routes_itself = True
     setup_s = cost.FALLBACK_S  # a repetition without a load model (cost.for_experiment): building the network
     once_s = cost.LOAD_S  # loading ns-3 and compiling the twin, once per process

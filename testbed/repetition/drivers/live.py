@@ -15,7 +15,6 @@ from pathlib import Path
 
 from common import scale
 from fabrics import Fabric, addressing
-from fabrics.routing import select_ports
 from testbed.backends.base import Backend, Carried, LinkSettings, Log, Network, ServingTraffic
 from testbed.repetition.drivers.base import Driver, conditions
 from testbed.repetition.spec import RepetitionSpec, served_requests
@@ -92,8 +91,6 @@ def prepare_live(spec: RepetitionSpec, n_gpus: int, rate_bps: float) -> LiveSetu
     reqs, _ = served_requests(spec)
     cluster, checked, prefill, decode = cluster_spec(spec, n_gpus, rate_bps)
     gpus = range(1, n_gpus + 1)
-    choices = {f"{a},{b}": [[c.src_port, c.dst_port] for c in select_ports(a, b, _static(s.policy))]
-               for a in gpus for b in gpus if a != b}
     # a generated workload travels as its recipe (the coordinator draws the same requests), a trace's as rows
     rows = ({"workload": spec.trace.workload, "seed": spec.trace.workload_seed, "n": len(reqs),
              "shape": spec.trace.workload_shape}
@@ -101,16 +98,11 @@ def prepare_live(spec: RepetitionSpec, n_gpus: int, rate_bps: float) -> LiveSetu
     config = {"spec": cluster, "requests": rows,
               "dilation": spec.time_dilation, "agents": [f"gpu{g}" for g in gpus],
               "ips": {str(g): [addressing.ip_of(g, 1), addressing.ip_of(g, 2)] for g in gpus},
-              "choices": choices, "policy": s.policy}
+              "policy": s.policy}
     engines = {"prefill": [[g for u in e for g in u.gpus] for e in prefill],
                "decode": [[g for u in e for g in u.gpus] for e in decode]}
     return LiveSetup(ServingTraffic(config), len(reqs), checked.bytes_scale, engines,
                      serving.layout_summary(s.layout, prefill, decode))
-
-
-def _static(policy: str) -> str:
-    """The per-pair choices a policy alternates over; ``adaptive`` chooses among striped's by backlog."""
-    return "striped" if policy == "adaptive" else policy
 
 
 class LiveDriver(Driver):

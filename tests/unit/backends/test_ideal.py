@@ -99,3 +99,23 @@ def test_the_ideal_network_is_the_fabrics_model():
     net = backends.get("ideal").network(spec)
     assert net.model.describe() == build_fabric(**spec.args).describe()
     assert (net.link.mtu, net.link.payload_bytes, net.link.bytes_scale) == (1500, 1448, 200e9 / 3e6)
+
+
+def test_a_live_repetitions_estimate_grows_with_the_gpus_and_the_cluster_seconds():
+    """A run's estimate for the ideal network: the live driver's cost is per GPU and cluster second (16,384 GPUs
+    for 28 cluster s is most of an hour here), the planned replay's the flat set-up."""
+    from testbed.backends import ideal
+    from testbed.experiment import run
+
+    backend = backends.get("ideal")
+    small = validate({"backend": "ideal"}, "t")  # the schema's defaults: a planned replay
+    assert backend.estimate(small) is None
+    live = validate({"backend": "ideal", "trace": {"workload": "agentic-coding", "duration_s": 28},
+                     "serving": {"driver": "live", "arrivals": "closed", "model": "glm-5", "layout": "glm5-recipe",
+                                 "concurrency": 28}}, "t")
+    s32, how = backend.estimate(live)
+    big = live.model_copy(update={"gpus": 16384})
+    s16k, _ = backend.estimate(big)
+    assert 2 < s32 < 20 and "32 GPUs x 28 cluster s" in how  # the default: seconds a repetition
+    assert 1800 < s16k < 7200 and s16k - ideal.FIXED_S == pytest.approx(512 * (s32 - ideal.FIXED_S))
+    assert run.estimate_s(big, backend) == pytest.approx(2 * s16k)  # both fabrics, one repetition

@@ -23,10 +23,9 @@ def test_sample_takes_the_second_half_of_each_engines_steps():
 
 
 def test_plan_spaces_exchanges_and_alternates_a_pairs_ports():
-    choices = {"1,17": [[1, 2], [2, 1]], "2,18": [[1, 2], [2, 1]]}
     phases = {("decode0", 30, "dispatch"): [_m(1, 1, 17, 3000), _m(2, 1, 17, 3000), _m(3, 2, 18, 100)],
               ("decode0", 31, "dispatch"): [_m(4, 1, 17, 50)]}
-    rows, of = ex.plan(phases, list(phases), choices, 3e6, 3000, ZCUBE)
+    rows, of = ex.plan(phases, list(phases), "striped", 3e6, 3000, ZCUBE)
     assert [r["start"] for r in rows] == [ex.LEAD_S] * 3 + [ex.LEAD_S + ex.GAP_S]
     assert [(r["src_ip"], r["dst_ip"]) for r in rows[:2]] == [("10.1.0.1", "10.2.0.17"), ("10.2.0.1", "10.1.0.17")]
     assert of == {0: ("decode0", 30, "dispatch"), 1: ("decode0", 30, "dispatch"), 2: ("decode0", 30, "dispatch"),
@@ -35,7 +34,7 @@ def test_plan_spaces_exchanges_and_alternates_a_pairs_ports():
 
 def test_a_long_exchange_gets_three_ideals_of_room():
     big = {("prefill0", 9, "combine"): [_m(1, 1, 9, 600_000)], ("prefill0", 10, "combine"): [_m(2, 1, 9, 10)]}
-    rows, _ = ex.plan(big, list(big), {"1,9": [[1, 2]]}, 3e6, 3000, ZCUBE)
+    rows, _ = ex.plan(big, list(big), "rail-out", 3e6, 3000, ZCUBE)
     # 600,000 B + 204 headers x 90 B = 618,360 B from one GPU at 2 x 3 Mbit/s: 0.82448 s; plus 2 x 3,090 B
     # store-and-forward at 3 Mbit/s: 16.48 ms; x 3
     assert abs(rows[1]["start"] - (ex.LEAD_S + 3 * (0.82448 + 0.01648))) < 1e-3

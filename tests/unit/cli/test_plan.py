@@ -65,6 +65,15 @@ def test_graph_outputs(tmp_path, capsys):
     assert mmd.splitlines()[0] == "graph TD" and mmd.count("---") == 80
 
 
+def test_a_fabric_beyond_the_seeds_scale_is_not_drawn_as_a_picture(tmp_path, capsys):
+    """2,048 GPUs: a picture is refused in one line (exit 2), nothing written; the text formats still work."""
+    argv = ["plan", "zcube", "--gpus", "2048", "--gpus-per-switch", "64", "--graph"]
+    status, _, err = run_cli(capsys, *argv, str(tmp_path / "big.png"))
+    assert status == 2 and "more than 512" in err and err.count("\n") == 1 and not (tmp_path / "big.png").exists()
+    status, _, _ = run_cli(capsys, *argv, str(tmp_path / "big.dot"))
+    assert status == 0 and (tmp_path / "big.dot").read_text().count(" -- ") == 2 * 2048 + 32 * 32 * 2
+
+
 @pytest.mark.parametrize(
     "argv",
     [

@@ -331,3 +331,29 @@ def test_config_json_records_every_setting_under_its_old_flat_name():
     assert (rec["speed"], rec["seed"], rec["chunk_bytes"], rec["represents_bps"], rec["gpus_per_server"]) == \
         (2, 1, None, exp.link.represents, 4)
     assert (rec["driver"], rec["time_dilation"], rec["warmup_s"], rec["faults"]) == ("plan", 1, 0, [])
+
+
+def test_the_datapath_and_queue_limits_are_checked_for_the_backends_that_build_them(monkeypatch):
+    """The emulated datapath's plan (interface names) and every queue's PFC limit are checked on the emulated
+    fabric (and the limits on the twin), not for a backend that builds neither: at n = 16,384 both are
+    quadratic, and the ideal network has no interface to name."""
+    from fabrics import datapath
+    from pfc import policy
+
+    def refuse(*args, **kwargs):
+        raise TestbedError("interface name 'spine128-eth256r' is longer than 15 characters", key="interface")
+
+    monkeypatch.setattr(datapath, "plan_datapath", refuse)
+    monkeypatch.setattr(policy, "queue_limits", refuse)
+    assert validate({"backend": "ideal", "gpus": 64}, "t").gpus == 64
+    with pytest.raises(TestbedError, match="gpus: interface name"):
+        validate({"backend": "emulated", "gpus": 64}, "t")
+    with pytest.raises(TestbedError, match="pfc: interface name"):
+        validate({"backend": "ns3", "gpus": 64}, "t")
+    with pytest.raises(TestbedError, match="pfc.xoff_bytes"):  # PFC's own settings still checked everywhere
+        validate({"backend": "ideal", "pfc": {"xoff_bytes": 10}}, "t")
+
+
+def test_the_blogs_size_validates_on_the_ideal_network():
+    exp = validate({"backend": "ideal", "gpus": 16384, "gpus_per_switch": "auto"}, "t")
+    assert exp.gpus_per_switch == 128 and fabric_spec(exp, "roft").args["radix"] is None

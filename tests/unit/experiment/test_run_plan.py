@@ -250,7 +250,7 @@ def test_a_paired_sweep_takes_the_ith_value_of_each_key():
     assert len(sweep.expand(params)) == 4
     with pytest.raises(TestbedError, match="as many values"):
         sweep.expand([("gpus", ["32", "64"]), ("serving.concurrency", ["128"])], paired=True)
-    with pytest.raises(TestbedError, match="two keys"):
+    with pytest.raises(TestbedError, match="two or three keys"):
         sweep.expand([("gpus", ["32", "64"])], paired=True)
 
 

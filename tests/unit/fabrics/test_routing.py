@@ -13,6 +13,7 @@ from fabrics.routing import (
     forwarding_tables,
     links_on_path,
     paths,
+    port_pairs,
     select_ports,
     walk,
 )
@@ -116,6 +117,18 @@ def test_policies():
     assert picks == {1, 2}
 
 
+def test_port_pairs_are_the_policys_static_choices_in_order():
+    """What the serving cluster's senders alternate over per GPU pair: striped both halves (adaptive chooses
+    among those), rail-out and server-out one each, pair-hash one of the two by the pair."""
+    assert port_pairs(1, 2, "striped") == port_pairs(1, 2, "adaptive") == ((1, 2), (2, 1))
+    assert port_pairs(7, 3, "rail-out") == ((1, 2),) and port_pairs(7, 3, "server-out") == ((2, 1),)
+    hashed = {port_pairs(s, d, "pair-hash") for s in range(1, 9) for d in range(1, 9)}
+    assert hashed == {((1, 2),), ((2, 1),)}
+    assert port_pairs(16384, 1, "pair-hash") == port_pairs(16384, 1, "pair-hash")
+    with pytest.raises(TestbedError, match="expected one of"):
+        port_pairs(1, 2, "random")
+
+
 def test_path_query_rejects_unknown_gpus():
     f = build_fabric("zcube", gpus=16, gpus_per_switch=4)
     with pytest.raises(TestbedError, match="dst=17"):
@@ -130,3 +143,36 @@ def test_links_on_path_count_the_nic_link_and_one_per_switch_left():
     assert links_on_path(r, (1, 1), (2, 1)) == 4  # across rails: leaf, spine, leaf
     with pytest.raises(TestbedError, match="no path from gpu1:p1 to gpu2:p1"):
         links_on_path(build_fabric("railonly", gpus=32), (1, 1), (2, 1))
+
+
+def test_tables_read_as_dicts_of_every_destination_in_order():
+    """A switch's table lists every NIC address in (gpu, port) order, a missing one is absent; a rail-only leaf
+    lists only its own NIC ports."""
+    f = build_fabric("zcube", gpus=32, gpus_per_switch=8)
+    table = forwarding_tables(f)["sw1"]
+    order = [addressing.ip_of(g, p) for g in f.gpus() for p in (1, 2)]
+    assert list(table) == order and len(table) == 64 and [ip for ip, _ in table.items()] == order
+    assert table.get("10.3.0.1") is None and "10.1.0.1" in table and "10.1.0.99" not in table
+    with pytest.raises(KeyError):
+        table["10.1.0.99"]
+    r = build_fabric("railonly", gpus=32)
+    leaf1 = forwarding_tables(r)["leaf1"]  # rail 1: GPUs 1, 9, 17, 25
+    assert list(leaf1) == [addressing.ip_of(g, p) for g in (1, 9, 17, 25) for p in (1, 2)]
+    assert addressing.ip_of(2, 1) not in leaf1
+
+
+@pytest.mark.parametrize("kind", ["zcube", "roft"])
+def test_paths_at_16384_gpus_follow_the_wiring(kind):
+    """The blog's size (k=128, 51.2T switches): ZCube's p1 -> dst p2 is the source's multi-rail switch, then
+    the destination's server switch; ROFT crosses rails over a spine, one ECMP member per spine."""
+    f = build_fabric(kind, gpus=16384, gpus_per_switch=128)
+    tables = forwarding_tables(f)
+    for src, dst in [(1, 16384), (5000, 129), (16384, 2)]:
+        ps = paths(f, src, dst, "rail-out", tables)
+        if kind == "zcube":
+            odd = ((src - 1) % 128) * 2 + 1
+            even = -(-dst // 128) * 2
+            assert [p.hops for p in ps] == [(f"sw{odd}", f"sw{even}")]
+        else:
+            assert len(ps) == 128 and all(p.ecmp and len(p.hops) == 3 for p in ps)
+            assert sorted(p.hops[1] for p in ps) == sorted(s for s in f.switches if s.startswith("spine"))

@@ -572,3 +572,24 @@ def test_the_nav_lists_exactly_the_sections_that_rendered_in_order(built, tmp_pa
         seen.append(sections)
     assert set(seen[1]) - set(seen[0]) == {"sensitivity", "loadcurve"}
     assert "faults" not in seen[0] and "breakdown" not in seen[0]  # bodies of None: neither section nor link
+
+
+def test_the_nic_load_figure_of_many_servers_draws_lines_without_per_server_marks(one_rep, tmp_path, monkeypatch):
+    """Beyond NIC_LOAD_SERVERS servers (2,048 at n = 16,384) a bar and a label per server take minutes: the ports
+    become two lines and the title says how many servers are drawn."""
+    import matplotlib.pyplot as plt
+
+    from testbed.report import plots
+
+    exp = load_experiment(one_rep)
+    drawn = {}
+    monkeypatch.setattr(plots, "save", lambda fig, out: drawn.setdefault("fig", fig) and out)
+    plots.nic_load(exp, tmp_path / "few.png")
+    few = drawn.pop("fig").axes[0]
+    assert few.patches and few.texts and "dashed = server mean" in few.get_title(loc="left")
+    monkeypatch.setattr(plots, "NIC_LOAD_SERVERS", 0)
+    plots.nic_load(exp, tmp_path / "many.png")
+    many = drawn.pop("fig").axes[0]
+    assert not many.patches and not many.texts and len(many.lines) == 2
+    assert "servers in order" in many.get_title(loc="left")
+    plt.close("all")

@@ -42,6 +42,45 @@ def test_the_ratios_per_n_and_the_hottest_links_at_the_largest(tmp_path):
     assert d["hottest"]["roft"][0] == {"queue": "leaf1:9", "towards": "spine1", "utilization": 0.4, "bytes": 1000}
     html = scale_section.section(d, None)
     assert "serving.concurrency" in html and "Hottest links at n = 64" in html and "leaf1:9 -&gt; spine1" in html
+    # one repetition a fabric: the ratio without an interval; no plan/cost.json, no headline.json: no cost, no time
+    p = d["points"][1]
+    one = p["intervals"]["throughput_tokens_per_s"]
+    assert (one["ratio"], one["ci95"], one["pairs"]) == (2.0, None, 1) and one["verdict"].startswith("not resolved")
+    assert p["cost"] is None and p["wall_s"] is None and "2.000 (one pair: no interval)" in html
+    assert "Cost at each size" not in html
+
+
+def test_intervals_cost_and_wall_time_of_a_point(tmp_path):
+    """Three pairs of repetitions whose throughput ratios are 1.1, 1.2, 1.3: their geometric mean and Student's t
+    interval over the logs (the headline's), which holds 1; the point's plan/cost.json and the wall seconds its
+    repetitions took."""
+    root = _sweep(tmp_path, ns=(32,))
+    point = root / "points" / "gpus=32,serving.concurrency=128"
+    for k, z in ((2, 1.2), (3, 1.3)):
+        for fabric, tput in (("zcube", 100 * z), ("roft", 100.0)):
+            rep = point / "runs" / fabric / f"rep{k}"
+            rep.mkdir(parents=True)
+            (rep / "summary.json").write_text(json.dumps({"throughput_tokens_per_s": tput, "ttft_ms": {"p99": 1.0}}))
+    for fabric, tput in (("zcube", 110.0), ("roft", 100.0)):  # rep1's
+        (point / "runs" / fabric / "rep1" / "summary.json").write_text(json.dumps(
+            {"throughput_tokens_per_s": tput, "ttft_ms": {"p99": 1.0}}))
+    (point / "plan").mkdir()
+    (point / "plan" / "cost.json").write_text(json.dumps({
+        "fabrics": {"zcube": {"switches": 8, "transceivers": 192, "fabric_transceivers": 64, "capex_units": 315.2},
+                    "roft": {"switches": 12, "transceivers": 256, "fabric_transceivers": 128, "capex_units": 438.4}},
+        "ratios_zcube_over_roft": {"switches": 0.6667, "transceivers": 0.75, "fabric_transceivers": 0.5,
+                                   "capex_units": 0.719}}))
+    (point / "headline.json").write_text(json.dumps({"outcomes": [{"wall_s": 2.5}, {"wall_s": 4.0},
+                                                                  {"status": "error"}]}))
+    p = scale_section.doc(root)["points"][0]
+    tput = p["intervals"]["throughput_tokens_per_s"]
+    assert tput["ratio"] == pytest.approx((1.1 * 1.2 * 1.3) ** (1 / 3), abs=1e-4) and tput["pairs"] == 3
+    # the logs' sd 0.0835 over 3 pairs: t(2) 4.303 x 0.0835 / sqrt(3) = 0.2075 either side: [0.973, 1.473]
+    assert tput["ci95"] == [pytest.approx(0.9728, abs=2e-4), pytest.approx(1.4734, abs=2e-4)]
+    assert tput["verdict"] == "not resolved at this sample size"
+    assert p["cost"]["ratios"]["switches"] == 0.6667 and p["wall_s"] == 6.5
+    html = scale_section.section(scale_section.doc(root), None)
+    assert "Cost at each size" in html and "8 / 12 (0.67)" in html and "192 / 256 (0.75)" in html
 
 
 def test_write_puts_json_figure_and_page_in_the_sweep(tmp_path):

@@ -13,7 +13,7 @@ from common import scale
 from common.errors import TestbedError
 from common.paths import AZURE_TRACE
 from fabrics import addressing, build_fabric
-from fabrics.routing import forwarding_tables
+from fabrics.routing import forwarding_tables, port_pairs
 from testbed import backends
 from testbed.backends import paths
 from testbed.backends.base import Conditions, LinkSettings, PlannedTraffic
@@ -135,9 +135,9 @@ def test_an_engines_port_choices_are_the_port_pickers_in_turn():
     fabric = build_fabric("zcube", 16, 4, None, 8, None)
     link = LinkSettings(3e6, 3000, 18000, 60000, 3_000_000, 200e9)
     book = Paths(fabric, link, port_seed=0)
-    choices = {f"{a},{b}": [[1, 2], [2, 1]] for a in range(1, 17) for b in range(1, 17) if a != b}
-    ports = EnginePorts((9, 10, 11, 12), choices)
-    picker = PortPicker(choices, adaptive=False)
+    ports = EnginePorts((9, 10, 11, 12), "striped")
+    picker = PortPicker("striped")
+    assert max(len(port_pairs(9, d, "striped")) for d in (10, 11, 12)) > 1  # several choices to take in turn
     src, dst = np.array([9, 9, 9, 10, 12]), np.array([10, 10, 11, 9, 9])  # a pair's slices are contiguous
     for _ in range(3):
         sp, dp, conn = ports.choose(src, dst, book)

@@ -44,10 +44,9 @@ def test_path_json_alternative_is_the_other_listed_path():
 
 
 def test_bench_exchange_rows_name_the_other_pair():
-    choices = {"1,17": [[1, 2], [2, 1]]}
     phases = {("decode0", 30, "dispatch"): [Message(i, "dispatch", 1, 17, 3000, 3e6, None, "decode0", 30)
                                             for i in (1, 2)]}
-    rows, _ = ex.plan(phases, list(phases), choices, 3e6, 3000, build_fabric("zcube", gpus=32, gpus_per_switch=8))
+    rows, _ = ex.plan(phases, list(phases), "striped", 3e6, 3000, build_fabric("zcube", gpus=32, gpus_per_switch=8))
     assert [(r["alt_src_ip"], r["alt_dst_ip"]) for r in rows] == [("10.2.0.1", "10.1.0.17"), ("10.1.0.1", "10.2.0.17")]
 
 

@@ -21,7 +21,7 @@ def test_prepare_live_groups_each_kind_into_one_ep_group_and_scales_bytes_by_dil
     assert setup.engines == {"prefill": [list(range(1, 9))], "decode": [list(range(9, 17))]}
     assert setup.bytes_scale == pytest.approx(400e9 / 3e6 / 4)
     c = setup.config
-    assert len(c["choices"]) == 16 * 15 and c["choices"]["1,2"] == [[1, 2], [2, 1]]  # striped: both halves
+    assert c["policy"] == "striped" and "choices" not in c  # a pair's port pairs: fabrics.routing.port_pairs
     assert c["ips"]["3"] == ["10.1.0.3", "10.2.0.3"] and c["dilation"] == 4
     spec = coordinator.spec_from_config(c)  # the coordinator rebuilds the same cluster
     assert [[u.gpus for u in e] for e in spec.decode] == [[(g,) for g in range(9, 17)]]

@@ -166,3 +166,59 @@ def test_bad_specs_and_routing_one_line(call, message):
     with pytest.raises(TestbedError) as info:
         call()
     assert message in str(info.value) and "\n" not in str(info.value)
+
+
+# ---------------------------------------------------------------- the serving cluster's hit table
+@dataclasses.dataclass
+class _Spec:
+    model: object
+    popularity: str = "uniform"
+    zipf_s: float = 1.0
+
+
+def test_decode_table_is_each_destinations_share_of_the_experts_without_a_probe(monkeypatch):
+    """Decode (one copy per chosen expert): GLM-5's 256 experts round-robin over 16 GPUs, uniform: every other
+    GPU holds 1/16 of a token's 8 picks; taken from the popularity, no routing probe drawn."""
+    import numpy as np
+
+    from traffic.model import expert
+
+    monkeypatch.setattr(expert, "ep_traffic", lambda *a, **k: pytest.fail("decode draws no probe"))
+    group = tuple(range(17, 33))
+    table = expert.HitTable(group, _Spec(get_model("glm-5")), seed=5, per_expert=True)
+    assert len(table.share) == 16 * 15 and all(v == pytest.approx(1 / 16) for v in table.share.values())
+    wire = WIRE["glm-5"]
+    assert (table.dispatch_per_token, table.combine_per_token) == (wire[0] * 75, wire[1] * 75)
+    rng = np.random.default_rng(0)
+    steps = [table.tokens({g: 100 for g in group}, rng) for _ in range(200)]
+    mean = sum(sum(s.values()) for s in steps) / (200 * 240)
+    assert mean == pytest.approx(100 * 8 / 16, rel=0.02)  # binomial(800, 1/16) per pair
+    assert table.tokens({g: 0 for g in group}, rng) == {}
+    only = table.tokens({17: 100}, rng)  # a source without tokens sends nothing
+    assert only and {a for a, _ in only} == {17}
+
+
+def test_draws_follow_the_engines_stream_and_zipf_favours_the_first_gpu():
+    import numpy as np
+
+    from traffic.model.expert import HitTable
+
+    group = tuple(range(1, 17))
+    table = HitTable(group, _Spec(get_model("glm-5"), "zipf", 1.2), seed=0, per_expert=True)
+    assert table.share[(2, 1)] > 3 * table.share[(2, 16)]  # GPU 1 holds expert 0, the most popular
+    a = table.tokens({g: 50 for g in group}, np.random.default_rng(9))
+    assert a == table.tokens({g: 50 for g in group}, np.random.default_rng(9))
+    assert a != table.tokens({g: 50 for g in group}, np.random.default_rng(10))
+
+
+def test_prefill_table_is_the_probes_token_share():
+    """Prefill (one copy per destination GPU): the share of a probe routing's tokens each pair carries."""
+    from traffic.model.expert import PROBE_TOKENS, HitTable
+
+    group = (1, 2, 3, 4)
+    table = HitTable(group, _Spec(TINY), seed=3, per_expert=False)
+    probe = ep_traffic(group, PROBE_TOKENS, TINY, seed=3)
+    assert table.share == {pair: n / PROBE_TOKENS for pair, n in probe.dispatch_tokens.items()}
+    # 4 experts on 4 GPUs, top-2: a token's two picks are on two GPUs, its own among them half the time, so it is
+    # copied to 2 - 1/2 = 1.5 other GPUs on average
+    assert sum(table.share[(1, b)] for b in (2, 3, 4)) == pytest.approx(1.5, abs=0.05)

@@ -90,3 +90,30 @@ def test_a_kv_pool_never_holds_more_than_its_capacity():
     assert not pool.try_allocate(1)
     pool.free(1024)
     assert pool.try_allocate(512) and pool.peak == 2048
+
+
+def test_holders_give_every_caches_match_in_one_walk():
+    """Four caches of a group report their blocks (inserts, evictions under pins) to one Holders; its matches
+    of any chain are each cache's own match, for chains sharing a system prefix and chains of their own."""
+    import random
+
+    from traffic.model.prefix_cache import Holders
+
+    rng = random.Random(7)
+    holders = Holders()
+    caches = [PrefixCache(capacity, holders, owner) for owner, capacity in enumerate((None, 60, 30, 12))]
+    system = list(range(8))
+    chains = [system + [1000 * s + t for t in range(rng.randrange(1, 30))] for s in range(40)]
+    chains += [[5000 + 100 * s + t for t in range(rng.randrange(1, 10))] for s in range(10)]  # no shared prefix
+    for step in range(600):
+        cache, chain = rng.choice(caches), rng.choice(chains)
+        n = cache.match(chain)
+        if rng.random() < 0.3 and n:
+            cache.acquire(chain, n)
+            cache.release(chain, n) if rng.random() < 0.5 else None
+        cache.insert(chain[:rng.randrange(1, len(chain) + 1)])
+        probe = rng.choice(chains)
+        got = holders.matches(probe)
+        assert {o: c.match(probe) for o, c in enumerate(caches) if c.match(probe)} == \
+               {o: d for o, d in got.items() if d}, step
+    assert sum(c.evictions for c in caches) > 100  # the bounded caches did evict

@@ -28,7 +28,7 @@ def config(tmp: Path, policy: str = "striped") -> dict:
         "requests": [[i, 0.0, 200 + 37 * i, 5 + i % 7] for i in range(200)],
         "dilation": 1.0, "agents": [f"gpu{g}" for g in gpus],
         "ips": {str(g): [f"127.0.1.{g}", f"127.0.2.{g}"] for g in gpus},
-        "choices": {f"{a},{b}": [[1, 2], [2, 1]] for a in gpus for b in gpus if a != b}, "policy": policy,
+        "policy": policy,
         "port": 0, "socket": str(tmp / "c.sock"), "agents_dir": str(tmp / "agents"), "run_dir": str(tmp),
         "ready_timeout_s": 20, "drain_timeout_s": 10,
     }
