@@ -30,7 +30,8 @@ def test_the_default_at_n16_keeps_fidelity_over_two_repetitions(tmp_path):
             ecmp = json.loads((d / "ecmp.json").read_text())
             assert ecmp["hash_seed"] == rep - 1 and ecmp["connections"] > 0
             if kind == "roft":
-                assert ecmp["learnt"] == ecmp["multipath_connections"]
+                # both directions of every multipath connection learnt (the twin replays each one's path)
+                assert ecmp["learnt"] == ecmp["multipath_directions"] == 2 * ecmp["multipath_connections"]
     assert leftovers() == []
 
 

@@ -93,6 +93,11 @@ class PulseCluster:
     def quiet(self) -> bool:
         return self.stopped and not self._phase
 
+    @property
+    def message_count(self) -> int:
+        """Orders sent so far (what serving.json's "messages" counts)."""
+        return self._next_id
+
     # -- the result files (traffic.runtime.serving_results) ------------------------------------
     def results(self, end_s: float | None = None) -> dict:
         return {"pulse": True, "measured_requests": 0, "completed_requests": 0, "ep_bytes": 0,

@@ -13,7 +13,8 @@ ns-3 twin and the flow-level engine can then carry every connection on the paths
 
 ``ecmp.json``::
 
-  {"hash_seed", "hash_seed_given", "fabric", "connections": n, "multipath_connections": n, "learnt": n (directions
+  {"hash_seed", "hash_seed_given", "fabric", "connections": n, "multipath_connections": n, "multipath_directions": n
+   (each direction of a multipath connection), "learnt": n (directions
    learnt, both counted), "probe_rounds", "probe_s", "ports_sha256" (a digest of every connection's source port:
    same digest, same lottery), "flows": [{"src": "gpu3:p1", "dst": "gpu17:p2", "sport", "dport", "path":
    ["leaf1:9", ...] or null (one path only, or not learnt), "reverse_path": the same for dst -> src}],
@@ -133,7 +134,8 @@ def record(st, connections: list, hash_seed: int, given: bool, run_dir: Path, lo
             reader.close()
     doc = outcome(fabric, connections, learnt, hash_seed, given)
     multipath = sum(1 for k in flows if not (isinstance(k[1], str) and k[1] == REVERSE))
-    doc |= {"multipath_connections": multipath, "learnt": len(learnt), "probe_rounds": rounds,
+    doc |= {"multipath_connections": multipath, "multipath_directions": len(flows), "learnt": len(learnt),
+            "probe_rounds": rounds,
             "probe_s": round(time.monotonic() - t, 2)}
     (run_dir / "ecmp.json").write_text(json.dumps(doc, indent=1) + "\n")
     if flows:

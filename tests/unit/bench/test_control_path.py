@@ -50,6 +50,19 @@ def test_the_pulse_sends_a_timed_burst_then_the_burst_back_when_it_arrived():
     assert c.quiet and c.results()["orders"] == 8 and c.request_rows() == c.step_rows() == []
 
 
+def test_the_pulse_writes_the_live_driver_result_files(tmp_path):
+    """The coordinator writes a pulse's results with the serving cluster's writer: every attribute it reads."""
+    from traffic.runtime.serving_results import write_results
+
+    c = PulseCluster(PulseSpec(tuple(range(17, 33)), 8, burst=4, bytes=64, period_s=0.1, duration_s=0.25, seed=1))
+    c.start(0.0)
+    c.timer(("step", 0), 0.0)
+    c.timer(("end",), 0.25)
+    out = write_results(tmp_path, c, t0=0.0, dilation=1.0, cpu_s=None, failed={}, lag_s=[])
+    assert out["messages"] == 4 and out["in_flight_at_end"] == 4
+    assert json.loads((tmp_path / "serving.json").read_text())["orders"] == 4
+
+
 def _write(tmp, name, lines):
     (tmp / name).write_text("".join(json.dumps(x) + "\n" for x in lines))
 
