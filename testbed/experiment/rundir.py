@@ -24,6 +24,7 @@ from typing import Callable
 from common.errors import TestbedError
 from common.paths import REPO
 from testbed.experiment.schema import Resolved, fabric_spec
+from testbed.report import workload
 
 Log = Callable[[str], None]
 
@@ -119,11 +120,22 @@ def start_run_dir(resolved: Resolved, run_dir: Path, versions: dict, log: Log, r
     if exp.scale_result:  # the headline shows the shipped run at the seed's scale beside this one
         shutil.copyfile(exp.scale_result, run_dir / "scale_result.json")
     if exp.crosscheck_result:  # the headline says whether the two engines agreed on this experiment
-        doc = json.loads(Path(exp.crosscheck_result).read_text()) | {"shipped": Path(exp.crosscheck_result).name}
-        _write_json(run_dir / "crosscheck.json", doc)
+        changed = changed_workload_keys(resolved)
+        if changed:  # the shipped check is of the experiment as written, not of this variant of it
+            log(f"the shipped cross-check ({Path(exp.crosscheck_result).name}) is of the experiment as written; "
+                f"this run sets {', '.join(changed)}: its line is left out")
+        else:
+            doc = json.loads(Path(exp.crosscheck_result).read_text()) | {"shipped": Path(exp.crosscheck_result).name}
+            _write_json(run_dir / "crosscheck.json", doc)
     if exp.sensitivity_result:  # the report shows the last sensitivity shipped for this experiment
         shutil.copyfile(exp.sensitivity_result, run_dir / "sensitivity.json")
     write_plan(exp, run_dir, log)
+
+
+def changed_workload_keys(resolved: Resolved) -> list[str]:
+    """The overridden key paths that change what is served or carried (``testbed.report.workload``): a shipped
+    result of the experiment as written does not speak for such a run."""
+    return sorted({o.key for o in resolved.overrides if workload.is_workload_key(o.key)})
 
 
 # ------------------------------------------------------------- lifecycle

@@ -65,3 +65,21 @@ def test_the_verb_compares_two_finished_runs_and_prints_the_json(runs, tmp_path,
     args = build_parser().parse_args(["crosscheck", "--runs", str(a), str(b), "--against", str(a)])
     with pytest.raises(TestbedError, match="--runs compares two finished runs"):
         args.func(args)
+
+
+def test_a_run_shows_the_shipped_cross_check_only_for_the_experiment_as_checked(tmp_path, monkeypatch):
+    """The default names its cross-check; a run that changes what is served or carried (n=128) is another
+    experiment the check does not speak for, and a run that only changes how often or on which engine is not."""
+    from testbed.experiment import rundir
+    from testbed.experiment.schema import EXAMPLES_DIR, Override, resolve
+
+    monkeypatch.setattr(rundir, "write_plan", lambda exp, run_dir, log: None)
+    default = EXAMPLES_DIR / "default.yaml"
+    said: list[str] = []
+    for name, overrides in (("same", [Override("repetitions", 1, "--reps"), Override("backend", "ideal", "--backend")]),
+                            ("other", [Override("gpus", 128, "--set")])):
+        (tmp_path / name).mkdir()
+        rundir.start_run_dir(resolve(default, overrides), tmp_path / name, {}, said.append, [], 0.0)
+    assert json.loads((tmp_path / "same" / "crosscheck.json").read_text())["shipped"] == "crosscheck.json"
+    assert not (tmp_path / "other" / "crosscheck.json").exists()
+    assert any("this run sets gpus: its line is left out" in m for m in said)
