@@ -75,7 +75,7 @@ def test_an_8_to_1_incast_from_one_switch_pauses_and_never_drops(tmp_path):
     PFC on nothing drops and the NICs were paused. The twin's side of the same incast is
     tests/unit/backends/ns3/test_pfc.py."""
     out = run_testbed("bench", "pfc", "zcube", "--gpus", "32", "--senders", "8", "--one-switch", "--duration", "6",
-                      "--json", "--logs", str(tmp_path), check=True).stdout
+                      "--json", "--logs", str(tmp_path), check=True, timeout=900).stdout  # n=32: two bring-ups
     doc = json.loads(out)
     on = doc["incast"]["pfc_on"]
     assert doc["incast"]["one_switch"] and len(doc["incast"]["senders"]) == 8, doc["incast"]
