@@ -64,6 +64,24 @@ def incast_senders(fabric, victim: tuple[int, int], count: int) -> list[int]:
     return sorted(order[:count])
 
 
+def one_switch_senders(fabric, victim: tuple[int, int], count: int) -> list[int]:
+    """``count`` GPUs whose sending port (the victim's other port number) sits on one switch, the first that
+    has that many (not the victim's): the whole incast crosses one cable into the hot switch, and that
+    switch's queue towards it is fed by ``count`` NICs at once, as layersplit's eight ranks of a prefill
+    server sending into one decode port (``--one-switch``)."""
+    port, hot = 3 - victim[1], fabric.switch_of(*victim)
+    groups: dict[str, list[int]] = {}
+    for g in fabric.gpus():
+        if g != victim[0] and fabric.switch_of(g, port) != hot:
+            groups.setdefault(fabric.switch_of(g, port), []).append(g)
+    for switch in sorted(groups, key=lambda s: min(groups[s])):
+        if len(groups[switch]) >= count >= 1:
+            return sorted(groups[switch][:count])
+    most = max((len(v) for v in groups.values()), default=0)
+    raise TestbedError(f"incast senders {count} is out of range for --one-switch on this fabric: expected 1 .. "
+                       f"{most} (the most sending ports one switch has)")
+
+
 def target_ms(rate_bps: float, mtu: int) -> float:
     """Two full-size frames at the link rate, capped at 5 ms."""
     return min(2 * (mtu + 14) * 8 / rate_bps * 1e3, TARGET_CAP_MS)
@@ -263,8 +281,9 @@ def phase(fabric_args: dict, config: DatapathConfig, pfc, victim: tuple[int, int
 
 
 def bench(fabric_args: dict, config: DatapathConfig, pfc, senders: int = 8, seconds: int = 15,
-          victim: tuple[int, int] = (1, 2), log=print, out: Path | None = None) -> dict:
-    """The incast with PFC on (the given settings), then off; the figures the issue asks for."""
+          victim: tuple[int, int] = (1, 2), log=print, out: Path | None = None, one_switch: bool = False) -> dict:
+    """The incast with PFC on (the given settings), then off; the figures the issue asks for. ``one_switch``:
+    the senders share one switch (``one_switch_senders``) instead of spreading over them."""
     from dataclasses import replace
 
     if fabricctl.load_state() is not None:
@@ -273,7 +292,7 @@ def bench(fabric_args: dict, config: DatapathConfig, pfc, senders: int = 8, seco
     from fabrics import build_fabric
 
     fabric = build_fabric(**fabric_args)
-    who = incast_senders(fabric, victim, senders)
+    who = (one_switch_senders if one_switch else incast_senders)(fabric, victim, senders)
     log(f"incast: gpu{', gpu'.join(map(str, who))} -> gpu{victim[0]}:p{victim[1]}, {seconds} s, PFC on")
     by = bystander_flows(fabric, victim, who)
     hot = frozenset(g for g in fabric.gpus() if fabric.switch_of(g, victim[1]) == fabric.switch_of(*victim))
@@ -292,6 +311,7 @@ def bench(fabric_args: dict, config: DatapathConfig, pfc, senders: int = 8, seco
             "lossless": on["drops"] == 0,
             "thresholds": "static" if pfc.dynamic_alpha is None else f"dynamic, alpha {pfc.dynamic_alpha:g}",
             "incast": {"victim": f"gpu{victim[0]}:p{victim[1]}", "senders": [f"gpu{g}" for g in who],
+                       "one_switch": one_switch,
                        "seconds": seconds, "pfc_on": on, "pfc_off": off},
             "spreading": spread_doc,
             "fabric": {"kind": fabric_args["kind"], "gpus": fabric_args["gpus"]},

@@ -67,3 +67,19 @@ def test_dynamic_thresholds_follow_the_switchs_free_buffer(tmp_path):
     assert x["n"] > 0 and 2 * 3014 <= x["min"] <= x["max"] <= max(d["xoff_max"] for d in dyn), x
     assert x["max"] > 30000, f"dynamic XOFF never rose above the static default: {x}"
     assert leftovers() == []
+
+
+def test_an_8_to_1_incast_from_one_switch_pauses_and_never_drops(tmp_path):
+    """Eight NICs on one ZCube switch send into one port (`bench pfc --one-switch`, layersplit's case: a prefill
+    server's eight ranks into one decode port; on ROFT a server's ranks sit on eight leaves, one a rail): with
+    PFC on nothing drops and the NICs were paused. The twin's side of the same incast is
+    tests/unit/backends/ns3/test_pfc.py."""
+    out = run_testbed("bench", "pfc", "zcube", "--gpus", "32", "--senders", "8", "--one-switch", "--duration", "6",
+                      "--json", "--logs", str(tmp_path), check=True, timeout=900).stdout  # n=32: two bring-ups
+    doc = json.loads(out)
+    on = doc["incast"]["pfc_on"]
+    assert doc["incast"]["one_switch"] and len(doc["incast"]["senders"]) == 8, doc["incast"]
+    assert on["drops"] == 0 and doc["lossless"], f"PFC on, yet fabric queues dropped {on['drops']} packets"
+    assert on["pauses"] > 0 and on["resumes"] == on["pauses"], on
+    assert any(n.startswith("gpu") for n in on["paused_nodes"]), f"no sender's NIC was paused: {on['paused_nodes']}"
+    assert leftovers() == []

@@ -53,7 +53,7 @@ class Ns3Backend(Backend):
     def _start(self, spec: FabricSpec, conditions: Conditions, log: Log):
         self.refuse_unsupported(conditions)
         net = self.network(spec)
-        resolved = pfc.resolve(spec.pfc, net.link)
+        resolved = pfc.resolve(spec.pfc, net.link, plan.CABLE_DELAY_S)
         engine.load()
         t = time.monotonic()
         engine.configure(net.link.mtu, conditions.seed)
@@ -83,6 +83,9 @@ class Ns3Backend(Backend):
                                   cluster_s=cluster_s, events=events, packets=summarise.packets(sampler),
                                   gpus=net.model.n_gpus, kind=net.model.kind)
         figures["device_drops"] = device_drops
+        if resolved is not None:  # what the busiest feeding link used of its headroom after a hold (bytes)
+            figures["pfc_headroom"] = {"bytes": int(resolved.headroom_bytes), "most_used": int(built.twin.headroomUsed),
+                                       "drops_over": int(built.twin.headroomDrops)}
         if cpu_s is not None:  # the loop's CPU seconds: its cost when other jobs share the cores
             figures["cpu_s"] = cpu_s
             figures["cpu_per_cluster_s"] = round(cpu_s / cluster_s, 3) if cluster_s > 0 else None

@@ -4,10 +4,12 @@
 //   flow table (src ip, dst ip, src port, dst port -> output port, installed per connection from the
 //   fabric model) and queued at that port's egress FIFO (byte limit, counters, PFC).
 // * A GPU is a node with the internet stack and one device per NIC port; its NIC queue is a GateQueueDisc
-//   (byte limit, counters, a pause gate).
+//   (byte limit, counters, a pause gate that hands the device a frame only when the wire is free).
 // * PFC: a switch egress queue whose backlog crosses XOFF holds the transmitters that feed it (those with
-//   bytes in it) after the cable's delay; at XON it releases them; a transmitter resumes when the last
-//   queue holding it lets go. Every pause and resume is logged as in the emulator's pfc.txt.
+//   bytes in it) after the cable's delay and the MAC's reaction; a held transmitter finishes the frame it is
+//   sending and starts no other; at XON the queue releases them; a transmitter resumes when the last queue
+//   holding it lets go. While congested, each feeding link may add at most its headroom (else a drop, which
+//   fails the run). Every pause and resume is logged as in the emulator's pfc.txt.
 // * Connections: persistent TCP per NIC port pair; messages are written back to back and counted off at
 //   the receiver in order; each whole arrival is handed to Python (per message, not per packet).
 #include "ns3/core-module.h"
@@ -57,8 +59,23 @@ class GateQueueDisc : public QueueDisc
     Counters c;
     uint64_t limit = 0;
     bool paused = false;
+    // a frame is on the wire: the next leaves the gate only when it ends (PhyTxEnd), so a pause stops the NIC at a
+    // frame boundary, as a real MAC does (it finishes the frame it is sending and starts no other); handing the
+    // device its next frame early would let that one leave after the pause too (ns-3's device queue holds one)
+    bool busy = false;
     void Pause() { paused = true; }
-    void Resume() { paused = false; Run(); }
+    void Resume()
+    {
+        paused = false;
+        Run();
+    }
+    void TxEnd(Ptr<const Packet>)
+    {
+        busy = false;
+        // not inside the device's transmit-complete (it clears its current packet after the trace)
+        Simulator::ScheduleNow(&GateQueueDisc::Kick, this);
+    }
+    void Kick() { Run(); }
 
   private:
     // Linux's TCP small queues keep each socket to about two frames in the NIC's qdisc, so backlogged
@@ -88,7 +105,7 @@ class GateQueueDisc : public QueueDisc
     }
     Ptr<QueueDiscItem> DoDequeue() override
     {
-        if (paused || active.empty())
+        if (paused || busy || active.empty())
             return nullptr;
         uint32_t b = active.front();
         active.pop_front();
@@ -100,11 +117,12 @@ class GateQueueDisc : public QueueDisc
         c.backlog -= s;
         c.bytes += s;
         c.packets++;
+        busy = true;
         return item;
     }
     Ptr<const QueueDiscItem> DoPeek() override
     {
-        return (paused || active.empty()) ? nullptr : GetInternalQueue(active.front())->Peek();
+        return (paused || busy || active.empty()) ? nullptr : GetInternalQueue(active.front())->Peek();
     }
     bool CheckConfig() override
     {
@@ -161,6 +179,9 @@ struct Port
     int64_t xoff = 0, xon = 0; // static thresholds (dynamic: the floors)
     std::unordered_map<int, uint64_t> inBytes; // feeder -> bytes of it queued here
     std::vector<int> held;
+    // while congested: held feeder -> bytes it delivered here since its hold was decided (the crossing, or its
+    // first frame after it); each feeding link has its own headroom (Twin::headroom), as a switch's ingress ports
+    std::unordered_map<int, uint64_t> since;
     void TrySend();
     void TxEnd(Ptr<const Packet>);
 };
@@ -210,6 +231,13 @@ struct Twin
     uint32_t nicLimit;
     bool pfc = false;
     double alpha = 0; // 0: static thresholds
+    // PFC's timing and headroom (set from testbed/backends/ns3/pfc.py): a hold or release lands at the upstream
+    // transmitter a cable delay + its MAC's reaction after the crossing, and stops it at a frame boundary; what
+    // one feeding link can still deliver after its hold is decided is bounded by `headroom` bytes (0: unchecked)
+    double reactionS = 0;
+    uint64_t headroom = 0;
+    uint64_t headroomUsed = 0; // the most bytes one feeding link delivered after its hold was decided
+    uint64_t headroomDrops = 0; // frames dropped because their link's headroom was used up (counted in drops too)
     uint32_t frame;
     uint16_t listenPort;
     // the agents' wire format (traffic.runtime.wire): each message goes as a frame header and its payload,
@@ -367,6 +395,10 @@ struct Twin
         {
             p.dev->TraceConnectWithoutContext("PhyTxEnd", MakeCallback(&Port::TxEnd, &p));
         }
+        for (auto& g : gpus)
+            for (int i = 1; i <= 2; i++)
+                g.dev[i]->TraceConnectWithoutContext("PhyTxEnd",
+                                                     MakeCallback(&GateQueueDisc::TxEnd, PeekPointer(gates[g.gate[i]])));
         // drops nobody should see: a device queue overflowing or a frame lost on the wire
         for (auto& p : ports)
             WatchDevice(p.dev);
@@ -462,9 +494,12 @@ struct Twin
     {
         Port& p = ports[pi];
         uint32_t s = pkt->GetSize() + 14;
-        if (p.c.backlog + s > p.limit)
+        auto h = (pfc && p.congested) ? p.since.find(feeder) : p.since.end();
+        bool overHeadroom = h != p.since.end() && headroom > 0 && h->second + s > headroom;
+        if (p.c.backlog + s > p.limit || overHeadroom)
         {
             p.c.drops++;
+            headroomDrops += overHeadroom;
             return;
         }
         p.q.push_back(Packeted{pkt, feeder, s});
@@ -476,14 +511,23 @@ struct Twin
             if (!p.congested && int64_t(p.c.backlog) > Xoff(p))
             {
                 p.congested = true;
+                p.since.clear();
                 for (auto& kv : p.inBytes)
                     if (kv.second > 0)
                         Hold(pi, kv.first);
+                p.since[feeder] = s; // the crossing frame is the first of its link's headroom
             }
-            else if (p.congested && std::find(p.held.begin(), p.held.end(), feeder) == p.held.end())
+            else if (p.congested)
             {
-                Hold(pi, feeder);
+                if (h == p.since.end())
+                {
+                    Hold(pi, feeder);
+                    h = p.since.find(feeder);
+                }
+                h->second += s;
             }
+            if (p.congested)
+                headroomUsed = std::max<uint64_t>(headroomUsed, p.since[feeder]);
         }
         p.TrySend();
     }
@@ -491,7 +535,8 @@ struct Twin
     void Hold(int pi, int txi)
     {
         ports[pi].held.push_back(txi);
-        Simulator::Schedule(delay, &Twin::Apply, this, pi, txi, 1);
+        ports[pi].since[txi] = 0;
+        Simulator::Schedule(delay + Seconds(reactionS), &Twin::Apply, this, pi, txi, 1);
     }
 
     void Dequeued(int pi)
@@ -501,8 +546,9 @@ struct Twin
         {
             p.congested = false;
             for (int txi : p.held)
-                Simulator::Schedule(delay, &Twin::Apply, this, pi, txi, 0);
+                Simulator::Schedule(delay + Seconds(reactionS), &Twin::Apply, this, pi, txi, 0);
             p.held.clear();
+            p.since.clear();
         }
     }
 

@@ -13,6 +13,10 @@ from testbed.cli.options import add_pfc_options, fabric_spec
 
 def cmd(args) -> int:
     if args.hosts:
+        if args.one_switch:
+            from common.errors import TestbedError
+
+            raise TestbedError("--one-switch picks senders on one machine's fabric: it does not go with --hosts")
         return cmd_hosts(args)
     preflight(args)
     import time
@@ -26,7 +30,7 @@ def cmd(args) -> int:
     stamp = time.strftime('%Y%m%d-%H%M%S')
     out = Path(args.logs) if args.logs else REPORTS / f"bench-pfc-{fargs['kind']}{fargs['gpus']}-{stamp}"
     doc = pfc_bench.bench(fargs, spec.datapath, spec.pfc, senders=args.senders,
-                          seconds=args.duration, log=log, out=out)
+                          seconds=args.duration, log=log, out=out, one_switch=args.one_switch)
     out.mkdir(parents=True, exist_ok=True)
     (out / "bench.json").write_text(json.dumps(doc, indent=1))
     if args.json:
@@ -39,7 +43,8 @@ def cmd(args) -> int:
         return f"p50 {d['p50']} ms, p99 {d['p99']} ms, max {d['max']} ms ({d['n']} events)"
 
     print(f"{fargs['kind']} n={fargs['gpus']} at {doc['rate_bps'] / 1e6:g} Mbit/s: incast "
-          f"{len(doc['incast']['senders'])} senders -> {doc['incast']['victim']}, {doc['incast']['seconds']} s")
+          f"{len(doc['incast']['senders'])} senders{' on one switch' if args.one_switch else ''} -> "
+          f"{doc['incast']['victim']}, {doc['incast']['seconds']} s")
     print(f"  pause latency   {lat('pause_latency_ms')}  (helper reaction p99 {doc['reaction_ms']['p99']} ms)")
     print(f"  resume latency  {lat('resume_latency_ms')}")
     x = on.get("xoff_threshold_bytes") or {}
@@ -134,5 +139,7 @@ def register(sub) -> None:
     add_pfc_options(p, default="on")
     p.add_argument("--duration", type=float, default=16, help="seconds of incast (default 16)")
     p.add_argument("--senders", type=int, default=8, help="incast senders (default 8)")
+    p.add_argument("--one-switch", action="store_true",
+                   help="senders whose sending ports share one switch (one cable into the hot switch), not spread")
     _hosts_option(p)  # --hosts FILE: PFC on only, local and cross-host pauses apart (testbed.bench.pfc_hosts)
     p.set_defaults(func=cmd)

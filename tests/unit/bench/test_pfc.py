@@ -27,6 +27,23 @@ def test_incast_senders_bad_count_is_one_line():
         pfc.incast_senders(build_fabric("zcube", gpus=32), (1, 2), 40)
 
 
+@pytest.mark.parametrize("kind,count", [("zcube", 8), ("roft", 4)])
+def test_one_switch_senders_share_one_switch_that_is_not_the_victims(kind, count):
+    fabric = build_fabric(kind, gpus=32)
+    who = pfc.one_switch_senders(fabric, (1, 2), count)
+    assert len(who) == len(set(who)) == count and 1 not in who
+    switches = {fabric.switch_of(g, 1) for g in who}  # the port they send from (the victim's other number)
+    assert len(switches) == 1 and switches != {fabric.switch_of(1, 2)}
+
+
+def test_one_switch_senders_bad_count_is_one_line():
+    with pytest.raises(TestbedError, match="incast senders 9 is out of range for --one-switch on this fabric: "
+                                           "expected 1 .. 8"):
+        pfc.one_switch_senders(build_fabric("zcube", gpus=32), (1, 2), 9)
+    with pytest.raises(TestbedError, match="expected 1 .. 4"):  # a ROFT leaf holds one rail of 4 servers
+        pfc.one_switch_senders(build_fabric("roft", gpus=32), (1, 2), 8)
+
+
 def test_target_is_two_frames_capped_at_5ms():
     assert pfc.target_ms(3e6, 3000) == 5.0  # two 3014-byte frames take 16 ms at 3 Mbit/s
     assert pfc.target_ms(100e6, 1500) == pytest.approx(2 * 1514 * 8 / 100e6 * 1e3)

@@ -17,7 +17,8 @@ from testbed.backends.base import LinkSettings
 from testbed.backends.ns3 import apps, engine, pfc, plan, summarise
 
 FRAME = 3014
-LINK = LinkSettings.of(DatapathConfig(buffer_bytes=4 * FRAME).validate(), 200e9)
+# 5 frames: XOFF (half) and one feeding link's headroom (2 frames and a few bytes) must fit in the buffer
+LINK = LinkSettings.of(DatapathConfig(buffer_bytes=5 * FRAME).validate(), 200e9)
 DST = (1, 2)
 
 
@@ -29,19 +30,25 @@ def _senders(fabric):
     return [g for gs in sorted(by_switch.values()) for g in gs[:2]]
 
 
-def _incast(pfc_on: bool, tmp_path, alpha=None):
-    fabric = build_fabric("zcube", gpus=16)
-    resolved = pfc.resolve(PfcConfig(enabled=pfc_on, dynamic_alpha=alpha), LINK)
+def _incast(pfc_on: bool, tmp_path, alpha=None, fabric=None, senders=None, link=LINK, dst=DST, used=None,
+            headroom=None):
+    fabric = fabric or build_fabric("zcube", gpus=16)
+    resolved = pfc.resolve(PfcConfig(enabled=pfc_on, dynamic_alpha=alpha), link, plan.CABLE_DELAY_S)
     engine.load()
-    engine.configure(LINK.mtu, 0)
-    built = plan.build(fabric, LINK, resolved, 0)
-    rows = [{"id": i, "src": f"gpu{g}", "dst": f"gpu{DST[0]}", "src_ip": addressing.ip_of(g, 1),
-             "dst_ip": addressing.ip_of(*DST), "bytes": 150_000, "start": 0.0} for i, g in enumerate(_senders(fabric))]
+    engine.configure(link.mtu, 0)
+    built = plan.build(fabric, link, resolved, 0)
+    if headroom is not None:  # a wrong headroom, planted past the policy's checks
+        built.twin.headroom = headroom
+    rows = [{"id": i, "src": f"gpu{g}", "dst": f"gpu{dst[0]}", "src_ip": addressing.ip_of(g, 3 - dst[1]),
+             "dst_ip": addressing.ip_of(*dst), "bytes": 150_000, "start": 0.0}
+            for i, g in enumerate(senders or _senders(fabric))]
     try:
         sent, sampler = apps.carry(built, rows)
         merged = summarise.merged_rows(sent, built.twin, key=lambda i, _r: i)
         counters = summarise.counters(built, sampler)
         log = pfc.pause_log(resolved, str(built.twin.Log()))
+        if used is not None:
+            used.update(most=int(built.twin.headroomUsed), over=int(built.twin.headroomDrops))
         summarise.write_speed(tmp_path, summarise.speed(wall_s=1.0, build_s=0.1, load_s=engine.load_s(),
                                                         sim_s=float(engine.load().Now()), cluster_s=1.0,
                                                         events=int(engine.load().Events()),
@@ -88,8 +95,54 @@ def test_dynamic_thresholds_keep_the_incast_lossless(tmp_path):
 
 
 def test_a_fabric_drop_with_pfc_on_fails_the_run():
-    resolved = pfc.resolve(PfcConfig(), LINK)
+    resolved = pfc.resolve(PfcConfig(), LINK, plan.CABLE_DELAY_S)
     with pytest.raises(TestbedError, match="lossless invariant"):
         pfc.check_lossless(resolved, 3)
     pfc.check_lossless(None, 3)  # PFC off: drops are the fabric's business
     assert dataclasses.asdict(resolved)["enabled"] is True
+
+
+@pytest.mark.parametrize("choice", ["spread", "one-switch"])
+def test_an_8_to_1_incast_pauses_and_never_drops(choice, tmp_path):
+    """8 senders into one NIC port at the default experiment's link settings (buffer 60 KB, 3000 B MTU): every
+    feeding link stays within its headroom (what it can deliver after its hold: 2 frames + a few bytes), so
+    nothing drops, and the queue did pause its feeders. "spread": bench pfc's choice of senders (round robin
+    over switches); "one-switch": senders whose NICs share one switch, so eight NICs feed that switch's queue
+    towards the destination (layersplit's case). The emulator's twin of this test is tests/integration/test_pfc.py."""
+    from testbed.bench.pfc import incast_senders, one_switch_senders
+
+    fabric = build_fabric("zcube", gpus=32)
+    link = LinkSettings.of(DatapathConfig().validate(), 200e9)
+    senders = (incast_senders if choice == "spread" else one_switch_senders)(fabric, DST, 8)
+    assert len(senders) == 8 and DST[0] not in senders
+    used: dict = {}
+    resolved, rows, counters, log = _incast(True, tmp_path, fabric=fabric, senders=senders, link=link, used=used)
+    assert all(r["verified"] for r in rows) and len(rows) == 8
+    assert counters.drops("switch") == 0 and used["over"] == 0, (counters.drops("switch"), used)
+    pauses = [ln for ln in log.lines if ln.split()[4] == "1"]
+    assert pauses, "the incast never paused a feeder"
+    assert 0 < used["most"] <= resolved.headroom_bytes, (used, resolved.headroom_bytes)
+    assert resolved.xoff_bytes + resolved.headroom_bytes <= link.buffer_bytes
+
+
+def test_xoff_and_headroom_must_fit_in_the_buffer():
+    tight = LinkSettings.of(DatapathConfig(buffer_bytes=4 * FRAME).validate(), 200e9)  # xoff 2 frames
+    with pytest.raises(TestbedError, match="do not fit in the 12056 B buffer"):
+        pfc.resolve(PfcConfig(), tight, plan.CABLE_DELAY_S)
+    with pytest.raises(TestbedError, match="below the"):
+        pfc.resolve(PfcConfig(headroom_bytes=2 * FRAME), LINK, plan.CABLE_DELAY_S)
+
+
+def test_a_link_over_its_headroom_drops_and_the_run_fails(tmp_path):
+    """The invariant on real parts: the same 8-to-1 incast with each link's headroom planted at one frame (a
+    held link delivers up to two) drops at the hot queue, and the lossless check fails it."""
+    from testbed.bench.pfc import one_switch_senders
+
+    fabric = build_fabric("zcube", gpus=32)
+    link = LinkSettings.of(DatapathConfig().validate(), 200e9)
+    used: dict = {}
+    resolved, rows, counters, _ = _incast(True, tmp_path, fabric=fabric, link=link, used=used, headroom=FRAME,
+                                          senders=one_switch_senders(fabric, DST, 8))
+    assert used["over"] > 0 and counters.drops("switch") >= used["over"]
+    with pytest.raises(TestbedError, match="lossless invariant"):
+        pfc.check_lossless(resolved, counters.drops("switch"))

@@ -25,7 +25,7 @@ LINK = LinkSettings.of(DatapathConfig().validate(), 200e9)
 def built(fabric, seed=0, pfc_cfg=None, recording=None):
     engine.load()
     engine.configure(LINK.mtu, seed)
-    b = plan.build(fabric, LINK, pfc.resolve(pfc_cfg, LINK), seed, recording=recording)
+    b = plan.build(fabric, LINK, pfc.resolve(pfc_cfg, LINK, plan.CABLE_DELAY_S), seed, recording=recording)
     try:
         yield b
     finally:
@@ -113,14 +113,14 @@ def test_source_ports_are_unique_per_address_and_in_linux_range():
 
 def test_queue_limits_and_thresholds_are_the_pfc_policys():
     fabric = build_fabric("zcube", gpus=16)
-    resolved = pfc.resolve(PfcConfig(), LINK)
+    resolved = pfc.resolve(PfcConfig(), LINK, plan.CABLE_DELAY_S)
     params = pfc.queue_params(fabric, LINK, resolved)
     th = policy.thresholds(fabric, resolved)
     assert {q: (p.limit, p.xoff, p.xon) for q, p in params.items()} == {q: (t["limit"], t["xoff"], t["xon"])
                                                                         for q, t in th.items()}
     assert all(p.xoff == resolved.xoff_bytes for p in params.values())
-    off = pfc.queue_params(fabric, LINK, pfc.resolve(PfcConfig(enabled=False), LINK))
+    off = pfc.queue_params(fabric, LINK, pfc.resolve(PfcConfig(enabled=False), LINK, plan.CABLE_DELAY_S))
     assert {p.limit for p in off.values()} == {LINK.buffer_bytes} and pfc.record(None) == {"enabled": False}
     assert pfc.shared_pool(fabric, "sw1", resolved) == 0
-    dyn = pfc.resolve(PfcConfig(dynamic_alpha=1.0), LINK)
+    dyn = pfc.resolve(PfcConfig(dynamic_alpha=1.0), LINK, plan.CABLE_DELAY_S)
     assert pfc.shared_pool(fabric, "sw1", dyn) == len(fabric.switches["sw1"].ports) * LINK.buffer_bytes
