@@ -22,6 +22,7 @@ from testbed.backends.ns3 import engine
 from testbed.backends.ns3.pfc import queue_params, shared_pool
 from testbed.backends.paths import LISTEN_PORT, PathBook, Recording
 from traffic.runtime import wire
+from traffic.runtime.sender import FAST_PATH_BYTES
 
 CABLE_DELAY_S = 2e-6  # propagation and switching per cable (the emulator's is its agents' and OVS's delay)
 
@@ -76,8 +77,10 @@ def build(fabric: Fabric, link: LinkSettings, resolved, seed: int = 0, hash_seed
     ``engine.configure`` first."""
     tb = engine.load()
     twin = tb.Twin(float(link.rate_bps), int(link.mtu), CABLE_DELAY_S, int(link.nic_buffer_bytes), LISTEN_PORT)
-    # the agents' wire format: a frame header before each message, an ack back for each whole frame
+    # the agents' wire format: a frame header before each message, an ack back for each whole frame; a small
+    # message on an idle connection in one write, as the agents' Channel.submit sends it
     twin.frameHeader, twin.ackBytes = wire.HEADER.size, wire.ACK.size
+    twin.oneWriteBytes = FAST_PATH_BYTES
     if resolved is not None:
         twin.pfc = True
         twin.alpha = float(resolved.dynamic_alpha or 0.0)

@@ -179,6 +179,7 @@ struct Msg
 {
     int64_t id;
     uint64_t bytes; // on the wire: the agents' frame header and the payload
+    bool oneWrite = false; // header and payload written together (the agents' Channel.submit on an idle connection)
 };
 
 struct Conn
@@ -215,6 +216,9 @@ struct Twin
     // the agents' wire format (traffic.runtime.wire): each message goes as a frame header and its payload,
     // and the receiver answers each whole frame with an ack on the same connection (0, 0: payload only)
     uint32_t frameHeader = 0, ackBytes = 0;
+    // a message of at most this many payload bytes on a connected connection with nothing of its own waiting
+    // goes in one write, header and payload (traffic.runtime.sender.FAST_PATH_BYTES); others as two writes
+    uint64_t oneWriteBytes = 0;
     uint64_t acksReceived = 0;
     std::vector<Gpu> gpus;
     std::vector<Switch> switches;
@@ -604,10 +608,11 @@ struct Twin
     void Send(int ci, int64_t id, uint64_t bytes)
     {
         Conn& c = conns[ci];
+        bool oneWrite = c.connected && c.sendq.empty() && bytes <= oneWriteBytes;
         bytes += frameHeader;
         if (c.sendq.empty())
             c.sendLeft = bytes;
-        c.sendq.push_back(Msg{id, bytes});
+        c.sendq.push_back(Msg{id, bytes, oneWrite});
         c.recvq.push_back(Msg{id, bytes});
         if (c.connected)
             Pump(ci);
@@ -634,16 +639,18 @@ struct Twin
             uint32_t room = c.tx->GetTxAvailable();
             if (room == 0)
                 return;
-            // the frame header is written on its own (the agents' two sendall calls, TCP_NODELAY): on an idle
+            // a small message on an idle connection goes in one write (the agents' fast path); otherwise the
+            // frame header is written on its own (the writer's two sendall calls, TCP_NODELAY): on an idle
             // connection it leaves as a segment of its own, behind a backlog it joins the queued bytes
+            bool oneWrite = c.sendq.front().oneWrite;
             uint64_t payload = c.sendq.front().bytes - frameHeader;
-            uint64_t part = c.sendLeft > payload ? c.sendLeft - payload : c.sendLeft;
+            uint64_t part = (c.sendLeft > payload && !oneWrite) ? c.sendLeft - payload : c.sendLeft;
             uint32_t n = uint32_t(std::min<uint64_t>(room, part));
             int sent = c.tx->Send(Create<Packet>(n));
             if (sent <= 0)
                 return;
             c.sendLeft -= uint64_t(sent);
-            if (frameHeader && c.sendLeft == payload && payload > 0)
+            if (frameHeader && !oneWrite && c.sendLeft == payload && payload > 0)
             {
                 // ns-3's TCP sends what its buffer holds one time step after a write: write the payload after
                 // that, so the header goes as Linux sends it (alone when the window is open and nothing waits)
