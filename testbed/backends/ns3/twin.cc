@@ -45,6 +45,32 @@ struct Tx
     int index = -1; // into Twin::ports or Twin::gates
 };
 
+// A token bucket at the link rate (the emulator's tbf: rate, burst): a frame leaves when the bucket holds its
+// bytes; an idle bucket fills up to its size, so after a quiet spell that many bytes leave at the line's speed.
+// size 0: no bucket (the link's own rate serialises every frame).
+struct Bucket
+{
+    double rateBps = 0;
+    uint64_t size = 0;
+    double tokens = -1; // -1: full (not yet used)
+    Time last;
+    // how long until a frame of `bytes` may leave (zero: now, and its tokens are taken)
+    Time Wait(uint32_t bytes)
+    {
+        if (size == 0)
+            return Time(0);
+        Time now = Simulator::Now();
+        tokens = tokens < 0 ? double(size) : std::min(double(size), tokens + (now - last).GetSeconds() * rateBps / 8);
+        last = now;
+        if (tokens >= bytes)
+        {
+            tokens -= bytes;
+            return Time(0);
+        }
+        return Seconds((bytes - tokens) * 8 / rateBps) + NanoSeconds(1);
+    }
+};
+
 class GateQueueDisc : public QueueDisc
 {
   public:
@@ -57,8 +83,15 @@ class GateQueueDisc : public QueueDisc
     Counters c;
     uint64_t limit = 0;
     bool paused = false;
+    Bucket bucket; // the NIC's shaper (twin.burst_bytes)
+    bool bucketWait = false;
     void Pause() { paused = true; }
     void Resume() { paused = false; Run(); }
+    void BucketReady()
+    {
+        bucketWait = false;
+        Run();
+    }
 
   private:
     // Linux's TCP small queues keep each socket to about two frames in the NIC's qdisc, so backlogged
@@ -88,8 +121,15 @@ class GateQueueDisc : public QueueDisc
     }
     Ptr<QueueDiscItem> DoDequeue() override
     {
-        if (paused || active.empty())
+        if (paused || active.empty() || bucketWait)
             return nullptr;
+        Time w = bucket.Wait(GetInternalQueue(active.front())->Peek()->GetSize() + 14);
+        if (!w.IsZero())
+        {
+            bucketWait = true;
+            Simulator::Schedule(w, &GateQueueDisc::BucketReady, this);
+            return nullptr;
+        }
         uint32_t b = active.front();
         active.pop_front();
         Ptr<InternalQueue> q = GetInternalQueue(b);
@@ -158,6 +198,13 @@ struct Port
     Counters c;
     uint64_t limit = 0;
     bool busy = false, paused = false, congested = false;
+    Bucket bucket; // the port's shaper (twin.burst_bytes)
+    bool bucketWait = false;
+    void BucketReady()
+    {
+        bucketWait = false;
+        TrySend();
+    }
     int64_t xoff = 0, xon = 0; // static thresholds (dynamic: the floors)
     std::unordered_map<int, uint64_t> inBytes; // feeder -> bytes of it queued here
     std::vector<int> held;
@@ -219,6 +266,12 @@ struct Twin
     // a message of at most this many payload bytes on a connected connection with nothing of its own waiting
     // goes in one write, header and payload (traffic.runtime.sender.FAST_PATH_BYTES); others as two writes
     uint64_t oneWriteBytes = 0;
+    // seconds (0: none): a switch's forwarding time per packet before its egress queue; from a send to its write
+    double hopDelayS = 0, sendDelayS = 0;
+    // the shapers' burst (0: none); with one, a cable runs BURST_LINE times the link rate (the emulator's veth:
+    // the bucket, not the cable, keeps the rate) and every transmitter has a bucket at the link rate
+    uint64_t burstBytes = 0;
+    static constexpr double BURST_LINE = 1000;
     uint64_t acksReceived = 0;
     std::vector<Gpu> gpus;
     std::vector<Switch> switches;
@@ -257,7 +310,7 @@ struct Twin
     PointToPointHelper Helper()
     {
         PointToPointHelper h;
-        h.SetDeviceAttribute("DataRate", DataRateValue(DataRate(uint64_t(rateBps))));
+        h.SetDeviceAttribute("DataRate", DataRateValue(DataRate(uint64_t(burstBytes ? rateBps * BURST_LINE : rateBps))));
         h.SetDeviceAttribute("Mtu", UintegerValue(mtu));
         h.SetChannelAttribute("Delay", TimeValue(delay));
         h.SetQueue("ns3::DropTailQueue<Packet>", "MaxSize", QueueSizeValue(QueueSize("1p")));
@@ -300,6 +353,8 @@ struct Twin
     {
         Port p;
         p.tw = this;
+        p.bucket.rateBps = rateBps;
+        p.bucket.size = burstBytes;
         p.sw = sw;
         p.dev = dev;
         p.limit = limit;
@@ -321,6 +376,8 @@ struct Twin
         int idx = NewPort(sw, ofPort, d.Get(1), limit, xoff, xon);
         Ptr<GateQueueDisc> gate = CreateObject<GateQueueDisc>();
         gate->limit = nicLimit;
+        gate->bucket.rateBps = rateBps;
+        gate->bucket.size = burstBytes;
         gates.push_back(gate);
         gpus[g].gate[p] = int(gates.size()) - 1;
         int htx = NewTx("gpu" + std::to_string(g + 1), 0, p, false, gpus[g].gate[p]);
@@ -430,7 +487,11 @@ struct Twin
             noRoute++;
             return true;
         }
-        Enqueue(it->second, pkt->Copy(), ports[inPort].peerTx);
+        if (hopDelayS > 0)
+            Simulator::Schedule(Seconds(hopDelayS), &Twin::Enqueue, this, it->second, pkt->Copy(),
+                                ports[inPort].peerTx);
+        else
+            Enqueue(it->second, pkt->Copy(), ports[inPort].peerTx);
         return true;
     }
 
@@ -605,7 +666,16 @@ struct Twin
             acksReceived += p->GetSize();
     }
 
+    // a message to write on connection ci, after the senders' delay (in order: the delay is the same for all)
     void Send(int ci, int64_t id, uint64_t bytes)
+    {
+        if (sendDelayS > 0)
+            Simulator::Schedule(Seconds(sendDelayS), &Twin::Write, this, ci, id, bytes);
+        else
+            Write(ci, id, bytes);
+    }
+
+    void Write(int ci, int64_t id, uint64_t bytes)
     {
         Conn& c = conns[ci];
         bool oneWrite = c.connected && c.sendq.empty() && bytes <= oneWriteBytes;
@@ -761,8 +831,15 @@ struct Twin
 
 void Port::TrySend()
 {
-    if (paused || busy || q.empty())
+    if (paused || busy || q.empty() || bucketWait)
         return;
+    Time w = bucket.Wait(q.front().size);
+    if (!w.IsZero())
+    {
+        bucketWait = true;
+        Simulator::Schedule(w, &Port::BucketReady, this);
+        return;
+    }
     Packeted x = q.front();
     q.pop_front();
     c.backlog -= x.size;
