@@ -162,6 +162,8 @@ class Conditions:
     # an emulator repetition's ecmp.json: a backend that routes by itself (``Backend.routes_itself``) carries every
     # connection on its recorded ports and paths instead (``testbed.backends.paths.Recording``)
     recorded_paths: str | None = None
+    # the ns-3 twin's model assumptions (``testbed.repetition.settings.Twin``); None: its defaults
+    twin: object | None = None
 
 
 # -------------------------------------------------------------------- returned

@@ -23,6 +23,7 @@ import functools
 import json
 import math
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Optional, Union
@@ -42,6 +43,7 @@ from testbed.repetition.settings import (
     Pfc,
     Serving,
     Trace,
+    Twin,
     _Section,
 )
 from traffic.model import models, placement
@@ -130,6 +132,7 @@ class Experiment(_Section):
     pfc: Pfc = Field(default_factory=Pfc)
     trace: Trace = Field(default_factory=Trace)
     serving: Serving = Field(default_factory=Serving)
+    twin: Twin = Field(default_factory=Twin)
     hosts: Optional[str] = Field(None, description="a hosts file (docs/multihost.md): the emulated fabric spread "
                                  "over those machines (relative to the experiment file's folder; on the command "
                                  "line, `run --hosts FILE`, to the current one); null: this machine")
@@ -288,7 +291,7 @@ def repetition_spec(exp: Experiment, kind: str, rep: int = 1):
                           cross_flows=exp.cross_flows, gpus_per_server=exp.gpus_per_server,
                           faults=fault_specs(exp, kind), backend=exp.backend, hosts=exp.hosts,
                           hash_seed=None if exp.hash_seed is None else exp.hash_seed + rep - 1,
-                          paths_from=exp.paths_from)
+                          paths_from=exp.paths_from, twin=exp.twin)
 
 
 def fault_specs(exp: Experiment, kind: str) -> tuple:
@@ -541,9 +544,9 @@ def semantic_check(exp: Experiment) -> None:
     if s.driver == "plan" and exp.link.time_dilation != 1:
         raise _Problem("link.time_dilation", "time dilation needs serving.driver live: the planned replay times "
                                              "every transfer from the trace")
-    _check_backend(exp)
-    _check_faults(exp)
-    _check_paths_from(exp)
+    for check in (_check_backend, _check_faults, _check_paths_from):
+        check(exp)
+    _attempt(lambda: exp.twin.check_frame(exp.link.mtu), {}, "twin.burst_bytes")
     _check_serving(exp)
 
 
@@ -772,8 +775,6 @@ def resolve(path: str | Path | None, overrides: list[Override] = ()) -> Resolved
 
 
 def _safe_name(stem: str) -> str:
-    import re
-
     name = re.sub(r"[^A-Za-z0-9._-]+", "-", stem).strip("-.") or "experiment"
     return name[:64]
 

@@ -28,6 +28,8 @@ from common.units import parse_rate, parse_seconds, parse_size
 from fabrics.routing import DEFAULT_POLICY, POLICIES
 from pfc import policy as pfc_policy
 from testbed import backends
+from testbed.backends.ns3.assumptions import DEFAULT as TWIN
+from testbed.backends.ns3.assumptions import TCP as TWIN_TCP
 from traffic.model import memory, models, placement, rankmap, schedule, traces, workloads
 from traffic.model import serving as serving_model
 from traffic.runtime.agent import CONNECTION_MODES
@@ -289,6 +291,43 @@ class Serving(_Section):
             return models.get_model(v).name
         except TestbedError as exc:
             raise ValueError(str(exc)) from None
+
+
+class Twin(_Section):
+    """The ns-3 twin's assumptions about what the emulator does (backend ns3; the other backends ignore it), the
+    knobs of issue 38's ablation, one at a time (``testbed.backends.ns3.assumptions``: the defaults are the twin
+    as built). Times are on the emulator's clock (wall time there, simulated time here: cluster time x
+    link.time_dilation)."""
+
+    burst_bytes: Optional[Size] = Field(
+        TWIN.burst_bytes, description="a token bucket per transmitter (switch port, NIC queue) at the link rate: "
+                                      "after an idle spell this many bytes leave at once, as the emulator's tbf lets "
+                                      "link.burst_bytes (18000 by default) through; null: none, every frame is "
+                                      "serialised at the link rate")
+    cable_delay_us: float = Field(TWIN.cable_delay_us, ge=0, le=1e6, description="propagation per cable, "
+                                                                                 "microseconds")
+    hop_delay_us: float = Field(TWIN.hop_delay_us, ge=0, le=1e6, description="a switch's forwarding time per packet "
+                                "before its egress queue, microseconds (the emulator's Open vSwitch per hop)")
+    send_delay_us: float = Field(TWIN.send_delay_us, ge=0, le=1e6, description="from the cluster's send to the "
+                                 "write on the socket, microseconds (the emulator's coordinator and agent per "
+                                 "message: its start lateness)")
+    tcp: Literal[tuple(TWIN_TCP)] = Field(TWIN.tcp, description="the hosts' congestion control (Linux's: cubic)")
+    delack_count: int = Field(TWIN.delack_count, ge=1, le=64, description="segments a delayed ACK waits for "
+                                                                          "(Linux: 2)")
+    delack_timeout_ms: float = Field(TWIN.delack_timeout_ms, gt=0, le=1000, description="longest a delayed ACK "
+                                     "waits, ms (Linux's TCP_DELACK_MIN after a quiet spell: 40)")
+    initial_cwnd: int = Field(TWIN.initial_cwnd, ge=1, le=1000, description="initial congestion window, segments "
+                                                                            "(Linux: 10)")
+    min_rto_ms: float = Field(TWIN.min_rto_ms, gt=0, le=60000, description="minimum retransmission timeout, ms "
+                                                                           "(Linux: 200)")
+
+    def check_frame(self, mtu: int) -> None:
+        """The token bucket holds a whole frame at ``mtu`` (the emulator's tbf refuses a smaller burst too; a
+        frame larger than the bucket would never leave)."""
+        frame = mtu + scale.ETHERNET_HEADER_BYTES
+        if self.burst_bytes is not None and self.burst_bytes < frame:
+            raise TestbedError(f"{self.burst_bytes} B is smaller than one frame ({frame} B at link.mtu {mtu}): "
+                               f"expected at least {frame}, or null (no bucket)", key="burst_bytes")
 
 
 class Fault(_Section):

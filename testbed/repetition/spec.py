@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from testbed.backends.base import FabricSpec
-from testbed.repetition.settings import Serving, Trace
+from testbed.repetition.settings import Serving, Trace, Twin
 from traffic.runtime.agent import DEFAULT_TRANSFER_TIMEOUT_S
 
 # config.json's "replay" record: every setting under the flat name it always had (the report and older run
@@ -62,6 +62,7 @@ class RepetitionSpec:
     hash_seed: int | None = None  # the ECMP outcome's seed (the connections' source ports); None: ``seed``
     transfer_timeout_s: float = DEFAULT_TRANSFER_TIMEOUT_S  # a message not delivered by then has failed
     paths_from: str | None = None  # an emulator run whose recorded paths a self-routing backend follows
+    twin: Twin = Twin()  # the ns-3 twin's model assumptions (backend ns3)
 
     @property
     def recorded_paths(self) -> str | None:

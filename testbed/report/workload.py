@@ -58,6 +58,7 @@ NOT_WORKLOAD_KEYS = (
     "seed",  # the first repetition's seed (repetition r uses seed + r - 1)
     "hash_seed",  # the ECMP outcome's seed (a draw, as the seed)
     "paths_from",  # an emulator run whose recorded ECMP outcome a simulator follows (the draw, taken from there)
+    "twin",  # the ns-3 twin's model assumptions (how one engine models the network, as backend)
     "calibration",  # files the report shows beside the run
     "load_curve",
     "sensitivity_result",

@@ -148,6 +148,7 @@ def serve(built: Built, cluster, config: dict, dilation: float, duration_s: floa
     twin = built.twin
     ips = config["ips"]
     picker = PortPicker(config["policy"])
+    send_delay = float(twin.sendDelayS)
     timers: dict[int, tuple] = {}
     serial = itertools.count()
     rows: list[Sent] = []
@@ -158,6 +159,7 @@ def serve(built: Built, cluster, config: dict, dilation: float, duration_s: floa
 
     def apply(actions: list) -> None:
         now = float(tb.Now())
+        start = round(now + send_delay, 6)  # the message starts at its write, as an agent's when its order came
         for a in actions:
             if isinstance(a, serving.Timer):
                 kid = next(serial)
@@ -167,7 +169,7 @@ def serve(built: Built, cluster, config: dict, dilation: float, duration_s: floa
             m = a.message
             sp, dp = picker.pick(m.id, m.src_gpu, m.dst_gpu, m.bytes)
             rows.append((m.id, m.request_id, m.src_gpu, m.dst_gpu, ips[str(m.src_gpu)][sp - 1],
-                         ips[str(m.dst_gpu)][dp - 1], m.bytes, round(now, 6), m.kind, m.engine, m.step))
+                         ips[str(m.dst_gpu)][dp - 1], m.bytes, start, m.kind, m.engine, m.step))
             twin.Send(built.connection(m.src_gpu, sp, m.dst_gpu, dp), m.id, m.bytes)
         if cluster.quiet:
             tb.StopNow()

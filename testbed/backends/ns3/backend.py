@@ -56,13 +56,14 @@ class Ns3Backend(Backend):
         resolved = pfc.resolve(spec.pfc, net.link, plan.CABLE_DELAY_S)
         engine.load()
         t = time.monotonic()
-        engine.configure(net.link.mtu, conditions.seed)
+        engine.configure(net.link.mtu, conditions.seed, conditions.twin)
         recording = None
         if conditions.recorded_paths is not None:
             from testbed.backends.paths import Recording
 
             recording = Recording.load(conditions.recorded_paths, net.model)
-        built = plan.build(net.model, net.link, resolved, conditions.seed, conditions.hash_seed, recording)
+        built = plan.build(net.model, net.link, resolved, conditions.seed, conditions.hash_seed, recording,
+                           conditions.twin)
         build_s = time.monotonic() - t
         log(f"twin: {net.model.describe()}, {len(built.queues)} queues, PFC "
             f"{'on' if resolved else 'off'}, paths {'recorded in ' + recording.source if recording else 'by the hash'} "

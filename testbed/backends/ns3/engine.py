@@ -3,7 +3,8 @@
 ``from ns import ns`` starts cling (about 9-12 s here); ``cppyy.cppdef`` then compiles the switch,
 queue, PFC and connection code, so per-packet work stays in C++ and Python is called once per message.
 TCP is set as the emulator's Linux hosts run it: CUBIC, MSS = MTU - 52 (timestamps), a 200 ms minimum
-RTO, delayed ACKs every 2 segments or 40 ms, an initial window of 10 segments.
+RTO, delayed ACKs every 2 segments or 40 ms, an initial window of 10 segments (the experiment's ``twin``
+section can change each, for the ablation).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 
 from common import scale
 from common.errors import EnvironmentProblem
+from testbed.backends.ns3 import assumptions
 
 SOURCE = Path(__file__).with_name("twin.cc")
 _loaded: dict = {}
@@ -47,22 +49,21 @@ def load_s() -> float:
     return _loaded.get("load_s", 0.0)
 
 
-def configure(mtu: int, seed: int) -> None:
-    """Global ns-3 defaults for one run: TCP as Linux runs it, the random streams' seed."""
+def configure(mtu: int, seed: int, twin=None) -> None:
+    """Global ns-3 defaults for one run: TCP as Linux runs it (``twin``: the experiment's ``twin`` section, or
+    any object with ``assumptions.Assumptions``' names; None: the defaults), the random streams' seed."""
+    twin = assumptions.DEFAULT if twin is None else twin
     load()
     ns3 = _loaded["ns"]
     cfg = ns3.Config.SetDefault
-    cfg("ns3::TcpL4Protocol::SocketType", ns3.TypeIdValue(ns3.TypeId.LookupByName("ns3::TcpCubic")))
+    cfg("ns3::TcpL4Protocol::SocketType", ns3.TypeIdValue(ns3.TypeId.LookupByName(assumptions.TCP[twin.tcp])))
     cfg("ns3::TcpSocket::SegmentSize", ns3.UintegerValue(scale.payload_bytes(mtu)))
-    cfg("ns3::TcpSocket::DelAckCount", ns3.UintegerValue(2))
-    # Linux's delayed ACK is at most 40 ms after a quiet spell (TCP_DELACK_MIN, quick-ack); ns-3's default
-    # 200 ms equals the minimum RTO, so a message's last odd segment waited for a spurious RTO and the
-    # connection's next message crawled from cwnd 1 (a 17 KB KV slice took 1.35 s instead of 64 ms)
-    cfg("ns3::TcpSocket::DelAckTimeout", ns3.TimeValue(ns3.MilliSeconds(40)))
-    cfg("ns3::TcpSocket::InitialCwnd", ns3.UintegerValue(10))
+    cfg("ns3::TcpSocket::DelAckCount", ns3.UintegerValue(twin.delack_count))
+    cfg("ns3::TcpSocket::DelAckTimeout", ns3.TimeValue(ns3.MicroSeconds(round(twin.delack_timeout_ms * 1000))))
+    cfg("ns3::TcpSocket::InitialCwnd", ns3.UintegerValue(twin.initial_cwnd))
     cfg("ns3::TcpSocket::SndBufSize", ns3.UintegerValue(1 << 20))
     cfg("ns3::TcpSocket::RcvBufSize", ns3.UintegerValue(1 << 20))
-    cfg("ns3::TcpSocketBase::MinRto", ns3.TimeValue(ns3.MilliSeconds(200)))
+    cfg("ns3::TcpSocketBase::MinRto", ns3.TimeValue(ns3.MicroSeconds(round(twin.min_rto_ms * 1000))))
     cfg("ns3::TcpSocketBase::ClockGranularity", ns3.TimeValue(ns3.MilliSeconds(1)))
     ns3.RngSeedManager.SetSeed(1 + seed % (2**31 - 2))
     ns3.RngSeedManager.SetRun(1)

@@ -18,12 +18,14 @@ from dataclasses import dataclass, field
 
 from fabrics import Fabric, addressing
 from testbed.backends.base import LinkSettings, QueueInfo
-from testbed.backends.ns3 import engine
+from testbed.backends.ns3 import assumptions, engine
 from testbed.backends.ns3.pfc import NIC_REACTION_S, queue_params, shared_pool
 from testbed.backends.paths import LISTEN_PORT, PathBook, Recording
 from traffic.runtime import wire
+from traffic.runtime.sender import FAST_PATH_BYTES
 
-CABLE_DELAY_S = 2e-6  # propagation and switching per cable (the emulator's is its agents' and OVS's delay)
+# propagation per cable, the twin's default (twin.cable_delay_us; the emulator's is its agents' and OVS's delay)
+CABLE_DELAY_S = assumptions.DEFAULT.cable_delay_us * 1e-6
 
 
 def ip_int(ip: str) -> int:
@@ -69,15 +71,23 @@ class Built:
 
 
 def build(fabric: Fabric, link: LinkSettings, resolved, seed: int = 0, hash_seed: int | None = None,
-          recording: Recording | None = None) -> Built:
+          recording: Recording | None = None, model=None) -> Built:
     """The ns-3 network of ``fabric`` with ``link``'s rate, MTU and buffers and the PFC settings
     ``resolved`` (None: off); ``hash_seed`` draws the connections' source ports, hence the ECMP outcome
-    (None: ``seed``, the repetition's); ``recording``: an emulator run's paths to follow instead of the hash. Call
-    ``engine.configure`` first."""
+    (None: ``seed``, the repetition's); ``recording``: an emulator run's paths to follow instead of the hash;
+    ``model``: the experiment's ``twin`` section, or an ``assumptions.Assumptions`` (delays, burst; None: the
+    defaults). Call ``engine.configure`` first."""
     tb = engine.load()
-    twin = tb.Twin(float(link.rate_bps), int(link.mtu), CABLE_DELAY_S, int(link.nic_buffer_bytes), LISTEN_PORT)
-    # the agents' wire format: a frame header before each message, an ack back for each whole frame
+    model = assumptions.DEFAULT if model is None else model
+    twin = tb.Twin(float(link.rate_bps), int(link.mtu), model.cable_delay_us * 1e-6, int(link.nic_buffer_bytes),
+                   LISTEN_PORT)
+    # seconds: a switch's forwarding time per packet, the senders' delay per message (0: none)
+    twin.hopDelayS, twin.sendDelayS = model.hop_delay_us * 1e-6, model.send_delay_us * 1e-6
+    twin.burstBytes = int(model.burst_bytes or 0)  # before the cables: with a bucket they run faster
+    # the agents' wire format: a frame header before each message, an ack back for each whole frame; a small
+    # message on an idle connection in one write, as the agents' Channel.submit sends it
     twin.frameHeader, twin.ackBytes = wire.HEADER.size, wire.ACK.size
+    twin.oneWriteBytes = FAST_PATH_BYTES
     if resolved is not None:
         twin.pfc = True
         twin.alpha = float(resolved.dynamic_alpha or 0.0)

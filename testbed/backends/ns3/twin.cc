@@ -47,6 +47,32 @@ struct Tx
     int index = -1; // into Twin::ports or Twin::gates
 };
 
+// A token bucket at the link rate (the emulator's tbf: rate, burst): a frame leaves when the bucket holds its
+// bytes; an idle bucket fills up to its size, so after a quiet spell that many bytes leave at the line's speed.
+// size 0: no bucket (the link's own rate serialises every frame).
+struct Bucket
+{
+    double rateBps = 0;
+    uint64_t size = 0;
+    double tokens = -1; // -1: full (not yet used)
+    Time last;
+    // how long until a frame of `bytes` may leave (zero: now, and its tokens are taken)
+    Time Wait(uint32_t bytes)
+    {
+        if (size == 0)
+            return Time(0);
+        Time now = Simulator::Now();
+        tokens = tokens < 0 ? double(size) : std::min(double(size), tokens + (now - last).GetSeconds() * rateBps / 8);
+        last = now;
+        if (tokens >= bytes)
+        {
+            tokens -= bytes;
+            return Time(0);
+        }
+        return Seconds((bytes - tokens) * 8 / rateBps) + NanoSeconds(1);
+    }
+};
+
 class GateQueueDisc : public QueueDisc
 {
   public:
@@ -63,6 +89,8 @@ class GateQueueDisc : public QueueDisc
     // frame boundary, as a real MAC does (it finishes the frame it is sending and starts no other); handing the
     // device its next frame early would let that one leave after the pause too (ns-3's device queue holds one)
     bool busy = false;
+    Bucket bucket; // the NIC's shaper (twin.burst_bytes)
+    bool bucketWait = false;
     void Pause() { paused = true; }
     void Resume()
     {
@@ -76,6 +104,11 @@ class GateQueueDisc : public QueueDisc
         Simulator::ScheduleNow(&GateQueueDisc::Kick, this);
     }
     void Kick() { Run(); }
+    void BucketReady()
+    {
+        bucketWait = false;
+        Run();
+    }
 
   private:
     // Linux's TCP small queues keep each socket to about two frames in the NIC's qdisc, so backlogged
@@ -105,8 +138,15 @@ class GateQueueDisc : public QueueDisc
     }
     Ptr<QueueDiscItem> DoDequeue() override
     {
-        if (paused || busy || active.empty())
+        if (paused || busy || active.empty() || bucketWait)
             return nullptr;
+        Time w = bucket.Wait(GetInternalQueue(active.front())->Peek()->GetSize() + 14);
+        if (!w.IsZero())
+        {
+            bucketWait = true;
+            Simulator::Schedule(w, &GateQueueDisc::BucketReady, this);
+            return nullptr;
+        }
         uint32_t b = active.front();
         active.pop_front();
         Ptr<InternalQueue> q = GetInternalQueue(b);
@@ -176,6 +216,13 @@ struct Port
     Counters c;
     uint64_t limit = 0;
     bool busy = false, paused = false, congested = false;
+    Bucket bucket; // the port's shaper (twin.burst_bytes)
+    bool bucketWait = false;
+    void BucketReady()
+    {
+        bucketWait = false;
+        TrySend();
+    }
     int64_t xoff = 0, xon = 0; // static thresholds (dynamic: the floors)
     std::unordered_map<int, uint64_t> inBytes; // feeder -> bytes of it queued here
     std::vector<int> held;
@@ -200,6 +247,7 @@ struct Msg
 {
     int64_t id;
     uint64_t bytes; // on the wire: the agents' frame header and the payload
+    bool oneWrite = false; // header and payload written together (the agents' Channel.submit on an idle connection)
 };
 
 struct Conn
@@ -243,6 +291,15 @@ struct Twin
     // the agents' wire format (traffic.runtime.wire): each message goes as a frame header and its payload,
     // and the receiver answers each whole frame with an ack on the same connection (0, 0: payload only)
     uint32_t frameHeader = 0, ackBytes = 0;
+    // a message of at most this many payload bytes on a connected connection with nothing of its own waiting
+    // goes in one write, header and payload (traffic.runtime.sender.FAST_PATH_BYTES); others as two writes
+    uint64_t oneWriteBytes = 0;
+    // seconds (0: none): a switch's forwarding time per packet before its egress queue; from a send to its write
+    double hopDelayS = 0, sendDelayS = 0;
+    // the shapers' burst (0: none); with one, a cable runs BURST_LINE times the link rate (the emulator's veth:
+    // the bucket, not the cable, keeps the rate) and every transmitter has a bucket at the link rate
+    uint64_t burstBytes = 0;
+    static constexpr double BURST_LINE = 1000;
     uint64_t acksReceived = 0;
     std::vector<Gpu> gpus;
     std::vector<Switch> switches;
@@ -281,7 +338,7 @@ struct Twin
     PointToPointHelper Helper()
     {
         PointToPointHelper h;
-        h.SetDeviceAttribute("DataRate", DataRateValue(DataRate(uint64_t(rateBps))));
+        h.SetDeviceAttribute("DataRate", DataRateValue(DataRate(uint64_t(burstBytes ? rateBps * BURST_LINE : rateBps))));
         h.SetDeviceAttribute("Mtu", UintegerValue(mtu));
         h.SetChannelAttribute("Delay", TimeValue(delay));
         h.SetQueue("ns3::DropTailQueue<Packet>", "MaxSize", QueueSizeValue(QueueSize("1p")));
@@ -324,6 +381,8 @@ struct Twin
     {
         Port p;
         p.tw = this;
+        p.bucket.rateBps = rateBps;
+        p.bucket.size = burstBytes;
         p.sw = sw;
         p.dev = dev;
         p.limit = limit;
@@ -345,6 +404,8 @@ struct Twin
         int idx = NewPort(sw, ofPort, d.Get(1), limit, xoff, xon);
         Ptr<GateQueueDisc> gate = CreateObject<GateQueueDisc>();
         gate->limit = nicLimit;
+        gate->bucket.rateBps = rateBps;
+        gate->bucket.size = burstBytes;
         gates.push_back(gate);
         gpus[g].gate[p] = int(gates.size()) - 1;
         int htx = NewTx("gpu" + std::to_string(g + 1), 0, p, false, gpus[g].gate[p]);
@@ -458,7 +519,11 @@ struct Twin
             noRoute++;
             return true;
         }
-        Enqueue(it->second, pkt->Copy(), ports[inPort].peerTx);
+        if (hopDelayS > 0)
+            Simulator::Schedule(Seconds(hopDelayS), &Twin::Enqueue, this, it->second, pkt->Copy(),
+                                ports[inPort].peerTx);
+        else
+            Enqueue(it->second, pkt->Copy(), ports[inPort].peerTx);
         return true;
     }
 
@@ -647,13 +712,23 @@ struct Twin
             acksReceived += p->GetSize();
     }
 
+    // a message to write on connection ci, after the senders' delay (in order: the delay is the same for all)
     void Send(int ci, int64_t id, uint64_t bytes)
     {
+        if (sendDelayS > 0)
+            Simulator::Schedule(Seconds(sendDelayS), &Twin::Write, this, ci, id, bytes);
+        else
+            Write(ci, id, bytes);
+    }
+
+    void Write(int ci, int64_t id, uint64_t bytes)
+    {
         Conn& c = conns[ci];
+        bool oneWrite = c.connected && c.sendq.empty() && bytes <= oneWriteBytes;
         bytes += frameHeader;
         if (c.sendq.empty())
             c.sendLeft = bytes;
-        c.sendq.push_back(Msg{id, bytes});
+        c.sendq.push_back(Msg{id, bytes, oneWrite});
         c.recvq.push_back(Msg{id, bytes});
         if (c.connected)
             Pump(ci);
@@ -680,16 +755,18 @@ struct Twin
             uint32_t room = c.tx->GetTxAvailable();
             if (room == 0)
                 return;
-            // the frame header is written on its own (the agents' two sendall calls, TCP_NODELAY): on an idle
+            // a small message on an idle connection goes in one write (the agents' fast path); otherwise the
+            // frame header is written on its own (the writer's two sendall calls, TCP_NODELAY): on an idle
             // connection it leaves as a segment of its own, behind a backlog it joins the queued bytes
+            bool oneWrite = c.sendq.front().oneWrite;
             uint64_t payload = c.sendq.front().bytes - frameHeader;
-            uint64_t part = c.sendLeft > payload ? c.sendLeft - payload : c.sendLeft;
+            uint64_t part = (c.sendLeft > payload && !oneWrite) ? c.sendLeft - payload : c.sendLeft;
             uint32_t n = uint32_t(std::min<uint64_t>(room, part));
             int sent = c.tx->Send(Create<Packet>(n));
             if (sent <= 0)
                 return;
             c.sendLeft -= uint64_t(sent);
-            if (frameHeader && c.sendLeft == payload && payload > 0)
+            if (frameHeader && !oneWrite && c.sendLeft == payload && payload > 0)
             {
                 // ns-3's TCP sends what its buffer holds one time step after a write: write the payload after
                 // that, so the header goes as Linux sends it (alone when the window is open and nothing waits)
@@ -800,8 +877,15 @@ struct Twin
 
 void Port::TrySend()
 {
-    if (paused || busy || q.empty())
+    if (paused || busy || q.empty() || bucketWait)
         return;
+    Time w = bucket.Wait(q.front().size);
+    if (!w.IsZero())
+    {
+        bucketWait = true;
+        Simulator::Schedule(w, &Port::BucketReady, this);
+        return;
+    }
     Packeted x = q.front();
     q.pop_front();
     c.backlog -= x.size;

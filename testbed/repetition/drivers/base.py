@@ -53,4 +53,4 @@ def conditions(spec: RepetitionSpec, cross_s: float = 0.0) -> Conditions:
     return Conditions(seed=spec.seed, cross_flows=spec.cross_flows, cross_s=cross_s, faults=tuple(spec.faults),
                       wall_per_run_s=spec.wall_per_run_s, timeout_s=spec.transfer_timeout_s,
                       connections=spec.serving.connections, hash_seed=spec.hash_seed,
-                      recorded_paths=spec.recorded_paths)
+                      recorded_paths=spec.recorded_paths, twin=spec.twin)

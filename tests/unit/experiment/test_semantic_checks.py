@@ -96,3 +96,35 @@ def test_two_faults_may_not_hold_one_target_at_once():
     assert "is held by faults[0] from 1 s to 6 s" in str(info.value)
     faults[1]["at"] = 6  # one after the other: fine
     assert len(validate({"trace": {"duration_s": 10}, "faults": faults}, "x").faults) == 2
+
+
+def test_the_twins_assumptions_are_checked_and_reach_its_repetitions(tmp_path, capsys):
+    from testbed.experiment.schema import repetition_spec
+    from testbed.repetition.drivers.base import conditions
+
+    exc = error([("twin.tcp", "reno")])
+    assert exc.key == "twin.tcp" and "'cubic'" in str(exc) and "reno" in str(exc)
+    exc = error([("twin.burst_bytes", 1000)])
+    assert exc.key == "twin.burst_bytes"
+    assert "1000 B is smaller than one frame (3014 B at link.mtu 3000): expected at least 3014" in str(exc)
+    assert error([("twin.delack_count", 0)]).key == "twin.delack_count"
+    out = tmp_path / "out"
+    out.mkdir()
+    assert main(["run", "--backend", "ns3", "--set", "twin.hop_delay_us=-1", "--out", str(out)]) == 2
+    assert list(out.iterdir()) == []
+    assert "twin.hop_delay_us (from --set): must be >= 0 (got -1)" in capsys.readouterr().err
+    exp = resolve(None, [Override("twin.burst_bytes", "18kb", "--set"), Override("twin.tcp", "newreno", "--set")]
+                  ).experiment
+    spec = repetition_spec(exp, "roft", 2)
+    assert conditions(spec).twin == spec.twin == exp.twin
+    assert (exp.twin.burst_bytes, exp.twin.tcp) == (18000, "newreno")
+
+
+def test_the_twins_bucket_holds_one_frame_at_the_links_mtu():
+    from testbed.repetition.settings import Twin
+
+    Twin(burst_bytes=3014).check_frame(3000)  # one frame: IP 3000 + Ethernet 14
+    Twin().check_frame(3000)  # no bucket
+    with pytest.raises(TestbedError) as info:
+        Twin(burst_bytes=3013).check_frame(3000)
+    assert info.value.key == "burst_bytes" and "3013 B is smaller than one frame (3014 B" in str(info.value)
