@@ -19,6 +19,9 @@ COLOURS = {"odd": "#d95f02", "even": "#1b9e77", "leaf": "#7570b3", "spine": "#e7
 # the largest fabric drawn as a picture (every GPU and cable a mark): the seed's scale, 512 GPUs, ~12 s to draw;
 # 16,384 GPUs and 49,152 cables would take minutes and show nothing one can read (text formats have no limit)
 MAX_DRAWN_GPUS = 512
+# the largest fabric every run's plan draws (plan/<fabric>.png): a picture's cost grows with n (~10 CPU s a fabric at
+# 512, as much as a fluid repetition's loop); beyond this ``testbed fabric draw`` still draws it on request
+PLAN_DRAWN_GPUS = 128
 
 
 def _positions(f: Fabric) -> dict[str, tuple[float, float]]:

@@ -81,7 +81,7 @@ def write_plan(exp, run_dir: Path, log: Log) -> None:
     """plan/<fabric>.png (picture), plan/<fabric>.json (plan_json) and plan/cost.json."""
     from fabrics import build_fabric, describe
     from fabrics.cost import cost_of, ratios
-    from fabrics.draw import MAX_DRAWN_GPUS, draw
+    from fabrics.draw import PLAN_DRAWN_GPUS, draw
 
     out = run_dir / "plan"
     out.mkdir(exist_ok=True)
@@ -90,9 +90,9 @@ def write_plan(exp, run_dir: Path, log: Log) -> None:
         f = build_fabric(**fabric_spec(exp, kind).args)
         costs[kind] = cost_of(f)
         _write_json(out / f"{kind}.json", describe.plan_json(f))
-        if f.n_gpus > MAX_DRAWN_GPUS:
-            log(f"plan/{kind}.png: not drawn ({f.n_gpus} GPUs, more than {MAX_DRAWN_GPUS}: a picture of every cable "
-                "shows nothing at this size)")
+        if f.n_gpus > PLAN_DRAWN_GPUS:
+            log(f"plan/{kind}.png: not drawn ({f.n_gpus} GPUs, more than {PLAN_DRAWN_GPUS}: a picture of every cable "
+                "shows little at this size; `testbed fabric draw` draws it on request)")
             continue
         try:
             draw(f, out / f"{kind}.png")

@@ -32,7 +32,7 @@ from testbed.experiment.schema import Override, Resolved, resolve
 from traffic.model.workloads import GENERATED_REQUESTS
 
 SIZES = (32, 128, 512, 2048, 8192, 16384)
-BACKEND = "ideal"  # the backend when none is asked for (becomes "fluid", the flow-level engine, once it exists)
+BACKEND = "fluid"  # the backend when none is asked for: the flow-level engine (docs/fluid.md), up to 16,384
 CALIBRATION_GPUS = 512  # where the default's load per GPU and its workload's size were set (calibration.json)
 KEYS = ("gpus", "serving.concurrency", "trace.first_n")
 

@@ -17,6 +17,9 @@ from matplotlib.ticker import PercentFormatter
 from testbed.report.load import ExperimentRun
 from testbed.report.plots import colour, name, plt, save
 
+# a heatmap writes each cell's percentage only up to this many cells (n = 128: ROFT 24 switches x 32 ports); at
+# n = 512 (48 x 64) the numbers were 3,072 texts, most of a report's drawing time, too small to read
+MAX_LABELLED_CELLS = 1024
 QUEUE_RE = re.compile(r"^(?P<node>[A-Za-z]+\d+):(?P<port>p?\d+)$")
 
 
@@ -67,7 +70,7 @@ def util_heatmaps(exp: ExperimentRun, figures: Path) -> dict[str, Path]:
         fig, ax = plt.subplots(figsize=(1.2 + 0.55 * len(ports), 1.3 + 0.36 * len(sw)))
         im = ax.imshow(mat, cmap=cmap, vmin=0, vmax=vmax, aspect="auto")
         ax.grid(False)
-        for (i, j), u in np.ndenumerate(mat):
+        for (i, j), u in np.ndenumerate(mat if mat.size <= MAX_LABELLED_CELLS else np.empty((0, 0))):
             if np.isfinite(u):
                 ax.text(j, i, f"{u * 100:.2g}" if u > 0 else "0", ha="center", va="center", fontsize=6.5,
                         color="white" if u > 0.6 * vmax else "#333")

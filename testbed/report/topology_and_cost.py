@@ -35,7 +35,7 @@ def _build(params: dict):
 
 def topology_pictures(exp: ExperimentRun, figures: Path) -> tuple[dict[str, Path], list[str]]:
     """fabric -> figures/topology_<fabric>.png (copied from plan/ or drawn); plus notes."""
-    from fabrics.draw import draw
+    from fabrics.draw import PLAN_DRAWN_GPUS, draw
 
     out, notes = {}, []
     for fabric in exp.fabrics:
@@ -46,8 +46,12 @@ def topology_pictures(exp: ExperimentRun, figures: Path) -> tuple[dict[str, Path
             out[fabric] = target
             continue
         try:
+            f = _build(fabric_params(exp, fabric))
+            if f.n_gpus > PLAN_DRAWN_GPUS:  # the plan's rule (testbed.experiment.rundir.write_plan)
+                notes.append(f"no topology picture for {fabric}: {f.n_gpus} GPUs, more than {PLAN_DRAWN_GPUS}")
+                continue
             with matplotlib.rc_context({"savefig.bbox": "tight"}):  # draw()'s title can be wider than its figure
-                draw(_build(fabric_params(exp, fabric)), target)
+                draw(f, target)
             out[fabric] = target
         except (TestbedError, TypeError, ValueError) as exc:
             notes.append(f"no topology picture for {fabric}: {exc}")

@@ -1,41 +1,52 @@
-"""How long a repetition on the fluid engine takes, before it runs (``testbed run``'s "estimated wall time").
+"""How long a run on the fluid engine takes, before it runs (``testbed run``'s "estimated wall time").
 
-The engine's cost is its rate solves, one per arrival and departure instant, and they come with the
-expert-parallel phases, whose number grows with the decode engines, i.e. with n; the set-up (the serving
-cluster's hit tables and the port choices of every GPU pair) and the write-up grow with n too:
+The engine's cost is its rate solves and the serving cluster's steps, both of which grow with the expert-parallel
+phases, i.e. with n; a repetition's write-up and the report (once per command) grow with n too:
 
     wall s per repetition = SETUP_S + SETUP_PER_GPU_S x n + LOOP_PER_GPU_S x n x D
+    wall s once           = REPORT_S + REPORT_PER_GPU_S x n      (the report; spread over the repetitions)
 
-for D cluster seconds. Fitted on this 2-core machine (docs/fluid.md, "Speed"): the default experiment's load per
-GPU (0.875 sessions), n = 32 and 512, 15 and 28 cluster s, both fabrics (ROFT's spines make its solves ~1.5x
-ZCube's: the constant is their mean). Only the live driver with a closed loop has a load model; others get the
-backend's flat ``setup_s``.
+for D cluster seconds. Measured on this 2-core machine while the other engineers' jobs held it at load average ~6
+(docs/fluid.md, "Speed"), the default experiment's load per GPU (0.875 sessions), with the component-wise solves:
+n = 512, 28 cluster s: loop 42-49 wall s a fabric, write-up ~4 s, report 26 s, whole command 130 s; n = 16,384, 3
+cluster s (ZCube): loop 221 s, set-up and write-up 30 s, report 144 s, whole command 413 s. On an idle machine a run
+takes ~0.6x this (the loop's CPU seconds are ~0.6x its wall seconds above), inside the 2x the estimate promises.
+Only the live driver with a closed loop has a load model; others get the backend's flat ``setup_s``.
 """
 
 from __future__ import annotations
 
-SETUP_S = 2.0  # seconds per repetition whatever n
-SETUP_PER_GPU_S = 0.045  # the cluster's set-up, the port choices, the write-up and the report's share, per GPU
-LOOP_PER_GPU_S = 1.7e-3  # the fluid loop, per GPU and cluster second
+SETUP_S = 1.5  # seconds per repetition whatever n: the paths, the serving cluster, the write-up's fixed part
+SETUP_PER_GPU_S = 1.6e-3  # the write-up (rows, link counters, summaries) per GPU
+LOOP_PER_GPU_S = 3.0e-3  # the fluid loop, per GPU and cluster second (512: 2.9-3.4e-3; 16,384: 4.5e-3)
+REPORT_S = 5.0  # the report, once per command
+REPORT_PER_GPU_S = 8.5e-3  # ... and its growth with n (loading the link and message files, the heatmaps)
 LOAD_S = 2.0  # importing numba and loading the compiled solver (cached after the first run), once per process
 
 
 def repetition_s(gpus: int, cluster_s: float) -> float:
-    """Wall seconds of one repetition at n = ``gpus`` over ``cluster_s`` cluster seconds."""
+    """Wall seconds of one repetition at n = ``gpus`` over ``cluster_s`` cluster seconds (without the report)."""
     return SETUP_S + SETUP_PER_GPU_S * gpus + LOOP_PER_GPU_S * gpus * cluster_s
 
 
+def report_s(gpus: int) -> float:
+    """Wall seconds of the report of a run at n = ``gpus``."""
+    return REPORT_S + REPORT_PER_GPU_S * gpus
+
+
 def for_experiment(exp) -> tuple[float, str] | None:
-    """(wall seconds of one repetition, how it was derived) for an experiment, None when the model has no load
-    for it (not a closed-loop live run)."""
+    """(wall seconds of one repetition with its share of the report, how it was derived) for an experiment, None
+    when the model has no load for it (not a closed-loop live run)."""
     s = exp.serving
     if s.driver != "live" or s.arrivals != "closed":
         return None
-    d = exp.trace.duration_s
-    loop = LOOP_PER_GPU_S * exp.gpus * d
-    return repetition_s(exp.gpus, d), (f"{d:g} cluster s at n={exp.gpus}: ~{loop:.0f} s of rate solves + "
-                                       f"~{repetition_s(exp.gpus, 0):.0f} s set-up and write-up, from the fluid "
-                                       "engine's measured cost per GPU on this machine (docs/fluid.md, Speed)")
+    d, n = exp.trace.duration_s, exp.gpus
+    loop = LOOP_PER_GPU_S * n * d
+    share = report_s(n) / (len(exp.fabrics) * exp.repetitions)
+    return repetition_s(n, d) + share, (f"{d:g} cluster s at n={n}: ~{loop:.0f} s of the loop + "
+                                        f"~{repetition_s(n, 0):.0f} s set-up and write-up + ~{share:.0f} s share of "
+                                        "the report, from the fluid engine's measured cost per GPU on this machine "
+                                        "(docs/fluid.md, Speed)")
 
 
-__all__ = ["for_experiment", "repetition_s", "LOAD_S"]
+__all__ = ["for_experiment", "repetition_s", "report_s", "LOAD_S"]

@@ -50,12 +50,15 @@ class EnginePorts:
         """(src port, dst port, connection) per message: the pair's choices in turn (the k-th message of a pair
         takes choice k mod their number: ``PortPicker``'s static rule)."""
         la, lb = np.searchsorted(self.gpus, src), np.searchsorted(self.gpus, dst)
-        code = la * len(self.gpus) + lb
-        first = np.r_[True, code[1:] != code[:-1]]  # a pair's messages (slices) are contiguous
+        g = len(self.gpus)
+        code = la * g + lb
+        first = np.empty(len(code), dtype=bool)  # a pair's messages (slices) are contiguous
+        first[:1] = True
+        np.not_equal(code[1:], code[:-1], out=first[1:])
         starts = np.flatnonzero(first)
         rank = np.arange(len(code)) - starts[np.cumsum(first) - 1]
         choice = (self.count[la, lb] + rank) % self.nopts[la, lb]
-        np.add.at(self.count, (la, lb), 1)
+        self.count += np.bincount(code, minlength=g * g).reshape(g, g)  # np.add.at's sums, ~10x cheaper
         conn = self.conn[la, lb, choice]
         sp, dp = self.sp[la, lb, choice], self.dp[la, lb, choice]
         for i in np.flatnonzero(conn < 0):

@@ -65,9 +65,17 @@ def maxmin(n, links, coefs, nlinks, cap, rate, mark, used, frozen):
     again if it rose (keys never fall). ``mark`` (links, all -1 on entry and on return), ``used`` (links) and
     ``frozen`` (flows) are scratch. Returns (links used, links filled): ``used[:links used]`` lists the links the
     flows cross."""
+    return maxmin_of(np.arange(n), n, links, coefs, nlinks, cap, rate, mark, used, frozen)
+
+
+@nb.njit(cache=True)
+def maxmin_of(idx, n, links, coefs, nlinks, cap, rate, mark, used, frozen):
+    """``maxmin`` of the flows ``idx[:n]`` alone (the others' rates untouched): exact when no other flow shares a
+    link with them, i.e. they are whole connected components of the flows-and-links graph."""
     nused = 0
     nnz = 0
-    for f in range(n):
+    for q in range(n):
+        f = idx[q]
         frozen[f] = False
         rate[f] = 0.0
         nnz += nlinks[f]
@@ -83,7 +91,8 @@ def maxmin(n, links, coefs, nlinks, cap, rate, mark, used, frozen):
     ptr = np.zeros(nused + 1, dtype=np.int64)
     for i in range(nused):
         left[i] = cap[used[i]]
-    for f in range(n):
+    for q in range(n):
+        f = idx[q]
         for k in range(nlinks[f]):
             i = mark[links[f, k]]
             wsum[i] += coefs[f, k]
@@ -92,7 +101,8 @@ def maxmin(n, links, coefs, nlinks, cap, rate, mark, used, frozen):
         ptr[i + 1] += ptr[i]
     members = np.empty(nnz, dtype=np.int64)
     fill = ptr[:nused].copy()
-    for f in range(n):
+    for q in range(n):
+        f = idx[q]
         for k in range(nlinks[f]):
             i = mark[links[f, k]]
             members[fill[i]] = f
@@ -135,21 +145,110 @@ def maxmin(n, links, coefs, nlinks, cap, rate, mark, used, frozen):
 
 
 @nb.njit(cache=True)
+def _seed(lk, seed, isseed, cnt):
+    """Note link ``lk`` as touched by an event (its flows' rates are solved again)."""
+    if not isseed[lk]:
+        isseed[lk] = True
+        seed[cnt[3]] = lk
+        cnt[3] += 1
+
+
+@nb.njit(cache=True)
+def _touched(n, links, nlinks, fresh, seed, isseed, cnt, lmark, lused, insub, sub):
+    """The flows whose rates an event can change: the connected components (flows sharing links, transitively) of
+    the links touched since the last solve (``seed``: departed flows' links) and of the flows added since
+    (``fresh``), in flow order. Lists every link the flows cross in ``lused`` (``cnt[2]`` of them) and clears the
+    seeds. Returns how many flows ``sub`` holds."""
+    nused = 0
+    nnz = 0
+    for f in range(n):
+        insub[f] = False
+        nnz += nlinks[f]
+        for k in range(nlinks[f]):
+            lk = links[f, k]
+            if lmark[lk] < 0:
+                lmark[lk] = nused
+                lused[nused] = lk
+                nused += 1
+        if fresh[f]:
+            fresh[f] = False
+            for k in range(nlinks[f]):
+                _seed(links[f, k], seed, isseed, cnt)
+    ptr = np.zeros(nused + 1, dtype=np.int64)
+    for f in range(n):
+        for k in range(nlinks[f]):
+            ptr[lmark[links[f, k]] + 1] += 1
+    for i in range(nused):
+        ptr[i + 1] += ptr[i]
+    members = np.empty(nnz, dtype=np.int64)
+    fill = ptr[:nused].copy()
+    for f in range(n):
+        for k in range(nlinks[f]):
+            i = lmark[links[f, k]]
+            members[fill[i]] = f
+            fill[i] += 1
+    seen = np.zeros(nused, dtype=np.bool_)
+    queue = np.empty(nused, dtype=np.int64)
+    head, tail = 0, 0
+    for q in range(cnt[3]):
+        lk = seed[q]
+        isseed[lk] = False
+        i = lmark[lk]
+        if i >= 0 and not seen[i]:
+            seen[i] = True
+            queue[tail] = i
+            tail += 1
+    cnt[3] = 0
+    m = 0
+    while head < tail:
+        i = queue[head]
+        head += 1
+        for j in range(ptr[i], ptr[i + 1]):
+            f = members[j]
+            if insub[f]:
+                continue
+            insub[f] = True
+            m += 1
+            for k in range(nlinks[f]):
+                x = lmark[links[f, k]]
+                if not seen[x]:
+                    seen[x] = True
+                    queue[tail] = x
+                    tail += 1
+    q = 0
+    for f in range(n):
+        if insub[f]:
+            sub[q] = f
+            q += 1
+    for i in range(nused):
+        lmark[lused[i]] = -1
+    cnt[2] = nused
+    return m
+
+
+@nb.njit(cache=True)
 def _step(cnt, st, links, coefs, nlinks, nfwd, nall, back, rem, rate, lat, group, tag, pkf, pkr, cap, load, nbytes,
-          npk, g_left, g_end, g_last, p_group, p_time, m_end, mark, used, frozen, t_stop, batch_s):
+          npk, g_left, g_end, g_last, p_group, p_time, m_end, mark, used, frozen, fresh, seed, isseed, lmark, lused,
+          insub, sub, t_stop, batch_s):
     """Run from ``st[0]`` until ``t_stop`` or the first group done; (1, group, time) or (0, -1, t_stop).
 
-    ``cnt``: flows, pending done groups, links used by the last solve. ``st``: now, rates stale (1.0), solves,
-    filling rounds."""
+    ``cnt``: flows, pending done groups, links the flows cross (listed in ``lused``), links touched since the last
+    solve (listed in ``seed``). ``st``: now, rates stale (1.0), solves, filling rounds. A solve covers only the
+    flows an event touched (``_touched``): the other components' rates stand."""
     while True:
         n = cnt[0]
         now = st[0]
         if st[1] != 0.0:
-            for i in range(cnt[2]):
-                load[used[i]] = 0.0
-            nused, rounds = maxmin(n, links, coefs, nlinks, cap, rate, mark, used, frozen)
-            cnt[2] = nused
-            for f in range(n):
+            for q in range(cnt[3]):  # links left by departed flows carry nothing unless a flow still crosses them
+                load[seed[q]] = 0.0
+            m = _touched(n, links, nlinks, fresh, seed, isseed, cnt, lmark, lused, insub, sub)
+            for q in range(m):
+                f = sub[q]
+                for k in range(nlinks[f]):
+                    load[links[f, k]] = 0.0
+            nused, rounds = maxmin_of(sub, m, links, coefs, nlinks, cap, rate, mark, used, frozen)
+            for q in range(m):
+                f = sub[q]
                 for k in range(nlinks[f]):
                     load[links[f, k]] += coefs[f, k] * rate[f]
             st[1] = 0.0
@@ -173,7 +272,7 @@ def _step(cnt, st, links, coefs, nlinks, nfwd, nall, back, rem, rate, lat, group
             for f in range(n):
                 rem[f] -= rate[f] * dt
             for i in range(cnt[2]):
-                nbytes[used[i]] += load[used[i]] * dt
+                nbytes[lused[i]] += load[lused[i]] * dt
         st[0] = t_next
         if j >= 0 and t_done <= t_drain and t_done <= t_stop:
             g = p_group[j]
@@ -204,7 +303,10 @@ def _step(cnt, st, links, coefs, nlinks, nfwd, nall, back, rem, rate, lat, group
                         p_group[cnt[1]] = g
                         p_time[cnt[1]] = g_end[g]
                         cnt[1] += 1
+                for k in range(nlinks[f]):
+                    _seed(links[f, k], seed, isseed, cnt)
                 if nall[f] > nlinks[f] and back[f] > 0.0:  # its acknowledgements flow back from now on
+                    fresh[f] = True
                     m, r = nlinks[f], nall[f] - nlinks[f]
                     for k in range(r):
                         links[f, k] = links[f, m + k]
@@ -229,6 +331,7 @@ def _step(cnt, st, links, coefs, nlinks, nfwd, nall, back, rem, rate, lat, group
                     tag[f] = tag[last]
                     pkf[f] = pkf[last]
                     pkr[f] = pkr[last]
+                    fresh[f] = fresh[last]
                 n -= 1
             else:
                 f += 1
@@ -260,7 +363,11 @@ class Network:
         self.npk = np.zeros(n_links, dtype=np.int64)
         self.mark = np.full(n_links, -1, dtype=np.int64)
         self.used = np.zeros(n_links, dtype=np.int64)
-        self.cnt = np.zeros(3, dtype=np.int64)
+        self.lmark = np.full(n_links, -1, dtype=np.int64)
+        self.lused = np.zeros(n_links, dtype=np.int64)
+        self.seed = np.zeros(n_links, dtype=np.int64)
+        self.isseed = np.zeros(n_links, dtype=np.bool_)
+        self.cnt = np.zeros(4, dtype=np.int64)
         self.st = np.zeros(4)
         self._flows(256)
         self.g_left = np.zeros(1024, dtype=np.int64)
@@ -280,7 +387,8 @@ class Network:
         for name, dtype in (("nlinks", np.int64), ("nfwd", np.int64), ("nall", np.int64), ("back", np.float64),
                             ("rem", np.float64), ("rate", np.float64),
                             ("lat", np.float64), ("group", np.int64), ("tag", np.int64), ("pkf", np.int64),
-                            ("pkr", np.int64), ("frozen", np.bool_)):
+                            ("pkr", np.int64), ("frozen", np.bool_), ("fresh", np.bool_), ("insub", np.bool_),
+                            ("sub", np.int64)):
             setattr(self, name, _grown(getattr(self, name, np.zeros(0, dtype=dtype)), size))
 
     @property
@@ -332,6 +440,7 @@ class Network:
         self.back[s] = 0.0 if back is None else back
         self.rem[s], self.rate[s], self.lat[s], self.group[s], self.tag[s] = nbytes, 0.0, lat, group, tag
         self.pkf[s], self.pkr[s] = pkf, pkr
+        self.fresh[s] = True
         self.cnt[0] = n + m
         self.st[1] = 1.0
 
@@ -341,7 +450,8 @@ class Network:
                            self.rem, self.rate,
                            self.lat, self.group, self.tag, self.pkf, self.pkr, self.cap, self.load, self.nbytes,
                            self.npk, self.g_left, self.g_end, self.g_last, self.p_group, self.p_time, self.m_end,
-                           self.mark, self.used, self.frozen, float(t_stop), self.batch_s)
+                           self.mark, self.used, self.frozen, self.fresh, self.seed, self.isseed, self.lmark,
+                           self.lused, self.insub, self.sub, float(t_stop), self.batch_s)
         return (int(g), float(t)) if code else None
 
     def last_of(self, group: int) -> int:
@@ -349,4 +459,4 @@ class Network:
         return int(self.g_last[group])
 
 
-__all__ = ["maxmin", "Network"]
+__all__ = ["maxmin", "maxmin_of", "Network"]

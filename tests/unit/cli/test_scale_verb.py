@@ -13,7 +13,7 @@ def test_dry_run_prints_every_size_resolved_and_runs_nothing(tmp_path, capsys):
     doc = json.loads(capsys.readouterr().out)
     assert [d["values"] for d in doc] == [{"gpus": "32", "serving.concurrency": "28", "trace.first_n": "10000"},
                                          {"gpus": "2048", "serving.concurrency": "1792", "trace.first_n": "40000"}]
-    assert doc[1]["experiment"]["gpus_per_switch"] == 64 and doc[1]["experiment"]["backend"] == "ideal"
+    assert doc[1]["experiment"]["gpus_per_switch"] == 64 and doc[1]["experiment"]["backend"] == "fluid"
     assert list(tmp_path.iterdir()) == []
 
 
@@ -26,7 +26,7 @@ def test_the_verb_runs_the_curve_with_the_experiment_flags_and_prints_json(tmp_p
     out, err = capsys.readouterr()
     doc = json.loads(out)
     assert [p["n"] for p in doc["points"]] == [32] and doc["points"][0]["ratios"]["throughput_tokens_per_s"] == 1.0
-    assert "estimated wall time" in err and "scale curve of default on the ideal backend" in err  # plain lines
+    assert "estimated wall time" in err and "scale curve of default on the fluid backend" in err  # plain lines
 
 
 def test_without_a_terminal_the_bar_is_plain_log_lines(capsys):

@@ -153,7 +153,11 @@ def test_the_estimate_grows_with_n_and_the_cluster_seconds_and_only_a_closed_loo
     live = validate({"backend": "fluid", "gpus": 32, "trace": {"workload": "agentic-coding", "duration_s": 28},
                      "serving": {"model": "glm-5", "driver": "live", "arrivals": "closed", "concurrency": 28}}, "t")
     seconds, how = FluidBackend().estimate(live)
-    assert seconds == estimate.repetition_s(32, 28) and "28 cluster s at n=32" in how
+    # the run's repetitions (every fabric's) carry the report once between them
+    runs = len(live.fabrics) * live.repetitions
+    assert seconds == pytest.approx(estimate.repetition_s(32, 28) + estimate.report_s(32) / runs)
+    assert "28 cluster s at n=32" in how and "share of the report" in how
+    assert estimate.report_s(16384) > estimate.report_s(512) > 0
     assert estimate.repetition_s(512, 28) > 10 * estimate.repetition_s(32, 28) / 2 > 0
     assert estimate.repetition_s(32, 56) > estimate.repetition_s(32, 28)
     assert FluidBackend().estimate(validate({"backend": "fluid", "gpus": 16}, "t")) is None

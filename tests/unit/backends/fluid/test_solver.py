@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from fabrics.maxmin import max_min
-from testbed.backends.fluid.solver import Network, maxmin
+from testbed.backends.fluid.solver import Network, maxmin, maxmin_of
 
 
 def rates(flows: list[list[tuple[int, float]]], caps: list[float]) -> list[float]:
@@ -55,6 +55,28 @@ def test_random_cases_match_the_fabric_models_progressive_filling():
         ref = max_min({str(i): [str(lk) for lk, _ in f] for i, f in enumerate(flows)},
                       {str(lk): float(c) for lk, c in enumerate(caps)})
         assert rates(flows, list(caps)) == pytest.approx([ref[str(i)] for i in range(n_flows)], rel=1e-9)
+
+
+def test_a_component_solved_alone_gets_the_whole_solves_rates_and_leaves_the_others():
+    # random flows on links 0-5 and 6-11 (two halves no flow spans): each half solved alone, the other's rates kept
+    rng = np.random.default_rng(5)
+    for _ in range(100):
+        flows = [sorted(rng.choice(6, size=int(rng.integers(1, 4)), replace=False) + 6 * int(rng.integers(0, 2)))
+                 for _ in range(int(rng.integers(2, 20)))]
+        n, caps = len(flows), rng.uniform(1.0, 10.0, 12)
+        links, nlinks = np.zeros((n, 3), dtype=np.int64), np.array([len(f) for f in flows], dtype=np.int64)
+        for i, f in enumerate(flows):
+            links[i, :len(f)] = f
+        coefs, mark = np.ones((n, 3)), np.full(12, -1, dtype=np.int64)
+        scratch = (mark, np.zeros(12, dtype=np.int64), np.zeros(n, dtype=np.bool_))
+        whole = np.zeros(n)
+        maxmin(n, links, coefs, nlinks, caps, whole, *scratch)
+        half = np.array([i for i, f in enumerate(flows) if f[0] < 6], dtype=np.int64)
+        alone = np.full(n, -1.0)
+        maxmin_of(half, len(half), links, coefs, nlinks, caps, alone, *scratch)
+        assert (mark == -1).all()
+        assert alone[half].tolist() == whole[half].tolist()  # the same operations in the same order: equal
+        assert (np.delete(alone, half) == -1.0).all()
 
 
 def one_link_network(batch_s: float = 0.0) -> Network:
