@@ -311,6 +311,10 @@ class Twin(_Section):
     send_delay_us: float = Field(TWIN.send_delay_us, ge=0, le=1e6, description="from the cluster's send to the "
                                  "write on the socket, microseconds (the emulator's coordinator and agent per "
                                  "message: its start lateness)")
+    pause_reaction_us: float = Field(TWIN.pause_reaction_us, gt=0, le=1e6, description="from a switch queue's "
+                                     "XOFF/XON crossing to the hold/release at the upstream transmitter, beyond the "
+                                     "cable's delay, microseconds (a MAC's: 2; the emulator's pause daemon: its "
+                                     "measured pause/resume latency); the headroom per feeding link grows with it")
     tcp: Literal[tuple(TWIN_TCP)] = Field(TWIN.tcp, description="the hosts' congestion control (Linux's: cubic)")
     delack_count: int = Field(TWIN.delack_count, ge=1, le=64, description="segments a delayed ACK waits for "
                                                                           "(Linux: 2)")

@@ -20,6 +20,9 @@ class Assumptions:
     cable_delay_us: float = 2.0  # propagation per cable
     hop_delay_us: float = 0.0  # a switch's forwarding time per packet before its egress queue
     send_delay_us: float = 0.0  # from the cluster's send to the write on the socket
+    # from a queue's XOFF/XON crossing to the hold/release at the upstream transmitter, beyond the cable: a
+    # MAC's (IEEE 802.3's bound at 100 Gb/s, pfc.NIC_REACTION_S); the emulator's pause daemon takes ~0.3 ms
+    pause_reaction_us: float = 2.0
     tcp: str = "cubic"  # a key of TCP
     delack_count: int = 2  # Linux: every second segment
     # Linux's delayed ACK is at most 40 ms after a quiet spell (TCP_DELACK_MIN, quick-ack); ns-3's default

@@ -28,7 +28,7 @@ from testbed.backends.base import (
     ServingOutcome,
     ServingTraffic,
 )
-from testbed.backends.ns3 import apps, engine, pfc, plan, summarise
+from testbed.backends.ns3 import apps, assumptions, engine, pfc, plan, summarise
 from testbed.backends.ns3 import estimate as cost
 
 
@@ -53,7 +53,8 @@ class Ns3Backend(Backend):
     def _start(self, spec: FabricSpec, conditions: Conditions, log: Log):
         self.refuse_unsupported(conditions)
         net = self.network(spec)
-        resolved = pfc.resolve(spec.pfc, net.link, plan.CABLE_DELAY_S)
+        model = conditions.twin if conditions.twin is not None else assumptions.DEFAULT
+        resolved = pfc.resolve(spec.pfc, net.link, plan.CABLE_DELAY_S, model.pause_reaction_us * 1e-6)
         engine.load()
         t = time.monotonic()
         engine.configure(net.link.mtu, conditions.seed, conditions.twin)

@@ -4,8 +4,9 @@ the pause log it writes.
 Semantics (docs/twin.md): one priority class. A switch egress queue whose backlog exceeds XOFF holds
 every transmitter that has bytes in it (the upstream switch port or NIC port across the cable), and any
 that adds bytes while it stays congested; each hold lands a cable delay plus the upstream MAC's reaction
-(``NIC_REACTION_S``) later and stops the transmitter at a frame boundary. When the backlog falls to XON the
-queue releases them (as late); a transmitter held by several queues resumes when the last one releases it.
+(``NIC_REACTION_S``, or twin.pause_reaction_us) later and stops the transmitter at a frame boundary. When
+the backlog falls to XON the queue releases them (as late); a transmitter held by several queues
+resumes when the last one releases it.
 Thresholds are static (``xoff_bytes``/``xon_bytes``) or dynamic
 (``dynamic_alpha``: XOFF = max(floor, alpha x (the switch's shared pool - bytes queued in the whole
 switch)), XON 2 frames below it, at least one frame). Headroom per feeding link is a real switch's
@@ -31,17 +32,18 @@ from testbed.backends.base import LinkSettings, PauseLog
 NIC_REACTION_S = 2e-6
 
 
-def reaction_s(cable_delay_s: float) -> float:
-    """From a crossing to the last byte its hold lets in: the pause's flight up the cable, the MAC's
-    reaction, the flight of what it sent meanwhile back down (the frame on the wire besides: in the frames)."""
-    return 2 * cable_delay_s + NIC_REACTION_S
+def reaction_s(cable_delay_s: float, pause_reaction_s: float = NIC_REACTION_S) -> float:
+    """From a crossing to the last byte its hold lets in: the pause's flight up the cable, the transmitter's
+    reaction (``pause_reaction_s``: a MAC's by default), the flight of what it sent meanwhile back down (the
+    frame on the wire besides: in the frames)."""
+    return 2 * cable_delay_s + pause_reaction_s
 
 
-def headroom_need(link: LinkSettings, cable_delay_s: float) -> int:
+def headroom_need(link: LinkSettings, cable_delay_s: float, pause_reaction_s: float = NIC_REACTION_S) -> int:
     """Headroom one feeding link needs, the vendors' formula for 802.1Qbb (Cisco's PFC white paper): 2 frames
     (one whose tail is still arriving when the pause is decided, one the MAC started before the pause reached
-    it) + the link's rate x (2 x the cable delay + the MAC's reaction)."""
-    return 2 * link.frame_bytes + math.ceil(link.rate_bps * reaction_s(cable_delay_s) / 8)
+    it) + the link's rate x (2 x the cable delay + the reaction)."""
+    return 2 * link.frame_bytes + math.ceil(link.rate_bps * reaction_s(cable_delay_s, pause_reaction_s) / 8)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,15 +53,17 @@ class QueueParams:
     xon: int
 
 
-def resolve(pfc_cfg, link: LinkSettings, cable_delay_s: float) -> policy.ResolvedPfc | None:
+def resolve(pfc_cfg, link: LinkSettings, cable_delay_s: float,
+            pause_reaction_s: float = NIC_REACTION_S) -> policy.ResolvedPfc | None:
     """The resolved PFC settings of a repetition on the twin, None when PFC is off. The reaction is the twin's
-    (``reaction_s``, not the emulator's pause daemon's ``reaction_ms``), the headroom per feeding link
+    (``reaction_s`` with ``pause_reaction_s``, twin.pause_reaction_us; not the emulator's pause daemon's
+    ``reaction_ms``), the headroom per feeding link
     ``headroom_need`` unless given (a given one is checked against it); XOFF (its floor when dynamic) plus one
     headroom must fit in a port's buffer, as in a real switch's."""
     if pfc_cfg is None or not getattr(pfc_cfg, "enabled", False):
         return None
-    need = headroom_need(link, cable_delay_s)
-    cfg = dataclasses.replace(pfc_cfg, reaction_ms=reaction_s(cable_delay_s) * 1e3,
+    need = headroom_need(link, cable_delay_s, pause_reaction_s)
+    cfg = dataclasses.replace(pfc_cfg, reaction_ms=reaction_s(cable_delay_s, pause_reaction_s) * 1e3,
                               headroom_bytes=pfc_cfg.headroom_bytes if pfc_cfg.headroom_bytes is not None else need)
     resolved = policy.resolve(cfg, link.rate_bps, link.mtu, link.buffer_bytes)
     if resolved.xoff_bytes + resolved.headroom_bytes > link.buffer_bytes:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from fabrics import Fabric, addressing
 from testbed.backends.base import LinkSettings, QueueInfo
 from testbed.backends.ns3 import assumptions, engine
-from testbed.backends.ns3.pfc import NIC_REACTION_S, queue_params, shared_pool
+from testbed.backends.ns3.pfc import queue_params, shared_pool
 from testbed.backends.paths import LISTEN_PORT, PathBook, Recording
 from traffic.runtime import wire
 from traffic.runtime.sender import FAST_PATH_BYTES
@@ -91,7 +91,7 @@ def build(fabric: Fabric, link: LinkSettings, resolved, seed: int = 0, hash_seed
     if resolved is not None:
         twin.pfc = True
         twin.alpha = float(resolved.dynamic_alpha or 0.0)
-        twin.reactionS = NIC_REACTION_S
+        twin.reactionS = model.pause_reaction_us * 1e-6
         twin.headroom = int(resolved.headroom_bytes)
     params = queue_params(fabric, link, resolved)
     for g in fabric.gpus():

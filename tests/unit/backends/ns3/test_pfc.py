@@ -14,7 +14,7 @@ from fabrics.datapath import DatapathConfig
 from pfc import analysis
 from pfc.policy import PfcConfig
 from testbed.backends.base import LinkSettings
-from testbed.backends.ns3 import apps, engine, pfc, plan, summarise
+from testbed.backends.ns3 import apps, assumptions, engine, pfc, plan, summarise
 
 FRAME = 3014
 # 5 frames: XOFF (half) and one feeding link's headroom (2 frames and a few bytes) must fit in the buffer
@@ -31,12 +31,13 @@ def _senders(fabric):
 
 
 def _incast(pfc_on: bool, tmp_path, alpha=None, fabric=None, senders=None, link=LINK, dst=DST, used=None,
-            headroom=None):
+            headroom=None, model=None):
     fabric = fabric or build_fabric("zcube", gpus=16)
-    resolved = pfc.resolve(PfcConfig(enabled=pfc_on, dynamic_alpha=alpha), link, plan.CABLE_DELAY_S)
+    reaction_s = (model or assumptions.DEFAULT).pause_reaction_us * 1e-6
+    resolved = pfc.resolve(PfcConfig(enabled=pfc_on, dynamic_alpha=alpha), link, plan.CABLE_DELAY_S, reaction_s)
     engine.load()
     engine.configure(link.mtu, 0)
-    built = plan.build(fabric, link, resolved, 0)
+    built = plan.build(fabric, link, resolved, 0, model=model)
     if headroom is not None:  # a wrong headroom, planted past the policy's checks
         built.twin.headroom = headroom
     rows = [{"id": i, "src": f"gpu{g}", "dst": f"gpu{dst[0]}", "src_ip": addressing.ip_of(g, 3 - dst[1]),
@@ -125,10 +126,40 @@ def test_an_8_to_1_incast_pauses_and_never_drops(choice, tmp_path):
     assert resolved.xoff_bytes + resolved.headroom_bytes <= link.buffer_bytes
 
 
+def test_a_slower_pause_reaction_lands_the_hold_later_and_stays_lossless(tmp_path):
+    """The emulator's pause daemon reacts in ~0.3 ms, not a MAC's 2 us (twin.pause_reaction_us): in the
+    one-switch 8-to-1 incast at the default link settings a 20 ms reaction lands the first hold 20 ms - 2 us
+    later (nothing differs before the first crossing), lets a held link deliver more than the 2 frames of the
+    default, and the headroom grown with it keeps the queue lossless."""
+    from testbed.bench.pfc import one_switch_senders
+
+    fabric = build_fabric("zcube", gpus=32)
+    link = LinkSettings.of(DatapathConfig().validate(), 200e9)
+    senders = one_switch_senders(fabric, DST, 8)
+    runs = {}
+    for us in (2.0, 20_000.0):
+        used: dict = {}
+        model = dataclasses.replace(assumptions.DEFAULT, pause_reaction_us=us)
+        resolved, rows, counters, log = _incast(True, tmp_path, fabric=fabric, senders=senders, link=link,
+                                                used=used, model=model)
+        assert all(r["verified"] for r in rows) and counters.drops("switch") == 0 and used["over"] == 0
+        first = min(int(ln.split()[0]) for ln in log.lines if ln.split()[4] == "1")
+        runs[us] = (resolved, used, first)
+    (fast, fast_used, fast_first), (slow, slow_used, slow_first) = runs[2.0], runs[20_000.0]
+    assert fast == pfc.resolve(PfcConfig(), link, plan.CABLE_DELAY_S)  # the default is today's twin
+    assert abs((slow_first - fast_first) - (20_000 - 2) * 1000) < 1000, (fast_first, slow_first)
+    assert slow.headroom_bytes > fast.headroom_bytes
+    assert fast_used["most"] <= 2 * FRAME < slow_used["most"] <= slow.headroom_bytes, (fast_used, slow_used)
+
+
 def test_xoff_and_headroom_must_fit_in_the_buffer():
     tight = LinkSettings.of(DatapathConfig(buffer_bytes=4 * FRAME).validate(), 200e9)  # xoff 2 frames
     with pytest.raises(TestbedError, match="do not fit in the 12056 B buffer"):
         pfc.resolve(PfcConfig(), tight, plan.CABLE_DELAY_S)
+    default = LinkSettings.of(DatapathConfig().validate(), 200e9)  # 60 KB, xoff 30 KB, 3 Mbit/s
+    pfc.resolve(PfcConfig(), default, plan.CABLE_DELAY_S, 20e-3)  # 6 KB + 7.5 KB of headroom fit
+    with pytest.raises(TestbedError, match="do not fit in the 60000 B buffer"):
+        pfc.resolve(PfcConfig(), default, plan.CABLE_DELAY_S, 0.1)  # 6 KB + 37.5 KB do not
     with pytest.raises(TestbedError, match="below the"):
         pfc.resolve(PfcConfig(headroom_bytes=2 * FRAME), LINK, plan.CABLE_DELAY_S)
 
