@@ -54,7 +54,8 @@ class Ns3Backend(Backend):
         self.refuse_unsupported(conditions)
         net = self.network(spec)
         model = conditions.twin if conditions.twin is not None else assumptions.DEFAULT
-        resolved = pfc.resolve(spec.pfc, net.link, plan.CABLE_DELAY_S, model.pause_reaction_us * 1e-6)
+        # headroom from the cables and reaction the twin is built with (plan.build reads the same model)
+        resolved = pfc.resolve(spec.pfc, net.link, model.cable_delay_us * 1e-6, model.pause_reaction_us * 1e-6)
         engine.load()
         t = time.monotonic()
         engine.configure(net.link.mtu, conditions.seed, conditions.twin)
