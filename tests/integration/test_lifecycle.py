@@ -20,6 +20,7 @@ from common import owned
 from fabrics import build_fabric
 from testbed.emulation import fabricctl
 from tests.support.integration import REPO, leftovers, run_testbed
+from traffic.runtime.launcher import STOP_TIMEOUT_S
 
 
 def one_line_error(proc: subprocess.CompletedProcess, status: int, *words: str) -> None:
@@ -256,10 +257,15 @@ def test_kill_9_mid_replay_then_clean_leaves_nothing(tmp_path):
     proc.wait()
     assert exits_within(st.controller_pid, 15), "the controller outlived a SIGKILLed replay"
     assert exits_within(pfcd, 15), "the pause daemon outlived a SIGKILLed replay"
-    time.sleep(1.0)  # the parent-death signals land
+    # the parent-death SIGTERM starts the launcher's graceful stop: agents get SIGTERM, SIGKILL after its
+    # stop timeout; so they are gone within that bound (on a loaded 2-core runner, well after 1 s)
+    ours = ("agent ", "agent launcher", "controller", "PFC helper")
+    deadline = time.monotonic() + STOP_TIMEOUT_S + 5
+    while [i for i in leftovers() if i.startswith(ours)] and time.monotonic() < deadline:
+        time.sleep(0.2)
     left = leftovers()
     assert any(item.startswith("netns") for item in left), "the fabric should outlive a SIGKILLed replay"
-    assert not [i for i in left if i.startswith(("agent ", "agent launcher", "controller", "PFC helper"))], left
+    assert not [i for i in left if i.startswith(ours)], left
     out = run_testbed("clean", check=True)
     assert "removed" in out.stdout
     assert leftovers() == []
