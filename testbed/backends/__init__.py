@@ -55,6 +55,7 @@ NAMES = tuple(_LOADERS)
 DEFAULT = "emulated"
 OVER_HOSTS = ("emulated",)  # the backends a hosts file can spread
 ROUTE_THEMSELVES = ("ns3", "fluid")  # the backends that pick each path (Backend.routes_itself): paths_from
+FORKING = ("ideal", "fluid")  # the backends whose repetitions run at once in forked processes (Backend.forks): jobs
 
 
 def get(name: str, hosts: str | None = None) -> Backend:

@@ -286,6 +286,7 @@ class Backend(abc.ABC):
     builds: ClassVar[frozenset[str]] = frozenset()  # DATAPATH, QUEUES: what an experiment on it is checked for
     realtime: ClassVar[bool] = False  # a repetition takes its run's wall time (else: as long as it computes)
     routes_itself: ClassVar[bool] = False  # picks each connection's path (can follow recorded paths: paths_from)
+    forks: ClassVar[bool] = False  # its repetitions may run at once in forked processes (the experiment's jobs)
     setup_s: ClassVar[float] = 5.0  # a repetition's time besides the run itself, for the estimates
     once_s: ClassVar[float] = 0.0  # time spent once per process before the first repetition (the estimates)
     held_setup_s: ClassVar[float] = 5.0  # a repetition's time besides the run itself on a held fabric (``hold``)

@@ -55,6 +55,7 @@ def _row(plan: dict, start: float | None, end: float | None) -> dict:
 
 class IdealBackend(Backend):
     name = "ideal"
+    forks = True
 
     def estimate(self, exp) -> tuple[float, str] | None:
         """A live repetition: ``FIXED_S`` + ``PER_GPU_CLUSTER_S`` x GPUs x cluster seconds (the planned replay:

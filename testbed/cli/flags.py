@@ -72,6 +72,7 @@ REPETITION = (Flag("--backend", "backend"), *FABRIC, *LINK, Flag("--represents",
               Flag("--seed", "seed", "seed of repetition 1 (repetition r: seed + r - 1)"),
               Flag("--cross", "cross_flows"), Flag("--paths-from", "paths_from"))
 RUN = (Flag("--fabrics", "fabrics", "comma list, e.g. zcube,roft", type=_names), Flag("--reps", "repetitions"),
+       Flag("--jobs", "jobs", "repetitions carried at once on a simulated backend (auto: the CPUs)"),
        Flag("--name", "name"), *REPETITION)
 
 

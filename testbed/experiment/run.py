@@ -16,7 +16,9 @@ The backend is resolved once (``Resolved.backend``) and passed down as an object
 
 from __future__ import annotations
 
+import functools
 import json
+import math
 import sys
 import time
 import traceback
@@ -26,8 +28,8 @@ from typing import Callable
 
 from common.errors import EnvironmentProblem
 from testbed.backends.base import Backend
-from testbed.experiment import rundir
-from testbed.experiment.schema import Resolved, repetition_spec
+from testbed.experiment import pool, rundir, scale_live
+from testbed.experiment.schema import Resolved, repetition_spec, resolve
 from testbed.repetition.orchestrate import run_repetition
 from testbed.repetition.spec import served_source
 from testbed.report import headline, workload
@@ -54,13 +56,45 @@ def run_experiment(resolved: Resolved, out_root: Path, log: Log = stderr_log, ou
         f"{'on' if exp.pfc.enabled else 'off'}")
     log(f"estimated wall time: {estimate_text(exp, backend)}")
     backend.check(build_own=True)  # each fabric is built with the experiment's own link settings
+    started = time.monotonic()
     run_dir = rundir.new_run_dir(Path(out_root), exp.name)
     log(f"run directory {run_dir}")
-    status, _ = run_into(resolved, run_dir, backend, log, rundir.collect_versions())
+    versions = rundir.collect_versions()
+    between = None
+    if exp.scale_result:  # the seed's scale, computed again when the budget lets it (testbed.experiment.scale_live)
+        between = functools.partial(_scale_live, resolved, run_dir, started, versions, log)
+    status, _ = run_into(resolved, run_dir, backend, log, versions, between=between)
     for line in report_headline(run_dir):
         out(line)
     out(str(run_dir))
     return status
+
+
+def _scale_live(resolved: Resolved, run_dir: Path, started: float, versions: dict, log: Log) -> None:
+    """The run directory's shipped scale result replaced by a live one when ``scale_live`` and the budget let it
+    (``testbed.experiment.scale_live``); the document says which it shows and why."""
+    from testbed.report import scale_result
+
+    path = run_dir / scale_result.FILE
+    shipped = json.loads(path.read_text())
+    mode = resolved.experiment.scale_live
+    live = resolve(resolved.source, scale_live.live_overrides(resolved, shipped))
+    need_s, left_s = estimate_s(live.experiment, live.backend), scale_live.BUDGET_S - (time.monotonic() - started)
+    why = scale_live.why_shipped(mode, need_s, left_s, minutes)
+    if why is None:
+        exp, out = live.experiment, run_dir / scale_live.FOLDER
+        log(f"at the seed's scale, live: {exp.gpus} GPUs on the {exp.backend} backend, {exp.repetitions} "
+            f"repetitions a fabric of {exp.trace.duration_s:g} cluster s (estimated {minutes(need_s)}, "
+            f"{minutes(max(left_s, 0))} of the budget left) -> {out}")
+        out.mkdir()
+        t0 = time.monotonic()
+        status, _ = run_into(live, out, live.backend, lambda m: log(f"scale: {m}"), versions)
+        if status == 0 and (out / "summary.json").is_file():
+            scale_live.write_live(path, out, shipped, mode, minutes(time.monotonic() - t0))
+            return
+        why = f"the live run failed (exit {status}, {out}): the shipped result instead"
+    log(f"at the seed's scale: the shipped result ({why})")
+    scale_live.write_shipped(path, shipped, why)
 
 
 # ------------------------------------------------------------ planning
@@ -107,11 +141,20 @@ def _per_fabric(exp, backend: Backend) -> float:
     return backend.fabric_setup_s if holds_fabrics(exp, backend) else 0.0
 
 
+def _waves(exp, backend: Backend) -> int:
+    """Repetitions one after the other: all of them, or ceil(all / jobs) when ``jobs_for`` runs several at once."""
+    total = len(exp.fabrics) * exp.repetitions
+    if holds_fabrics(exp, backend):
+        return total
+    return math.ceil(total / jobs_for(exp, backend, total))
+
+
 def estimate_s(exp, backend: Backend) -> float:
-    """fabrics x (repetitions x (replayed wall time + set-up overhead, or the backend's own model of a repetition)
-    + a held fabric's bring-up and teardown), plus what the backend spends once per process."""
-    return backend.once_s + len(exp.fabrics) * (exp.repetitions * sum(_per_repetition(exp, backend))
-                                                + _per_fabric(exp, backend))
+    """waves of repetitions x (replayed wall time + set-up overhead, or the backend's own model of a
+    repetition) + fabrics x a held fabric's bring-up and teardown, plus what the backend spends once per
+    process (``_waves``: fabrics x repetitions, fewer when several run at once)."""
+    return (backend.once_s + _waves(exp, backend) * sum(_per_repetition(exp, backend))
+            + len(exp.fabrics) * _per_fabric(exp, backend))
 
 
 def estimate_text(exp, backend: Backend) -> str:
@@ -124,8 +167,10 @@ def estimate_text(exp, backend: Backend) -> str:
     fabric = _per_fabric(exp, backend)
     per_fabric = f" + ~{fabric:g} s a fabric" if fabric else ""
     once = f" + ~{backend.once_s:g} s once" if backend.once_s else ""
-    return (f"{len(exp.fabrics)} fabric(s) x ({exp.repetitions} repetition(s) x ({each}){per_fabric}){once} = "
-            f"~{minutes(estimate_s(exp, backend))}")
+    waves, total = _waves(exp, backend), len(exp.fabrics) * exp.repetitions
+    at_once = f", {math.ceil(total / waves)} at once" if waves < total else ""
+    return (f"{len(exp.fabrics)} fabric(s) x ({exp.repetitions} repetition(s) x ({each}){per_fabric}){once}"
+            f"{at_once} = ~{minutes(estimate_s(exp, backend))}")
 
 
 def minutes(seconds: float) -> str:
@@ -203,43 +248,124 @@ def execute(resolved: Resolved, run_dir: Path, backend: Backend, log: Log,
     return outcomes
 
 
+def jobs_for(exp, backend: Backend, pending: int) -> int:
+    """How many repetitions run at once (the experiment's ``jobs``): one on a backend that cannot run them in
+    forked processes (the emulator: a live fabric needs the machine to itself; the ns-3 twin), else the number
+    asked or the CPUs this process may use, at most ``pending``."""
+    if not backend.forks:
+        return 1
+    want = pool.cpus() if exp.jobs == "auto" else exp.jobs
+    return max(1, min(want, pending))
+
+
 def _execute_group(exp, group: list[PlannedRepetition], backend: Backend, run_dir: Path, log: Log, done: int,
                    total: int, held, progress: Progress | None = None) -> list[dict]:
+    jobs = 1 if held is not None else jobs_for(exp, backend, len(group))
+    if jobs > 1:
+        return _execute_at_once(exp, group, backend, run_dir, log, done, total, jobs, progress)
     outcomes = []
     for i, t in enumerate(group, done + 1):
-        target = run_dir / t.rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        log(f"[{i}/{total}] {t.fabric}, repetition {t.rep} (seed {t.seed}) -> {target}")
-        t0 = time.monotonic()
-        retried = None
-        try:
-            try:
-                _repetition_once(exp, t, backend, target, log)
-            except EnvironmentProblem as exc:
-                retried = f"{type(exc).__name__}: {exc}"
-                aside = target.with_name(f"{target.name}.attempt1")
-                if target.exists():
-                    target.rename(aside)
-                _write_error(aside, retried + "\n")
-                log(f"{t.fabric} repetition {t.rep} failed for an environment reason ({exc}); retrying once")
-                if held is not None:
-                    held.renew()
-                _repetition_once(exp, t, backend, target, log)
-                (target / "retried.txt").write_text(f"first attempt failed ({aside.name}/): {retried}\n")
-        except KeyboardInterrupt:
-            _write_error(target, "interrupted (Ctrl-C): this repetition did not finish\n")
-            raise
-        except Exception as exc:
-            _write_error(target, f"{type(exc).__name__}: {exc}\n\n{traceback.format_exc()}")
-            log(f"{t.fabric} repetition {t.rep} FAILED: {exc} ({t.rel / 'error.txt'}); going on")
-            outcomes.append(t.as_dict() | {"status": "error", "error": f"{type(exc).__name__}: {exc}",
-                                           "retried": retried})
-        else:
-            outcomes.append(t.as_dict() | {"status": "ok", "wall_s": round(time.monotonic() - t0, 1),
-                                           "retried": retried})
+        log(f"[{i}/{total}] {t.fabric}, repetition {t.rep} (seed {t.seed}) -> {run_dir / t.rel}")
+        outcomes.append(_one_target(exp, t, backend, run_dir, log, held))
         if progress is not None:
             progress(t, outcomes[-1])
     return outcomes
+
+
+def _execute_at_once(exp, group: list[PlannedRepetition], backend: Backend, run_dir: Path, log: Log, done: int,
+                     total: int, jobs: int, progress: Progress | None) -> list[dict]:
+    """``group`` with ``jobs`` repetitions at once (``testbed.experiment.pool``); outcomes in the group's order."""
+    log(f"{len(group)} repetition(s), {jobs} at once (jobs {exp.jobs}: each in a process of its own)")
+    outcomes: dict[int, dict] = {}
+    bar = None if progress is not None else _Bar.on_terminal(len(group))
+
+    def ended(i: int, outcome: dict) -> None:
+        outcomes[i] = outcome
+        t = group[i]
+        log(f"[{done + len(outcomes)}/{total}] {t.fabric}, repetition {t.rep}: {outcome['status']}"
+            + (f" in {outcome['wall_s']} s" if "wall_s" in outcome else f" ({outcome.get('error')})"))
+        if progress is not None:
+            progress(t, outcome)
+        if bar is not None:
+            bar.advance(f"{t.fabric} rep{t.rep} {outcome['status']}")
+
+    def failed(i: int, why: str) -> dict:
+        t = group[i]
+        _write_error(run_dir / t.rel, f"{why}\n")
+        return t.as_dict() | {"status": "error", "error": why, "retried": None}
+
+    def interrupted(i: int) -> None:
+        target = run_dir / group[i].rel
+        if not (target / "error.txt").exists():
+            _write_error(target, "interrupted (Ctrl-C): this repetition did not finish\n")
+
+    works = []
+    for t in group:
+        log(f"{t.fabric}, repetition {t.rep} (seed {t.seed}) -> {run_dir / t.rel}")
+        works.append((f"{t.fabric} rep{t.rep}", functools.partial(_one_target, exp, t, backend, run_dir, held=None)))
+    try:
+        pool.run_all(works, jobs, log if bar is None else bar.log, ended, failed, interrupted)
+    finally:
+        if bar is not None:
+            bar.stop()
+    return [outcomes[i] for i in range(len(group))]
+
+
+class _Bar:
+    """A progress bar over a group's repetitions on stderr when it is a terminal (log lines printed above it)."""
+
+    def __init__(self, total: int) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.bar = Progress(TextColumn("repetitions"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                            TextColumn("{task.description}"), console=Console(stderr=True))
+        self.task = self.bar.add_task("", total=total)
+        self.bar.start()
+
+    @classmethod
+    def on_terminal(cls, total: int) -> "_Bar | None":
+        return cls(total) if sys.stderr.isatty() else None
+
+    def log(self, message: str) -> None:
+        self.bar.console.print(message, markup=False, highlight=False)
+
+    def advance(self, text: str) -> None:
+        self.bar.update(self.task, advance=1, description=f"last: {text}")
+
+    def stop(self) -> None:
+        self.bar.stop()
+
+
+def _one_target(exp, t: PlannedRepetition, backend: Backend, run_dir: Path, log: Log, held) -> dict:
+    """One repetition into its folder: its outcome. An environment problem is retried once (the first attempt
+    kept beside it); a failure leaves error.txt; Ctrl-C leaves a note and goes on up."""
+    target = run_dir / t.rel
+    target.parent.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    retried = None
+    try:
+        try:
+            _repetition_once(exp, t, backend, target, log)
+        except EnvironmentProblem as exc:
+            retried = f"{type(exc).__name__}: {exc}"
+            aside = target.with_name(f"{target.name}.attempt1")
+            if target.exists():
+                target.rename(aside)
+            _write_error(aside, retried + "\n")
+            log(f"{t.fabric} repetition {t.rep} failed for an environment reason ({exc}); retrying once")
+            if held is not None:
+                held.renew()
+            _repetition_once(exp, t, backend, target, log)
+            (target / "retried.txt").write_text(f"first attempt failed ({aside.name}/): {retried}\n")
+    except KeyboardInterrupt:
+        _write_error(target, "interrupted (Ctrl-C): this repetition did not finish\n")
+        raise
+    except Exception as exc:
+        _write_error(target, f"{type(exc).__name__}: {exc}\n\n{traceback.format_exc()}")
+        log(f"{t.fabric} repetition {t.rep} FAILED: {exc} ({t.rel / 'error.txt'}); going on")
+        return t.as_dict() | {"status": "error", "error": f"{type(exc).__name__}: {exc}", "retried": retried}
+    return t.as_dict() | {"status": "ok", "wall_s": round(time.monotonic() - t0, 1), "retried": retried}
 
 
 # ------------------------------------------------------------- results
@@ -309,15 +435,18 @@ def finish(resolved: Resolved, run_dir: Path, outcomes: list[dict], log: Log) ->
 
 # ----------------------------------------------------------------- one run directory
 def run_into(resolved: Resolved, run_dir: Path, backend: Backend, log: Log, versions: dict,
-             extra: dict | None = None, progress: Progress | None = None) -> tuple[int, dict]:
+             extra: dict | None = None, progress: Progress | None = None,
+             between: Callable[[], None] | None = None) -> tuple[int, dict]:
     """Fill an existing, empty run directory: set-up files, every repetition, headline, report; ``progress``:
-    told each repetition as it ends."""
+    told each repetition as it ends; ``between``: called after the repetitions, before the report."""
     exp = resolved.experiment
     rundir.mark_state(run_dir, "running")
     try:
         rundir.start_run_dir(resolved, run_dir, versions, log, [t.as_dict() for t in targets(exp)],
                              estimate_s(exp, backend), {"served": served(exp)} | (extra or {}))
         outcomes = execute(resolved, run_dir, backend, log, progress)
+        if between is not None:
+            between()
         result = finish(resolved, run_dir, outcomes, log)
     except KeyboardInterrupt:
         rundir.mark_state(run_dir, "interrupted", "Ctrl-C or SIGTERM: the run stopped before it finished")

@@ -147,6 +147,11 @@ class Experiment(_Section):
                                       "ecmp.json) instead of the model's ECMP hash; for the backends that route "
                                       "by themselves (ns3, fluid); null: the model's hash")
     repetitions: int = Field(1, ge=1, le=100)
+    jobs: Union[int, Literal["auto"]] = Field(
+        "auto", description="repetitions carried at once, each in a forked process of its own, on the backends "
+                            "that compute (ideal, fluid): auto = the CPUs this process may use, at most the "
+                            "repetitions; the emulated backend (a live fabric needs the machine to itself) and the "
+                            "ns-3 twin (its bindings do not survive a fork) carry one at a time")
     cross_flows: int = Field(0, ge=0, description="background iperf3 flows between random GPU pairs")
     sweep: Optional[dict[str, list[Union[str, int, float]]]] = Field(
         None, description="the grid `testbed sweep FILE` runs when given no --param: {key: [values]}, one or two "
@@ -168,6 +173,10 @@ class Experiment(_Section):
                                         "(scale_result.json, from `python -m testbed.report.scale_result RUN_DIR "
                                         "OUT`; relative to the experiment file's folder): the headline shows it "
                                         "beside the run's")
+    scale_live: Literal["auto", "always", "never"] = Field(
+        "auto", description="with a scale_result, `run` computes that result's experiment again on the fluid "
+                            "backend after its own repetitions (at least 5 a fabric) and shows it instead: auto when "
+                            "the estimate fits the main job's 15 minutes, always, or never (the shipped file)")
     crosscheck_result: Optional[str] = Field(None, description="crosscheck.json written by `testbed crosscheck` on "
                                              "this experiment (relative to the experiment file's folder): the "
                                              "headline says whether the two engines agreed, the report shows it")
@@ -544,7 +553,7 @@ def semantic_check(exp: Experiment) -> None:
     if s.driver == "plan" and exp.link.time_dilation != 1:
         raise _Problem("link.time_dilation", "time dilation needs serving.driver live: the planned replay times "
                                              "every transfer from the trace")
-    for check in (_check_backend, _check_faults, _check_paths_from):
+    for check in (_check_backend, _check_jobs, _check_faults, _check_paths_from):
         check(exp)
     _attempt(lambda: exp.twin.check_frame(exp.link.mtu), {}, "twin.burst_bytes")
     _check_serving(exp)
@@ -598,6 +607,18 @@ def _check_backend(exp: Experiment) -> None:
             Conditions(cross_flows=exp.cross_flows, faults=tuple(f.model_dump() for f in exp.faults)))
     except TestbedError as exc:
         raise _Problem(exc.key or "backend", str(exc)) from None
+
+
+def _check_jobs(exp: Experiment) -> None:
+    """A number of jobs is at least one, and above one only where repetitions do not share a live fabric."""
+    if exp.jobs == "auto":
+        return
+    if exp.jobs < 1:
+        raise _Problem("jobs", f"{exp.jobs} is not a number of processes: expected auto or a whole number >= 1")
+    if exp.jobs > 1 and not backends.get(exp.backend, exp.hosts).forks:
+        raise _Problem("jobs", f"{exp.jobs}: the {exp.backend} backend carries one repetition at a time (its "
+                               "repetitions cannot run in forked processes): expected auto or 1; "
+                               f"{', '.join(backends.FORKING)} run several at once")
 
 
 def _check_paths_from(exp: Experiment) -> None:

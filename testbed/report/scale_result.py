@@ -67,7 +67,7 @@ def section(doc: dict, this_run: dict | None) -> str:
     what = (f"The scale run: {doc.get('gpus')} GPUs on the {doc.get('backend')} backend, {doc.get('workload')}, "
             f"{doc.get('concurrency')} sessions in flight, {doc.get('repetitions')} repetition(s) a fabric of "
             f"{doc.get('duration_s')} cluster s ({doc.get('warmup_s')} s warm-up), links standing for "
-            f"{num((doc.get('represents') or 0) / 1e9)} Gbit/s; {doc.get('dir')}, commit {doc.get('commit')}.")
+            f"{num((doc.get('represents') or 0) / 1e9)} Gbit/s; {origin(doc)}.")
     if cal.get("distance") is not None:
         what += (f" Its load is the calibration's: distance {cal['distance']:.3f} to the seed's ablation "
                  f"({'within' if cal.get('within_resolution') else 'not within'} the testbed's resolution).")
@@ -77,10 +77,19 @@ def section(doc: dict, this_run: dict | None) -> str:
     return "\n".join(parts)
 
 
+def origin(doc: dict) -> str:
+    """Where the figures come from: computed live by this run (``testbed.experiment.scale_live``) or the shipped
+    file, and why the shipped one when the run could have computed it."""
+    if doc.get("shown") == "live":
+        return f"LIVE: {doc.get('why')}, {doc.get('dir')}"
+    why = f"; {doc['why']}" if doc.get("why") else ""
+    return f"shipped {doc.get('dir')} at commit {doc.get('commit')}{why}"
+
+
 def lines(doc: dict) -> list[str]:
     """The terminal's lines for a shipped scale result: each figure's ratio, interval and verdict."""
     out = [f"at the seed's scale ({doc.get('gpus')} GPUs, {doc.get('backend')}, {doc.get('concurrency')} in flight, "
-           f"{doc.get('repetitions')} repetition(s); shipped {doc.get('dir')} at commit {doc.get('commit')}):"]
+           f"{doc.get('repetitions')} repetition(s); {origin(doc)}):"]
     for key in FIGURES:
         f = ((doc.get("headline") or {}).get("figures") or {}).get(key)
         if f:

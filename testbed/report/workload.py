@@ -55,6 +55,7 @@ NOT_WORKLOAD_KEYS = (
     "backend",  # what carries the messages: emulated, ideal or ns3
     "hosts",  # the machines the emulated fabric is spread over
     "repetitions",  # how often
+    "jobs",  # how many repetitions are carried at once (simulated backends)
     "seed",  # the first repetition's seed (repetition r uses seed + r - 1)
     "hash_seed",  # the ECMP outcome's seed (a draw, as the seed)
     "paths_from",  # an emulator run whose recorded ECMP outcome a simulator follows (the draw, taken from there)
@@ -63,6 +64,7 @@ NOT_WORKLOAD_KEYS = (
     "load_curve",
     "sensitivity_result",
     "scale_result",
+    "scale_live",  # whether the run computes the scale result again (what the report shows beside it)
     "crosscheck_result",
     "sensitivity",  # what `testbed sensitivity` and `testbed sweep` run besides; `run` ignores them
     "sweep",

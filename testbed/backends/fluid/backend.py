@@ -40,6 +40,7 @@ WHAT = "flow-level (max-min fair rates, no queues, no PFC, no TCP dynamics)"
 class FluidBackend(Backend):
     name = "fluid"
     realtime = False
+    forks = True
     routes_itself = True
     setup_s = 5.0
     once_s = cost.LOAD_S

@@ -35,6 +35,7 @@ from testbed.backends.ns3 import estimate as cost
 class Ns3Backend(Backend):
     name = "ns3"
     realtime = False
+    forks = False  # ns-3's bindings (cppyy's cling) fail to initialise in a forked child: one at a time
     builds = frozenset({QUEUES})  # the twin's switch queues take the PFC policy's limits and thresholds
     routes_itself = True
     setup_s = cost.FALLBACK_S  # a repetition without a load model (cost.for_experiment): building the network

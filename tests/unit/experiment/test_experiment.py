@@ -294,7 +294,7 @@ def test_run_and_replay_take_the_same_flags_for_the_same_keys():
     table = {f.name: f for f in flags.RUN}
     shared = [name for name in replay if name in table]
     assert set(shared) == {f.name for f in flags.REPETITION} and set(table) - set(shared) == {"--fabrics", "--reps",
-                                                                                             "--name"}
+                                                                                             "--jobs", "--name"}
     for name in shared:
         assert (run[name].dest, run[name].type, run[name].choices) == (replay[name].dest, replay[name].type,
                                                                        replay[name].choices), name

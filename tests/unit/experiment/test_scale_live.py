@@ -1,0 +1,60 @@
+"""testbed.experiment.scale_live: a run that names a shipped scale result computes it again on the fluid backend
+when the budget lets it, and says which it shows. Real runs (ideal and fluid backends), small sizes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from testbed.cli import main
+from testbed.experiment import scale_live
+from testbed.report import headline_lines
+
+SHIPPED = Path(__file__).resolve().parents[3] / "experiments" / "scale_result.json"
+
+
+def small_shipped(tmp_path: Path) -> Path:
+    """The shipped n=512 document, said to be of a size a unit test computes in seconds (32 GPUs, 8 s)."""
+    doc = json.loads(SHIPPED.read_text()) | {"gpus": 32, "concurrency": 28, "duration_s": 6, "warmup_s": 2}
+    path = tmp_path / "scale_result.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def run(tmp_path: Path, *sets: str) -> Path:
+    out = tmp_path / "out"
+    out.mkdir()
+    args = ["run", "--backend", "ideal", "--set", "trace.duration_s=6", "--set", "serving.warmup_s=2", "--reps", "1",
+            "--set", f"scale_result={small_shipped(tmp_path)}", "--out", str(out)]
+    for s in sets:
+        args += ["--set", s]
+    assert main(args) == 0
+    (run_dir,) = out.iterdir()
+    return run_dir
+
+
+def test_always_computes_the_scale_result_live_and_says_so(tmp_path):
+    run_dir = run(tmp_path, "scale_live=always")
+    doc = json.loads((run_dir / "scale_result.json").read_text())
+    assert doc["shown"] == "live" and doc["backend"] == "fluid" and doc["gpus"] == 32
+    assert doc["repetitions"] == scale_live.LIVE_REPETITIONS and doc["shipped"]["gpus"] == 32
+    live = json.loads((run_dir / "scale" / "experiment.json").read_text())["experiment"]
+    assert (live["backend"], live["repetitions"], live["trace"]["duration_s"]) == ("fluid", 5, 6)
+    assert len(list((run_dir / "scale" / "runs").glob("*/rep*/summary.json"))) == 10
+    text = "\n".join(headline_lines(run_dir))
+    assert "at the seed's scale (32 GPUs, fluid, 28 in flight, 5 repetition(s); LIVE: computed by this run" in text
+
+
+def test_auto_falls_back_to_the_shipped_file_when_the_budget_is_short(tmp_path, monkeypatch):
+    monkeypatch.setattr(scale_live, "BUDGET_S", 1)
+    run_dir = run(tmp_path)
+    doc = json.loads((run_dir / "scale_result.json").read_text())
+    assert doc["shown"] == "shipped" and not (run_dir / "scale").exists()
+    assert doc["why"].startswith("not computed live: it needs ~") and "of the main job's 0 min left" in doc["why"]
+    assert f"shipped {doc['dir']} at commit {doc['commit']}; not computed live" in "\n".join(headline_lines(run_dir))
+
+
+def test_never_shows_the_shipped_file(tmp_path):
+    run_dir = run(tmp_path, "scale_live=never")
+    doc = json.loads((run_dir / "scale_result.json").read_text())
+    assert (doc["shown"], doc["why"]) == ("shipped", "scale_live: never") and not (run_dir / "scale").exists()
