@@ -80,7 +80,8 @@ def _scale_live(resolved: Resolved, run_dir: Path, started: float, versions: dic
     mode = resolved.experiment.scale_live
     live = resolve(resolved.source, scale_live.live_overrides(resolved, shipped))
     need_s, left_s = estimate_s(live.experiment, live.backend), scale_live.BUDGET_S - (time.monotonic() - started)
-    why = scale_live.why_shipped(mode, need_s, left_s, minutes)
+    main_job = resolved.backend.realtime and not rundir.changed_workload_keys(resolved)
+    why = scale_live.why_shipped(mode, main_job, need_s, left_s, minutes)
     if why is None:
         exp, out = live.experiment, run_dir / scale_live.FOLDER
         log(f"at the seed's scale, live: {exp.gpus} GPUs on the {exp.backend} backend, {exp.repetitions} "

@@ -4,7 +4,8 @@ fluid backend (its size, sessions in flight, duration and warm-up, at least ``LI
 fabric) after its own repetitions, when the estimate fits what is left of the main job's budget
 (``BUDGET_S``), and shows that instead of the shipped file; otherwise the shipped file, and the line says why.
 
-``scale_live`` (experiment key): ``auto`` as above, ``always`` (whatever the budget), ``never`` (the shipped
+``scale_live`` (experiment key): ``auto`` as above for the main job (the experiment as written, no workload key
+overridden, on the emulated backend), ``always`` (whatever the run and the budget), ``never`` (the shipped
 file). The live run is a complete run directory of its own, ``<run dir>/scale/``; ``scale_result.json`` in the
 run directory says which it is (``shown``: live or shipped, ``why``), the shipped document kept as ``shipped``.
 """
@@ -37,10 +38,14 @@ def live_overrides(resolved: Resolved, doc: dict) -> list[Override]:
     return list(resolved.overrides) + [Override(k, v, why) for k, v in keys.items()]
 
 
-def why_shipped(mode: str, need_s: float, left_s: float, minutes: Callable[[float], str]) -> str | None:
-    """Why the shipped result is shown rather than a live one (None: compute it live)."""
+def why_shipped(mode: str, main_job: bool, need_s: float, left_s: float, minutes: Callable[[float], str]) -> str | None:
+    """Why the shipped result is shown rather than a live one (None: compute it live). ``main_job``: the run is
+    the experiment as written on the emulated backend; ``auto`` computes it for that run only (a variant's
+    overrides are not the shipped result's workload, and a quick look on a simulator wants no minutes added)."""
     if mode == "never":
         return "scale_live: never"
+    if mode == "auto" and not main_job:
+        return "scale_live auto computes it after the experiment as written on the emulated backend only"
     if mode == "auto" and need_s > left_s:
         return (f"not computed live: it needs ~{minutes(need_s)}, {minutes(max(left_s, 0))} of the main job's "
                 f"{BUDGET_S // 60} min left (scale_live: always computes it)")

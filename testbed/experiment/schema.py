@@ -175,8 +175,9 @@ class Experiment(_Section):
                                         "beside the run's")
     scale_live: Literal["auto", "always", "never"] = Field(
         "auto", description="with a scale_result, `run` computes that result's experiment again on the fluid "
-                            "backend after its own repetitions (at least 5 a fabric) and shows it instead: auto when "
-                            "the estimate fits the main job's 15 minutes, always, or never (the shipped file)")
+                            "backend after its own repetitions (at least 5 a fabric) and shows it instead: auto for "
+                            "the experiment as written on the emulated backend when the estimate fits the main "
+                            "job's 15 minutes, always, or never (the shipped file)")
     crosscheck_result: Optional[str] = Field(None, description="crosscheck.json written by `testbed crosscheck` on "
                                              "this experiment (relative to the experiment file's folder): the "
                                              "headline says whether the two engines agreed, the report shows it")

@@ -47,11 +47,15 @@ def test_always_computes_the_scale_result_live_and_says_so(tmp_path):
 
 def test_auto_falls_back_to_the_shipped_file_when_the_budget_is_short(tmp_path, monkeypatch):
     monkeypatch.setattr(scale_live, "BUDGET_S", 1)
-    run_dir = run(tmp_path)
+    assert scale_live.why_shipped("auto", True, 10.0, 20.0, str) is None  # fits: computed live
+    why = scale_live.why_shipped("auto", True, 30.0, 20.0, lambda s: f"{s:g} s")
+    assert why == ("not computed live: it needs ~30 s, 20 s of the main job's 0 min left (scale_live: always "
+                   "computes it)")
+    run_dir = run(tmp_path)  # not the main job: a simulator, workload keys overridden
     doc = json.loads((run_dir / "scale_result.json").read_text())
     assert doc["shown"] == "shipped" and not (run_dir / "scale").exists()
-    assert doc["why"].startswith("not computed live: it needs ~") and "of the main job's 0 min left" in doc["why"]
-    assert f"shipped {doc['dir']} at commit {doc['commit']}; not computed live" in "\n".join(headline_lines(run_dir))
+    assert doc["why"] == "scale_live auto computes it after the experiment as written on the emulated backend only"
+    assert f"shipped {doc['dir']} at commit {doc['commit']}; scale_live auto" in "\n".join(headline_lines(run_dir))
 
 
 def test_never_shows_the_shipped_file(tmp_path):
