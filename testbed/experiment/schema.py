@@ -34,6 +34,7 @@ from pydantic import BaseModel, Field, ValidationError, ValidationInfo, field_va
 from common.errors import TestbedError
 from common.paths import REPO
 from testbed import backends
+from testbed.experiment import experiment_file
 from testbed.repetition.settings import (
     TRACE_SOURCES,
     BackendName,
@@ -696,52 +697,6 @@ def _check_faults(exp: Experiment) -> None:
                                                         "duration to keep the controller down for a while")
 
 
-# ------------------------------------------------------------------ loading
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """safe_load that rejects a key given twice (PyYAML silently keeps the last)."""
-
-
-def _mapping(loader: _UniqueKeyLoader, node, deep: bool = False):
-    seen = set()
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=deep)
-        if key in seen:
-            raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
-        seen.add(key)
-    return loader.construct_mapping(node, deep=deep)
-
-
-_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)
-
-
-def read_file(path: Path) -> dict:
-    """The raw mapping of an experiment file (YAML or JSON). A run's own
-    ``experiment.json`` is accepted too: its ``experiment`` part is rerun."""
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise TestbedError(f"{path}: cannot be read ({exc.strerror or exc})") from None
-    try:
-        doc = yaml.load(text, Loader=_UniqueKeyLoader)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
-        where = f"line {mark.line + 1}: " if mark else ""
-        what = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise TestbedError(f"{path}: {where}not valid YAML: {what}") from None
-    if doc is None:
-        return {}
-    if not isinstance(doc, dict):
-        raise TestbedError(f"{path}: must hold a mapping of keys (name, fabrics, link, trace, serving, ...), "
-                           f"got a {type(doc).__name__}")
-    if path.suffix == ".json" and isinstance(doc.get("experiment"), dict) and "overrides" in doc:
-        exp = doc["experiment"]
-        trace = exp.get("trace")
-        if isinstance(trace, dict) and trace.get("workload") is not None:  # its path is the workload's file,
-            exp = exp | {"trace": trace | {"path": None}}  # resolved when it ran: the workload names it again
-        return exp
-    return doc
-
-
 @dataclass
 class Resolved:
     """A validated experiment, where it came from and what the command line changed; its backend, resolved
@@ -789,7 +744,7 @@ def validate(raw: dict, label: str, base: Path | None = None, overrides: list[Ov
 def resolve(path: str | Path | None, overrides: list[Override] = ()) -> Resolved:
     """Load an experiment file (None: experiments/default.yaml), apply CLI overrides, validate everything."""
     p = Path(DEFAULT_EXPERIMENT if path is None else path)  # the default's choices are argued in its comments
-    raw, base, source = read_file(p), p.resolve().parent, str(p.resolve())
+    raw, base, source = experiment_file.read_file(p), p.resolve().parent, str(p.resolve())
     label = "default experiment" if path is None else str(p)
     stem = p.stem if p.name != "experiment.json" else p.parent.name
     exp = validate(raw, label, base, overrides, default_name=_safe_name(stem))

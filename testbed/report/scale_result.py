@@ -15,6 +15,7 @@ import json
 from pathlib import Path
 
 from common.paths import shown
+from testbed.report import ep_tail
 from testbed.report import html as H
 from testbed.report.fmt import num
 
@@ -35,6 +36,8 @@ def extract(run_dir: Path, how: str | None = None, check: dict | None = None) ->
 
     loaded = load_experiment(run_dir)
     sums = {f: [r.summary for r in loaded.reps[f]] for f in loaded.fabrics}
+    per_server = exp.get("gpus_per_server") or 8
+    tails = {f: ep_tail.figures(loaded.reps[f][0].path, per_server) for f in loaded.fabrics if loaded.reps[f]}
     serving, link = exp.get("serving") or {}, exp.get("link") or {}
     return {"dir": shown(run_dir), "commit": versions.get("git"), "created": (summary.get("run_id") or run_dir.name),
             "backend": exp.get("backend"), "gpus": exp.get("gpus"), "concurrency": serving.get("concurrency"),
@@ -43,7 +46,8 @@ def extract(run_dir: Path, how: str | None = None, check: dict | None = None) ->
             "workload": (exp.get("trace") or {}).get("workload"), "repetitions": exp.get("repetitions"),
             "headline": {k: h.get(k) for k in ("reps", "pairs", "between_run", "warning", "figures",
                                                 "requests_measured", "fidelity_ok")},
-            "congestion": port_classes.sentence(sums), "calibration": summary.get("calibration"), "how": how,
+            "congestion": port_classes.sentence(sums), "ep_tail": tails, "calibration": summary.get("calibration"),
+            "how": how,
             "check": check}
 
 
@@ -74,6 +78,13 @@ def section(doc: dict, this_run: dict | None) -> str:
     parts.append(f"<p>{H.escape(what)}</p>")
     if doc.get("congestion"):
         parts.append(f"<p>At that scale: {H.escape(doc['congestion'])}</p>")
+    if doc.get("ep_tail"):
+        parts.append(f"<p>The expert-parallel tail there (repetition 1, testbed.report.ep_tail): "
+                     f"{H.escape(ep_tail.sentence(doc['ep_tail']))}.</p>")
+    check = doc.get("check")
+    if check and check.get("ep_tail"):
+        parts.append(f"<p>The check's ({H.escape(str(check.get('backend')))}): "
+                     f"{H.escape(ep_tail.sentence(check['ep_tail']))}.</p>")
     return "\n".join(parts)
 
 
