@@ -298,6 +298,11 @@ class Backend(abc.ABC):
         backend) plus ``setup_s``."""
         return None
 
+    def peak_bytes(self, exp) -> float | None:
+        """A repetition's peak memory for an experiment, where the backend has a model of it (how many
+        repetitions may run at once: ``testbed.experiment.run.jobs_for``); None: no model, no limit."""
+        return None
+
     def hold(self, spec: FabricSpec, log: Log) -> "Held":
         """A fabric kept for several repetitions (``with backend.hold(spec, log) as held``): the emulated
         backend builds it once and every repetition on ``spec`` runs on it; others have nothing to keep."""

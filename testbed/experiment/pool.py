@@ -18,17 +18,27 @@ import os
 import queue
 import signal
 import sys
+from pathlib import Path
 from typing import Callable
 
 from traffic.runtime.launcher import die_with_parent
 
 Log = Callable[[str], None]
 POLL_S = 0.5  # how often a worker that died without a word is looked for
+MEMORY_SHARE = 0.8  # of the memory available, what repetitions at once may take together (the rest: the run)
 
 
 def cpus() -> int:
     """The CPUs this process may run on (its affinity, not the machine's count)."""
     return len(os.sched_getaffinity(0))
+
+
+def available_bytes() -> float:
+    """Memory the machine can give without swapping (/proc/meminfo's MemAvailable)."""
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            return float(line.split()[1]) * 1024
+    return float("inf")
 
 
 class _Lines:
@@ -128,4 +138,4 @@ def _bury(messages, log: Log, ended, failed, running: dict) -> None:
             ended(i, failed(i, f"its process ended with exit code {code} before it finished"))
 
 
-__all__ = ["run_all", "cpus", "POLL_S"]
+__all__ = ["run_all", "cpus", "available_bytes", "POLL_S", "MEMORY_SHARE"]

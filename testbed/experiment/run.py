@@ -252,10 +252,14 @@ def execute(resolved: Resolved, run_dir: Path, backend: Backend, log: Log,
 def jobs_for(exp, backend: Backend, pending: int) -> int:
     """How many repetitions run at once (the experiment's ``jobs``): one on a backend that cannot run them in
     forked processes (the emulator: a live fabric needs the machine to itself; the ns-3 twin), else the number
-    asked or the CPUs this process may use, at most ``pending``."""
+    asked or the CPUs this process may use, at most ``pending`` and (auto) as many as the memory available holds
+    by the backend's model of a repetition's peak."""
     if not backend.forks:
         return 1
     want = pool.cpus() if exp.jobs == "auto" else exp.jobs
+    peak = backend.peak_bytes(exp)
+    if exp.jobs == "auto" and peak:  # no more at once than the memory holds (n = 16,384: ~7 GB each)
+        want = min(want, int(pool.MEMORY_SHARE * pool.available_bytes() // peak))
     return max(1, min(want, pending))
 
 

@@ -48,6 +48,9 @@ class FluidBackend(Backend):
     def estimate(self, exp) -> tuple[float, str] | None:
         return cost.for_experiment(exp)
 
+    def peak_bytes(self, exp) -> float | None:
+        return cost.peak_bytes(exp.gpus)
+
     def network(self, spec: FabricSpec) -> Network:
         return Network(build_fabric(**spec.args), LinkSettings.of(spec.datapath, spec.represents_bps))
 

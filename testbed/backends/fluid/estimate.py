@@ -22,6 +22,13 @@ LOOP_PER_GPU_S = 3.0e-3  # the fluid loop, per GPU and cluster second (512: 2.9-
 REPORT_S = 5.0  # the report, once per command
 REPORT_PER_GPU_S = 8.5e-3  # ... and its growth with n (loading the link and message files, the heatmaps)
 LOAD_S = 2.0  # importing numba and loading the compiled solver (cached after the first run), once per process
+PEAK_BYTES = 0.3e9  # a repetition's peak memory whatever n (the interpreter, numba, the serving cluster's tables)
+PEAK_PER_GPU_BYTES = 0.42e6  # ... and per GPU: n = 16,384 peaked at 6.9 GB for the whole command, report included
+
+
+def peak_bytes(gpus: int) -> float:
+    """A repetition's peak memory at n = ``gpus`` (an upper bound: the whole command's measured peak per GPU)."""
+    return PEAK_BYTES + PEAK_PER_GPU_BYTES * gpus
 
 
 def repetition_s(gpus: int, cluster_s: float) -> float:
@@ -49,4 +56,4 @@ def for_experiment(exp) -> tuple[float, str] | None:
                                         "(docs/fluid.md, Speed)")
 
 
-__all__ = ["for_experiment", "repetition_s", "report_s", "LOAD_S"]
+__all__ = ["for_experiment", "repetition_s", "report_s", "peak_bytes", "LOAD_S"]

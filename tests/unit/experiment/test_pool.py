@@ -101,3 +101,18 @@ def test_the_estimate_counts_waves_of_repetitions():
     per = (run.estimate_s(one, fluid) - fluid.once_s) / 6
     assert run.estimate_s(exp, fluid) == pytest.approx(fluid.once_s + 3 * per)
     assert "2 at once" in run.estimate_text(exp, fluid) and "at once" not in run.estimate_text(one, fluid)
+
+
+def test_auto_runs_no_more_at_once_than_the_memory_holds(monkeypatch):
+    fluid = backends.get("fluid")
+    big = resolve(None, [Override("backend", "fluid", "--set"), Override("gpus", 16384, "--set"),
+                         Override("gpus_per_switch", "auto", "--set")]).experiment
+    peak = fluid.peak_bytes(big)
+    assert peak > 6e9  # n = 16,384 peaked at 6.9 GB
+    monkeypatch.setattr(pool, "cpus", lambda: 8)
+    monkeypatch.setattr(pool, "available_bytes", lambda: 2.6 * peak / pool.MEMORY_SHARE)
+    assert run.jobs_for(big, fluid, 6) == 2
+    assert run.jobs_for(big.model_copy(update={"jobs": 4}), fluid, 6) == 4  # asked for: as asked
+    monkeypatch.setattr(pool, "available_bytes", lambda: 0.5 * peak)
+    assert run.jobs_for(big, fluid, 6) == 1
+    assert pool.available_bytes() > 0 and backends.get("ideal").peak_bytes(big) is None
