@@ -118,4 +118,6 @@ def test_a_live_repetitions_estimate_grows_with_the_gpus_and_the_cluster_seconds
     s16k, _ = backend.estimate(big)
     assert 2 < s32 < 20 and "32 GPUs x 28 cluster s" in how  # the default: seconds a repetition
     assert 1800 < s16k < 7200 and s16k - ideal.FIXED_S == pytest.approx(512 * (s32 - ideal.FIXED_S))
-    assert run.estimate_s(big, backend) == pytest.approx(2 * s16k)  # both fabrics, one repetition
+    one_at_a_time = big.model_copy(update={"jobs": 1})
+    assert run.estimate_s(one_at_a_time, backend) == pytest.approx(2 * s16k)  # both fabrics, one repetition
+    assert run.estimate_s(big.model_copy(update={"jobs": 2}), backend) == pytest.approx(s16k)  # ... at once

@@ -24,7 +24,7 @@ RUN_KEYS_CHANGED = {"name": "elsewhere", "fabrics": ["roft"], "backend": "ideal"
                     "sensitivity": [{"name": "a", "assumption": None, "set": {"serving.policy": "adaptive"}}],
                     "sensitivity_result": "/x/sensitivity.json", "sweep": {"seed": [1, 2]}, "sweep_paired": True,
                     "hash_seed": 5, "scale_result": "/x/scale_result.json", "paths_from": "/x/run",
-                    "crosscheck_result": "/x/crosscheck.json",
+                    "crosscheck_result": "/x/crosscheck.json", "jobs": 3, "scale_live": "never",
                     "twin": {"burst_bytes": 18000, "cable_delay_us": 5.0, "hop_delay_us": 250.0,
                              "send_delay_us": 3500.0, "tcp": "newreno", "delack_count": 1, "delack_timeout_ms": 20.0,
                              "initial_cwnd": 4, "min_rto_ms": 100.0}}
