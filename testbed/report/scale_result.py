@@ -83,7 +83,8 @@ def section(doc: dict, this_run: dict | None) -> str:
                      f"{H.escape(ep_tail.sentence(doc['ep_tail']))}.</p>")
     check = doc.get("check")
     if check and check.get("ep_tail"):
-        parts.append(f"<p>The check's ({H.escape(str(check.get('backend')))}): "
+        source = check.get("ep_tail_source") or f"the {check.get('backend')} run above"
+        parts.append(f"<p>The check's ({H.escape(source)}): "
                      f"{H.escape(ep_tail.sentence(check['ep_tail']))}.</p>")
     return "\n".join(parts)
 

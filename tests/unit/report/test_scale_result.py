@@ -52,3 +52,16 @@ def test_a_scale_result_says_how_it_was_made_and_keeps_another_engines_beside_it
     text = scale_result.lines(doc)
     assert sum(1 for line in text if "at the seed's scale" in line) == 2 and text[len(text) // 2].startswith(
         "  the check, at the seed's scale")
+
+
+def test_the_scale_section_shows_both_engines_ep_tails_and_where_the_figures_come_from():
+    tail = {"messages": 1000, "fct_ms": {"p50": 1.5, "p99": 7.2}, "slowest_from_rank0": 0.53, "all_from_rank0": 0.13,
+            "rank0_held_by": [["sw17:49", 271]]}
+    doc = {"gpus": 512, "backend": "fluid", "dir": "RUN", "commit": "abc", "ep_tail": {"zcube": tail, "roft": None},
+           "check": {"backend": "ns3", "ep_tail": {"zcube": tail}, "ep_tail_source": "the lossless twin, ZCube only"}}
+    html = scale_result.section(doc, None)
+    assert "The expert-parallel tail there (repetition 1" in html and html.count("rank 0: 53% (of all: 13%)") == 2
+    assert "The check's (the lossless twin, ZCube only): ZCube: EP message FCT P50 1.50 ms" in html
+    assert "rank-0 NICs paused by sw17:49 x271" in html and "shipped RUN at commit abc" in html
+    live = doc | {"shown": "live", "why": "computed by this run in 90 s"}
+    assert scale_result.lines(live)[0].endswith("LIVE: computed by this run in 90 s, RUN):")
