@@ -13,6 +13,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
+import numba as nb
 import numpy as np
 
 from fabrics.routing import port_pairs
@@ -49,23 +50,34 @@ class EnginePorts:
     def choose(self, src: np.ndarray, dst: np.ndarray, paths: Paths) -> tuple[np.ndarray, ...]:
         """(src port, dst port, connection) per message: the pair's choices in turn (the k-th message of a pair
         takes choice k mod their number: ``PortPicker``'s static rule)."""
-        la, lb = np.searchsorted(self.gpus, src), np.searchsorted(self.gpus, dst)
-        g = len(self.gpus)
-        code = la * g + lb
-        first = np.empty(len(code), dtype=bool)  # a pair's messages (slices) are contiguous
-        first[:1] = True
-        np.not_equal(code[1:], code[:-1], out=first[1:])
-        starts = np.flatnonzero(first)
-        rank = np.arange(len(code)) - starts[np.cumsum(first) - 1]
-        choice = (self.count[la, lb] + rank) % self.nopts[la, lb]
-        self.count += np.bincount(code, minlength=g * g).reshape(g, g)  # np.add.at's sums, ~10x cheaper
-        conn = self.conn[la, lb, choice]
-        sp, dp = self.sp[la, lb, choice], self.dp[la, lb, choice]
+        la, lb, choice, sp, dp, conn = _choices(self.gpus, np.asarray(src, dtype=np.int64),
+                                                np.asarray(dst, dtype=np.int64), self.count, self.nopts, self.sp,
+                                                self.dp, self.conn)
         for i in np.flatnonzero(conn < 0):
             c = paths.connection(int(src[i]), int(sp[i]), int(dst[i]), int(dp[i]))
             self.conn[la[i], lb[i], choice[i]] = c
             conn[i] = c
         return sp, dp, conn
+
+
+@nb.njit(cache=True)
+def _choices(gpus, src, dst, count, nopts, sp_of, dp_of, conn_of):
+    """``EnginePorts.choose``'s rule in one compiled call (a phase's ~70 messages cost a few numpy calls each
+    otherwise): every message's choice from the pair's count before the phase, then the counts raised; (local
+    source, local destination, choice, src port, dst port, connection or -1: not opened yet)."""
+    m = len(src)
+    la, lb = np.searchsorted(gpus, src), np.searchsorted(gpus, dst)
+    choice = np.empty(m, dtype=np.int64)
+    sp, dp, conn = np.empty(m, dtype=np.int64), np.empty(m, dtype=np.int64), np.empty(m, dtype=np.int64)
+    rank = 0
+    for i in range(m):  # a pair's messages (slices) are contiguous: a run's k-th takes the pair's count + k
+        rank = rank + 1 if i > 0 and la[i] == la[i - 1] and lb[i] == lb[i - 1] else 0
+        a, b = la[i], lb[i]
+        c = (count[a, b] + rank) % nopts[a, b]
+        choice[i], sp[i], dp[i], conn[i] = c, sp_of[a, b, c], dp_of[a, b, c], conn_of[a, b, c]
+    for i in range(m):
+        count[la[i], lb[i]] += 1
+    return la, lb, choice, sp, dp, conn
 
 
 class Streams:

@@ -15,6 +15,7 @@ Ethernet/IP/TCP headers a packet; the receiver returns a 21 B ack and a delayed 
 
 from __future__ import annotations
 
+import numba as nb
 import numpy as np
 
 from common import scale
@@ -49,15 +50,41 @@ def queues(fabric: Fabric) -> list[QueueInfo]:
 def wire_bytes(payload: np.ndarray, mtu: int) -> tuple[np.ndarray, ...]:
     """Per message of ``payload`` bytes: (wire bytes forward, packets forward, bytes back, packets back, the last
     packet's wire bytes)."""
-    mss = scale.payload_bytes(mtu)
-    payload = np.asarray(payload, dtype=np.int64)
-    data = -(-payload // mss)
-    pk_fwd = 1 + data  # the frame header's packet, then the payload's
-    fwd = payload + wire.HEADER.size + scale.HEADER_BYTES * pk_fwd
-    acks = pk_fwd // 2  # delayed ACKs, one per two segments
-    back = wire.ACK.size + scale.HEADER_BYTES * (1 + acks)
-    last = (payload - 1) % mss + 1 + scale.HEADER_BYTES
-    return fwd, pk_fwd, back, 1 + acks, last
+    return _wire(np.asarray(payload, dtype=np.int64), scale.payload_bytes(mtu), wire.HEADER.size, scale.HEADER_BYTES,
+                 wire.ACK.size)
+
+
+@nb.njit(cache=True)
+def _wire(payload, mss, header, per_packet, ack):
+    """``wire_bytes`` compiled (called once per phase: numpy's per-call cost was most of it)."""
+    m = len(payload)
+    fwd, pk_fwd, back = np.empty(m, dtype=np.int64), np.empty(m, dtype=np.int64), np.empty(m, dtype=np.int64)
+    pk_back, last = np.empty(m, dtype=np.int64), np.empty(m, dtype=np.int64)
+    for i in range(m):
+        p = payload[i]
+        pk_fwd[i] = 1 + -(-p // mss)  # the frame header's packet, then the payload's
+        fwd[i] = p + header + per_packet * pk_fwd[i]
+        acks = pk_fwd[i] // 2  # delayed ACKs, one per two segments
+        back[i] = ack + per_packet * (1 + acks)
+        pk_back[i] = 1 + acks
+        last[i] = (p - 1) % mss + 1 + per_packet
+    return fwd, pk_fwd, back, pk_back, last
+
+
+@nb.njit(cache=True)
+def _flows(conn, payload, conn_links, conn_nlinks, conn_nfwd, mss, header, per_packet, ack, rate_bps, cable_s):
+    """``Paths.flows``'s arrays in one compiled call."""
+    fwd, pk_fwd, back, pk_back, last = _wire(payload, mss, header, per_packet, ack)
+    m, width = len(conn), conn_links.shape[1]
+    links, coefs = np.empty((m, width), dtype=np.int64), np.ones((m, width))
+    nlinks, nfwd, lat = np.empty(m, dtype=np.int64), np.empty(m, dtype=np.int64), np.empty(m)
+    for i in range(m):
+        c = conn[i]
+        links[i] = conn_links[c]
+        nlinks[i], nfwd[i] = conn_nlinks[c], conn_nfwd[c]
+        # store-and-forward of the last packet on every link after the first, and every cable's delay
+        lat[i] = (nfwd[i] - 1) * last[i] * 8 / rate_bps + nfwd[i] * cable_s
+    return links, coefs, nlinks, nfwd, fwd.astype(np.float64), lat, pk_fwd, pk_back, back.astype(np.float64)
 
 
 class Paths:
@@ -114,13 +141,12 @@ class Paths:
     def flows(self, conn: np.ndarray, payload: np.ndarray) -> dict:
         """The flows of messages of ``payload`` bytes on connections ``conn``: ``solver.Network.add``'s keywords
         but group and tag."""
-        fwd, pk_fwd, back, pk_back, last = wire_bytes(payload, self.link.mtu)
-        links, nlinks, nfwd = self.links[conn], self.nlinks[conn], self.nfwd[conn]
-        coefs = np.ones(links.shape)
-        # store-and-forward of the last packet on every link after the first, and every cable's delay
-        lat = (nfwd - 1) * last * 8 / self.link.rate_bps + nfwd * CABLE_DELAY_S
-        return {"links": links, "coefs": coefs, "nlinks": nlinks, "nfwd": nfwd, "nbytes": fwd.astype(np.float64),
-                "lat": lat, "pkf": pk_fwd, "pkr": pk_back, "back": back.astype(np.float64)}
+        links, coefs, nlinks, nfwd, nbytes, lat, pkf, pkr, back = _flows(
+            np.asarray(conn, dtype=np.int64), np.asarray(payload, dtype=np.int64), self.links, self.nlinks, self.nfwd,
+            scale.payload_bytes(self.link.mtu), wire.HEADER.size, scale.HEADER_BYTES, wire.ACK.size,
+            float(self.link.rate_bps), float(CABLE_DELAY_S))
+        return {"links": links, "coefs": coefs, "nlinks": nlinks, "nfwd": nfwd, "nbytes": nbytes, "lat": lat,
+                "pkf": pkf, "pkr": pkr, "back": back}
 
 
 __all__ = ["Paths", "queues", "wire_bytes"]

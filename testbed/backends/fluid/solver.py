@@ -153,95 +153,139 @@ def _seed(lk, seed, isseed, cnt):
         cnt[3] += 1
 
 
+# The link-to-flow index, kept across events: every link's flows as a doubly linked list of entries (entry
+# f * K + k: flow f's k-th link), and the links some flow crosses as a list (``lused``, ``lpos``: where a link
+# stands in it). An arrival or a departure updates only its own links, so an event no longer rebuilds the index
+# of every flow.
+
+
 @nb.njit(cache=True)
-def _touched(n, links, nlinks, fresh, seed, isseed, cnt, lmark, lused, insub, sub):
+def _index_add(f, K, links, nlinks, head, nxt, prv, lcount, lused, lpos, cnt, seed, isseed):
+    """Enter flow ``f``'s links in the index and note them touched."""
+    for k in range(nlinks[f]):
+        e = f * K + k
+        lk = links[f, k]
+        h = head[lk]
+        nxt[e], prv[e] = h, -1
+        if h >= 0:
+            prv[h] = e
+        head[lk] = e
+        lcount[lk] += 1
+        if lcount[lk] == 1:
+            lpos[lk] = cnt[2]
+            lused[cnt[2]] = lk
+            cnt[2] += 1
+        _seed(lk, seed, isseed, cnt)
+
+
+@nb.njit(cache=True)
+def _index_drop(f, K, links, nlinks, head, nxt, prv, lcount, lused, lpos, cnt):
+    """Take flow ``f``'s links out of the index."""
+    for k in range(nlinks[f]):
+        e = f * K + k
+        lk = links[f, k]
+        a, b = prv[e], nxt[e]
+        if a >= 0:
+            nxt[a] = b
+        else:
+            head[lk] = b
+        if b >= 0:
+            prv[b] = a
+        lcount[lk] -= 1
+        if lcount[lk] == 0:
+            last = cnt[2] - 1
+            moved = lused[last]
+            lused[lpos[lk]] = moved
+            lpos[moved] = lpos[lk]
+            cnt[2] = last
+
+
+@nb.njit(cache=True)
+def _index_move(src, dst, K, links, nlinks, head, nxt, prv):
+    """Flow ``src``'s entries become flow ``dst``'s (the flow moved in the arrays)."""
+    for k in range(nlinks[src]):
+        e, d = src * K + k, dst * K + k
+        a, b = prv[e], nxt[e]
+        prv[d], nxt[d] = a, b
+        if a >= 0:
+            nxt[a] = d
+        else:
+            head[links[src, k]] = d
+        if b >= 0:
+            prv[b] = d
+
+
+@nb.njit(cache=True)
+def _touched(n, K, links, nlinks, head, nxt, lcount, seed, isseed, cnt, lseen, lqueue, insub, sub):
     """The flows whose rates an event can change: the connected components (flows sharing links, transitively) of
-    the links touched since the last solve (``seed``: departed flows' links) and of the flows added since
-    (``fresh``), in flow order. Lists every link the flows cross in ``lused`` (``cnt[2]`` of them) and clears the
-    seeds. Returns how many flows ``sub`` holds."""
-    nused = 0
-    nnz = 0
-    for f in range(n):
-        insub[f] = False
-        nnz += nlinks[f]
-        for k in range(nlinks[f]):
-            lk = links[f, k]
-            if lmark[lk] < 0:
-                lmark[lk] = nused
-                lused[nused] = lk
-                nused += 1
-        if fresh[f]:
-            fresh[f] = False
-            for k in range(nlinks[f]):
-                _seed(links[f, k], seed, isseed, cnt)
-    ptr = np.zeros(nused + 1, dtype=np.int64)
-    for f in range(n):
-        for k in range(nlinks[f]):
-            ptr[lmark[links[f, k]] + 1] += 1
-    for i in range(nused):
-        ptr[i + 1] += ptr[i]
-    members = np.empty(nnz, dtype=np.int64)
-    fill = ptr[:nused].copy()
-    for f in range(n):
-        for k in range(nlinks[f]):
-            i = lmark[links[f, k]]
-            members[fill[i]] = f
-            fill[i] += 1
-    seen = np.zeros(nused, dtype=np.bool_)
-    queue = np.empty(nused, dtype=np.int64)
-    head, tail = 0, 0
+    the links touched since the last solve (``seed``: the links of the flows that left or arrived), in flow order
+    (the order the whole-fabric solve takes them in). Clears the seeds. Returns how many flows ``sub`` holds."""
+    tail = 0
     for q in range(cnt[3]):
         lk = seed[q]
         isseed[lk] = False
-        i = lmark[lk]
-        if i >= 0 and not seen[i]:
-            seen[i] = True
-            queue[tail] = i
+        if lcount[lk] > 0 and not lseen[lk]:
+            lseen[lk] = True
+            lqueue[tail] = lk
             tail += 1
     cnt[3] = 0
+    head_q = 0
     m = 0
-    while head < tail:
-        i = queue[head]
-        head += 1
-        for j in range(ptr[i], ptr[i + 1]):
-            f = members[j]
+    while head_q < tail:
+        lk = lqueue[head_q]
+        head_q += 1
+        e = head[lk]
+        while e >= 0:
+            f = e // K
+            e = nxt[e]
             if insub[f]:
                 continue
             insub[f] = True
+            sub[m] = f
             m += 1
             for k in range(nlinks[f]):
-                x = lmark[links[f, k]]
-                if not seen[x]:
-                    seen[x] = True
-                    queue[tail] = x
+                x = links[f, k]
+                if not lseen[x]:
+                    lseen[x] = True
+                    lqueue[tail] = x
                     tail += 1
-    q = 0
-    for f in range(n):
-        if insub[f]:
-            sub[q] = f
-            q += 1
-    for i in range(nused):
-        lmark[lused[i]] = -1
-    cnt[2] = nused
+    for q in range(tail):
+        lseen[lqueue[q]] = False
+    if m * 16 < n:  # a small component: sort it; a large one: read the flags in flow order
+        sub[:m].sort()
+        for q in range(m):
+            insub[sub[q]] = False
+    else:
+        q = 0
+        for f in range(n):
+            if insub[f]:
+                insub[f] = False
+                sub[q] = f
+                q += 1
     return m
 
 
 @nb.njit(cache=True)
 def _step(cnt, st, links, coefs, nlinks, nfwd, nall, back, rem, rate, lat, group, tag, pkf, pkr, cap, load, nbytes,
-          npk, g_left, g_end, g_last, p_group, p_time, m_end, mark, used, frozen, fresh, seed, isseed, lmark, lused,
-          insub, sub, t_stop, batch_s):
+          npk, g_left, g_end, g_last, p_group, p_time, m_end, mark, used, frozen, seed, isseed, head, nxt, prv, lcount,
+          lused, lpos, lseen, lqueue, insub, sub, t_stop, batch_s):
     """Run from ``st[0]`` until ``t_stop`` or the first group done; (1, group, time) or (0, -1, t_stop).
 
     ``cnt``: flows, pending done groups, links the flows cross (listed in ``lused``), links touched since the last
-    solve (listed in ``seed``). ``st``: now, rates stale (1.0), solves, filling rounds. A solve covers only the
-    flows an event touched (``_touched``): the other components' rates stand."""
+    solve (listed in ``seed``), flows in the link-to-flow index (the ones after it were added since). ``st``: now,
+    rates stale (1.0), solves, filling rounds. A solve covers only the flows an event touched (``_touched``): the
+    other components' rates stand."""
+    K = links.shape[1]
     while True:
         n = cnt[0]
         now = st[0]
+        for f in range(cnt[4], n):
+            _index_add(f, K, links, nlinks, head, nxt, prv, lcount, lused, lpos, cnt, seed, isseed)
+        cnt[4] = n
         if st[1] != 0.0:
             for q in range(cnt[3]):  # links left by departed flows carry nothing unless a flow still crosses them
                 load[seed[q]] = 0.0
-            m = _touched(n, links, nlinks, fresh, seed, isseed, cnt, lmark, lused, insub, sub)
+            m = _touched(n, K, links, nlinks, head, nxt, lcount, seed, isseed, cnt, lseen, lqueue, insub, sub)
             for q in range(m):
                 f = sub[q]
                 for k in range(nlinks[f]):
@@ -303,20 +347,22 @@ def _step(cnt, st, links, coefs, nlinks, nfwd, nall, back, rem, rate, lat, group
                         p_group[cnt[1]] = g
                         p_time[cnt[1]] = g_end[g]
                         cnt[1] += 1
+                _index_drop(f, K, links, nlinks, head, nxt, prv, lcount, lused, lpos, cnt)
                 for k in range(nlinks[f]):
                     _seed(links[f, k], seed, isseed, cnt)
                 if nall[f] > nlinks[f] and back[f] > 0.0:  # its acknowledgements flow back from now on
-                    fresh[f] = True
                     m, r = nlinks[f], nall[f] - nlinks[f]
                     for k in range(r):
                         links[f, k] = links[f, m + k]
                         coefs[f, k] = 1.0
                     nlinks[f], nall[f], nfwd[f] = r, r, r
                     rem[f], back[f], rate[f], group[f], pkf[f] = back[f], 0.0, 0.0, -1, pkr[f]
+                    _index_add(f, K, links, nlinks, head, nxt, prv, lcount, lused, lpos, cnt, seed, isseed)
                     f += 1
                     continue
                 last = n - 1
                 if f != last:
+                    _index_move(last, f, K, links, nlinks, head, nxt, prv)
                     for k in range(nall[last]):
                         links[f, k] = links[last, k]
                         coefs[f, k] = coefs[last, k]
@@ -331,11 +377,11 @@ def _step(cnt, st, links, coefs, nlinks, nfwd, nall, back, rem, rate, lat, group
                     tag[f] = tag[last]
                     pkf[f] = pkf[last]
                     pkr[f] = pkr[last]
-                    fresh[f] = fresh[last]
                 n -= 1
             else:
                 f += 1
         cnt[0] = n
+        cnt[4] = n
         st[1] = 1.0
 
 
@@ -363,11 +409,15 @@ class Network:
         self.npk = np.zeros(n_links, dtype=np.int64)
         self.mark = np.full(n_links, -1, dtype=np.int64)
         self.used = np.zeros(n_links, dtype=np.int64)
-        self.lmark = np.full(n_links, -1, dtype=np.int64)
-        self.lused = np.zeros(n_links, dtype=np.int64)
         self.seed = np.zeros(n_links, dtype=np.int64)
         self.isseed = np.zeros(n_links, dtype=np.bool_)
-        self.cnt = np.zeros(4, dtype=np.int64)
+        self.head = np.full(n_links, -1, dtype=np.int64)
+        self.lcount = np.zeros(n_links, dtype=np.int64)
+        self.lused = np.zeros(n_links, dtype=np.int64)
+        self.lpos = np.zeros(n_links, dtype=np.int64)
+        self.lseen = np.zeros(n_links, dtype=np.bool_)
+        self.lqueue = np.zeros(n_links, dtype=np.int64)
+        self.cnt = np.zeros(5, dtype=np.int64)
         self.st = np.zeros(4)
         self._flows(256)
         self.g_left = np.zeros(1024, dtype=np.int64)
@@ -384,10 +434,12 @@ class Network:
         size = max(size, 2 * len(getattr(self, "rem", ())))
         self.links = _grown(getattr(self, "links", np.zeros((0, self.K), dtype=np.int64)), size)
         self.coefs = _grown(getattr(self, "coefs", np.zeros((0, self.K))), size)
+        self.nxt = _grown(getattr(self, "nxt", np.zeros(0, dtype=np.int64)), size * self.K, -1)
+        self.prv = _grown(getattr(self, "prv", np.zeros(0, dtype=np.int64)), size * self.K, -1)
         for name, dtype in (("nlinks", np.int64), ("nfwd", np.int64), ("nall", np.int64), ("back", np.float64),
                             ("rem", np.float64), ("rate", np.float64),
                             ("lat", np.float64), ("group", np.int64), ("tag", np.int64), ("pkf", np.int64),
-                            ("pkr", np.int64), ("frozen", np.bool_), ("fresh", np.bool_), ("insub", np.bool_),
+                            ("pkr", np.int64), ("frozen", np.bool_), ("insub", np.bool_),
                             ("sub", np.int64)):
             setattr(self, name, _grown(getattr(self, name, np.zeros(0, dtype=dtype)), size))
 
@@ -440,7 +492,6 @@ class Network:
         self.back[s] = 0.0 if back is None else back
         self.rem[s], self.rate[s], self.lat[s], self.group[s], self.tag[s] = nbytes, 0.0, lat, group, tag
         self.pkf[s], self.pkr[s] = pkf, pkr
-        self.fresh[s] = True
         self.cnt[0] = n + m
         self.st[1] = 1.0
 
@@ -450,8 +501,9 @@ class Network:
                            self.rem, self.rate,
                            self.lat, self.group, self.tag, self.pkf, self.pkr, self.cap, self.load, self.nbytes,
                            self.npk, self.g_left, self.g_end, self.g_last, self.p_group, self.p_time, self.m_end,
-                           self.mark, self.used, self.frozen, self.fresh, self.seed, self.isseed, self.lmark,
-                           self.lused, self.insub, self.sub, float(t_stop), self.batch_s)
+                           self.mark, self.used, self.frozen, self.seed, self.isseed, self.head, self.nxt, self.prv,
+                           self.lcount, self.lused, self.lpos, self.lseen, self.lqueue, self.insub, self.sub,
+                           float(t_stop), self.batch_s)
         return (int(g), float(t)) if code else None
 
     def last_of(self, group: int) -> int:
