@@ -28,7 +28,7 @@ class Walks:
         self.fabric, self.tables = fabric, tables
         self._from: dict[tuple[str, tuple[int, int]], list[Walk] | None] = {}  # None: being walked
         self._ways: dict[tuple[str, str], int] = {}
-        self._longest: dict[tuple[str, tuple[int, int]], int] = {}
+        self._longest: dict[tuple[str, tuple[int, int]], int | None] = {}  # None: being counted
 
     def __call__(self, src: tuple[int, int], dst: tuple[int, int]) -> list[Walk]:
         """``routing.walk(fabric, tables, src, dst)``: the same list (shared: do not change it)."""
@@ -76,12 +76,34 @@ class Walks:
         return n
 
     def longest(self, src: tuple[int, int], dst: tuple[int, int]) -> int:
-        """The most switches any walk from ``src`` to ``dst`` crosses."""
-        key = (self.fabric.switch_of(*src), dst)
-        n = self._longest.get(key)
-        if n is None:
-            n = self._longest[key] = max(len(hops) for hops, _ in self(src, dst))
-        return n
+        """The most switches any walk from ``src`` to ``dst`` crosses (counted per switch, the walks not listed)."""
+        try:
+            return self._depth(self.fabric.switch_of(*src), dst, addressing.ip_of(*dst), addressing.host_name(dst[0]))
+        except _Broken:
+            self._longest = {k: v for k, v in self._longest.items() if v is not None}
+            return max(len(hops) for hops, _ in self(src, dst))  # raises, naming what is broken
+
+    def _depth(self, switch: str, dst: tuple[int, int], dst_ip: str, target: str) -> int:
+        key = (switch, dst)
+        if key in self._longest:
+            got = self._longest[key]
+            if got is None:  # a loop
+                raise _Broken
+            return got
+        self._longest[key] = None
+        hop = self.tables[switch].get(dst_ip)
+        if hop is None:
+            raise _Broken
+        deepest = 0
+        for port in hop.ports:
+            peer, peer_port = self.fabric.peer(switch, port)
+            if peer.startswith("gpu"):
+                if (peer, peer_port) != (target, dst[1]):
+                    raise _Broken
+            else:
+                deepest = max(deepest, self._depth(peer, dst, dst_ip, target))
+        self._longest[key] = 1 + deepest
+        return 1 + deepest
 
 
 __all__ = ["Walks", "Walk"]

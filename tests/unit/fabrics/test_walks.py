@@ -56,6 +56,11 @@ def test_a_loop_raises_as_routing_walk_names_it():
     assert "forwarding loop" in str(direct.value) and str(remembered.value) == str(direct.value)
     with pytest.raises(TestbedError, match="no path from"):
         path_links(f, src, dst, tables, walks)
+    with pytest.raises(TestbedError) as counted_direct:
+        links_on_path(f, src, dst, tables)
+    with pytest.raises(TestbedError) as counted:
+        links_on_path(f, src, dst, tables, Walks(f, tables))  # counted alone, before any walk was listed
+    assert str(counted.value) == str(counted_direct.value)
     other = next(nic for nic in _nic_ports(f) if nic[0] != dst[0] and f.switch_of(*nic) != f.switch_of(*dst))
     assert walks(src, other) == walk(f, tables, src, other)  # a good pair still walks after the broken one
 
@@ -70,3 +75,6 @@ def test_a_black_hole_raises_as_routing_walk_names_it():
     with pytest.raises(RuntimeError) as remembered:
         Walks(f, tables)(src, dst)
     assert str(remembered.value) == str(direct.value)
+    with pytest.raises(RuntimeError) as counted:
+        Walks(f, tables).longest(src, dst)
+    assert str(counted.value) == str(direct.value)
