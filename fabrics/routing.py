@@ -33,7 +33,7 @@ from typing import Callable, Iterator, Mapping, NamedTuple, Sequence
 from common.errors import TestbedError
 from fabrics import addressing
 from fabrics.topology import Fabric
-from fabrics.walks import Walks
+from fabrics.walks import Walks, walk  # walk: the path query, here where its callers look for it
 
 
 @dataclass(frozen=True)
@@ -264,35 +264,6 @@ class Path:
     hops: tuple[str, ...]  # switches in order
     ecmp: bool  # one of several equal-cost alternatives
     cables: int = 1  # parallel cables that realise this same hop sequence
-
-
-def walk(
-    fabric: Fabric, tables: ForwardingTables, src: tuple[int, int], dst: tuple[int, int]
-) -> list[tuple[tuple[str, ...], tuple[int, ...]]]:
-    """Every (switch hops, output ports) sequence the tables allow from NIC port
-    ``src`` to NIC port ``dst``. Loops or black holes raise RuntimeError."""
-    dst_ip = addressing.ip_of(*dst)
-    target = addressing.host_name(dst[0])
-    start = fabric.switch_of(*src)
-    results: list[tuple[tuple[str, ...], tuple[int, ...]]] = []
-
-    def step(switch: str, hops: tuple[str, ...], outs: tuple[int, ...]) -> None:
-        if switch in hops:
-            raise RuntimeError(f"forwarding loop towards {dst_ip}: {hops + (switch,)}")
-        hop = tables[switch].get(dst_ip)
-        if hop is None:
-            raise RuntimeError(f"{switch} has no route to {dst_ip}")
-        for port in hop.ports:
-            peer, peer_port = fabric.peer(switch, port)
-            if peer.startswith("gpu"):
-                if (peer, peer_port) != (target, dst[1]):
-                    raise RuntimeError(f"{switch} port {port} delivers {dst_ip} to {peer}:p{peer_port}")
-                results.append((hops + (switch,), outs + (port,)))
-            else:
-                step(peer, hops + (switch,), outs + (port,))
-
-    step(start, (), ())
-    return results
 
 
 def paths(

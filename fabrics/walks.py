@@ -1,24 +1,56 @@
-"""``Walks``: ``routing.walk`` for many NIC port pairs over one fabric's tables, each switch's walks to a port
-computed once.
+"""Walks over forwarding tables: ``walk``, every path the tables allow between two NIC ports (``routing`` offers it
+as its path query), and ``Walks``, the same for many NIC port pairs over one fabric's tables, each switch's walks
+to a port computed once.
 
 A write-up routes every pair of a run's rows (n=512: ~5,000 pairs a fabric, each ROFT pair ~50 ECMP walks over
 ~90 switch steps), and walks from a switch on to a destination are the same whoever sent to it: the second leaf
 and the spines of ROFT's paths, the later switches of ZCube's. So the walks from each (switch, destination) are
-kept, and a pair's list is its first switch's: the same walks in the same order as ``routing.walk`` (its depth-first
+kept, and a pair's list is its first switch's: the same walks in the same order as ``walk`` (its depth-first
 order), so whatever is summed over them sums to the same floats. A broken table (a loop, a black hole, a wrong
-delivery) is left to ``routing.walk``, which names it.
+delivery) is left to ``walk``, which names it.
 """
 
 from __future__ import annotations
 
+from typing import Mapping
+
 from fabrics import addressing
 from fabrics.topology import Fabric
 
-Walk = tuple[tuple[str, ...], tuple[int, ...]]  # (switch hops, output ports), as routing.walk gives
+Walk = tuple[tuple[str, ...], tuple[int, ...]]  # (switch hops, output ports)
+
+
+def walk(
+    fabric: Fabric, tables: Mapping[str, Mapping], src: tuple[int, int], dst: tuple[int, int]
+) -> list[tuple[tuple[str, ...], tuple[int, ...]]]:
+    """Every (switch hops, output ports) sequence the tables (``routing.ForwardingTables``) allow from NIC port
+    ``src`` to NIC port ``dst``, depth first. Loops or black holes raise RuntimeError."""
+    dst_ip = addressing.ip_of(*dst)
+    target = addressing.host_name(dst[0])
+    start = fabric.switch_of(*src)
+    results: list[tuple[tuple[str, ...], tuple[int, ...]]] = []
+
+    def step(switch: str, hops: tuple[str, ...], outs: tuple[int, ...]) -> None:
+        if switch in hops:
+            raise RuntimeError(f"forwarding loop towards {dst_ip}: {hops + (switch,)}")
+        hop = tables[switch].get(dst_ip)
+        if hop is None:
+            raise RuntimeError(f"{switch} has no route to {dst_ip}")
+        for port in hop.ports:
+            peer, peer_port = fabric.peer(switch, port)
+            if peer.startswith("gpu"):
+                if (peer, peer_port) != (target, dst[1]):
+                    raise RuntimeError(f"{switch} port {port} delivers {dst_ip} to {peer}:p{peer_port}")
+                results.append((hops + (switch,), outs + (port,)))
+            else:
+                step(peer, hops + (switch,), outs + (port,))
+
+    step(start, (), ())
+    return results
 
 
 class _Broken(Exception):
-    """Something ``routing.walk`` raises on: it is asked again, to say what."""
+    """Something ``walk`` raises on: it is asked again, to say what."""
 
 
 class Walks:
@@ -31,13 +63,11 @@ class Walks:
         self._longest: dict[tuple[str, tuple[int, int]], int | None] = {}  # None: being counted
 
     def __call__(self, src: tuple[int, int], dst: tuple[int, int]) -> list[Walk]:
-        """``routing.walk(fabric, tables, src, dst)``: the same list (shared: do not change it)."""
+        """``walk(fabric, tables, src, dst)``: the same list (shared: do not change it)."""
         start = self.fabric.switch_of(*src)
         try:
             return self._walks(start, dst, addressing.ip_of(*dst), addressing.host_name(dst[0]))
         except _Broken:
-            from fabrics.routing import walk
-
             self._from = {k: v for k, v in self._from.items() if v is not None}
             return walk(self.fabric, self.tables, src, dst)  # raises, naming what is broken
 
@@ -106,4 +136,4 @@ class Walks:
         return 1 + deepest
 
 
-__all__ = ["Walks", "Walk"]
+__all__ = ["walk", "Walks", "Walk"]
