@@ -33,6 +33,7 @@ from typing import Callable, Iterator, Mapping, NamedTuple, Sequence
 from common.errors import TestbedError
 from fabrics import addressing
 from fabrics.topology import Fabric
+from fabrics.walks import Walks, walk  # walk: the path query, here where its callers look for it
 
 
 @dataclass(frozen=True)
@@ -265,35 +266,6 @@ class Path:
     cables: int = 1  # parallel cables that realise this same hop sequence
 
 
-def walk(
-    fabric: Fabric, tables: ForwardingTables, src: tuple[int, int], dst: tuple[int, int]
-) -> list[tuple[tuple[str, ...], tuple[int, ...]]]:
-    """Every (switch hops, output ports) sequence the tables allow from NIC port
-    ``src`` to NIC port ``dst``. Loops or black holes raise RuntimeError."""
-    dst_ip = addressing.ip_of(*dst)
-    target = addressing.host_name(dst[0])
-    start = fabric.switch_of(*src)
-    results: list[tuple[tuple[str, ...], tuple[int, ...]]] = []
-
-    def step(switch: str, hops: tuple[str, ...], outs: tuple[int, ...]) -> None:
-        if switch in hops:
-            raise RuntimeError(f"forwarding loop towards {dst_ip}: {hops + (switch,)}")
-        hop = tables[switch].get(dst_ip)
-        if hop is None:
-            raise RuntimeError(f"{switch} has no route to {dst_ip}")
-        for port in hop.ports:
-            peer, peer_port = fabric.peer(switch, port)
-            if peer.startswith("gpu"):
-                if (peer, peer_port) != (target, dst[1]):
-                    raise RuntimeError(f"{switch} port {port} delivers {dst_ip} to {peer}:p{peer_port}")
-                results.append((hops + (switch,), outs + (port,)))
-            else:
-                step(peer, hops + (switch,), outs + (port,))
-
-    step(start, (), ())
-    return results
-
-
 def paths(
     fabric: Fabric,
     src_gpu: int,
@@ -324,14 +296,17 @@ def paths(
 
 
 def links_on_path(fabric: Fabric, src: tuple[int, int], dst: tuple[int, int],
-                  tables: ForwardingTables | None = None) -> int:
+                  tables: ForwardingTables | None = None, walks: Walks | None = None) -> int:
     """How many links a packet from NIC port ``src`` = (gpu, port) to NIC port ``dst`` crosses: its NIC's,
-    then one per switch it leaves (the longest of its ECMP alternatives)."""
+    then one per switch it leaves (the longest of its ECMP alternatives). ``walks``: remembered walks over
+    ``tables`` (many pairs)."""
     try:
-        walks = walk(fabric, tables or forwarding_tables(fabric), src, dst)
+        if walks is not None:
+            return 1 + walks.longest(src, dst)
+        found = walk(fabric, tables or forwarding_tables(fabric), src, dst)
     except RuntimeError as exc:
         raise TestbedError(f"no path from gpu{src[0]}:p{src[1]} to gpu{dst[0]}:p{dst[1]}: {exc}") from None
-    return 1 + max(len(hops) for hops, _ in walks)
+    return 1 + max(len(hops) for hops, _ in found)
 
 # ------------------------------------------------------- port choice per transfer
 Link = tuple[str, int]  # a transmitter: (GPU name, NIC port) or (switch name, OpenFlow output port)
@@ -359,24 +334,27 @@ def _tie_order(src_gpu: int, k: int) -> list[PortChoice]:
 
 
 def path_links(
-    fabric: Fabric, src: tuple[int, int], dst: tuple[int, int], tables: ForwardingTables | None = None
+    fabric: Fabric, src: tuple[int, int], dst: tuple[int, int], tables: ForwardingTables | None = None,
+    walks: Walks | None = None,
 ) -> dict[Link, float]:
     """The links a transfer from NIC port ``src`` = (gpu, port) to ``dst`` crosses,
     each with the fraction of its bytes it carries: the sender's NIC port, then
     every switch output port along the way. On ZCube's unique path every fraction
     is 1; at a ROFT ECMP hop the bytes split evenly over the group's ports (the
-    model's expectation of the hash, which picks one of them per flow)."""
-    tables = tables or forwarding_tables(fabric)
+    model's expectation of the hash, which picks one of them per flow). ``walks``: remembered walks over
+    ``tables`` (many pairs)."""
+    tables = walks.tables if walks is not None else tables or forwarding_tables(fabric)
     dst_ip = addressing.ip_of(*dst)
     try:
-        walks = walk(fabric, tables, src, dst)
+        found = walks(src, dst) if walks is not None else walk(fabric, tables, src, dst)
     except RuntimeError as exc:
         raise TestbedError(f"no path from gpu{src[0]}:p{src[1]} to gpu{dst[0]}:p{dst[1]}: {exc}") from None
+    ways = walks.ways if walks is not None else (lambda switch, ip: len(tables[switch][ip].ports))
     out: dict[Link, float] = {(addressing.host_name(src[0]), src[1]): 1.0}
-    for hops, outs in walks:
+    for hops, outs in found:
         share = 1.0
         for switch in hops:
-            share /= len(tables[switch][dst_ip].ports)
+            share /= ways(switch, dst_ip)
         for link in zip(hops, outs):
             out[link] = out.get(link, 0.0) + share
     return out

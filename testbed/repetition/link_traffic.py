@@ -52,6 +52,7 @@ from common.errors import TestbedError
 from fabrics import addressing
 from fabrics.routing import ForwardingTables, Link, forwarding_tables, path_links
 from fabrics.topology import Fabric
+from fabrics.walks import Walks
 from traffic.model.placement import gpu_server
 from traffic.runtime.records import sent_pair
 
@@ -169,14 +170,18 @@ def link_traffic(fabric: Fabric, rows: Iterable[dict], gpus_per_server: int = 8,
         key = (is_kv(row), label_of(row, src[0], dst[0], gpus_per_server))
         pair = per_pair.setdefault((str(src_ip), str(dst_ip)), {})
         pair[key] = pair.get(key, 0.0) + nbytes
+    walks = Walks(fabric, tables)
+    queue: dict[Link, LinkLoad] = {}
     for (src_ip, dst_ip), by_key in sorted(per_pair.items()):
         src, dst = addressing.parse_ip(src_ip), addressing.parse_ip(dst_ip)
         for gpu, port in (src, dst):
             if (gpu, port) not in fabric.attachment:
                 raise TestbedError(f"{addressing.ip_of(gpu, port)} is not a NIC port of this fabric "
                                    f"({fabric.describe()})")
-        for link, frac in path_links(fabric, src, dst, tables).items():
-            load = loads[queue_of(fabric, link)[0]]
+        for link, frac in path_links(fabric, src, dst, tables, walks).items():
+            load = queue.get(link)
+            if load is None:
+                load = queue[link] = loads[queue_of(fabric, link)[0]]
             if abs(frac - 1.0) > 1e-9:  # not on every ECMP alternative: an expectation
                 load.expected = True
             for (kv, label), nbytes in by_key.items():

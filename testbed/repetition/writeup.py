@@ -56,8 +56,8 @@ def summarize(fabric_name: str, rows: list[dict], link: LinkSettings, drops: int
         """Nearest-rank percentiles (times in ms by default); None when nothing was measured."""
         return metrics.rounded_percentiles(values, keys, factor)
 
-    slowdowns = [metrics.fct_slowdown(f, r["bytes"], link.rate_bps, mtu_payload=link.payload_bytes,
-                                      header_bytes=scale.HEADER_BYTES) for f, r in zip(fct_s, ok)]
+    slowdowns = metrics.fct_slowdowns(fct_s, [r["bytes"] for r in ok], link.rate_bps, mtu_payload=link.payload_bytes,
+                                      header_bytes=scale.HEADER_BYTES)
     goodput = nbytes * 8 / (last - first) if last > first else 0.0
     return {
         "fabric": fabric_name,
@@ -139,8 +139,8 @@ def write_breakdowns(run_dir: Path, rows: list[dict], counters: QueueCounters | 
             fh.write(f"{sec},{per_s.get(sec, 0)},{per_s.get(sec, 0) * 8}\n")
     ok = [r for r in rows if r["verified"]]
     if ok:
-        slow = [metrics.fct_slowdown(r["end"] - r["start"], r["bytes"], link.rate_bps, mtu_payload=link.payload_bytes,
-                                     header_bytes=scale.HEADER_BYTES) for r in ok]
+        slow = metrics.fct_slowdowns([r["end"] - r["start"] for r in ok], [r["bytes"] for r in ok], link.rate_bps,
+                                     mtu_payload=link.payload_bytes, header_bytes=scale.HEADER_BYTES)
         bins = metrics.binned_slowdowns([r["bytes"] for r in ok], slow)
         (run_dir / "slowdown_bins.json").write_text(json.dumps(bins, indent=1))
     hot = max(util.items(), key=lambda kv: kv[1][2], default=None)

@@ -22,6 +22,7 @@ from testbed.report import (
     confidence,
     congestion_section,
     crosscheck_section,
+    drawing,
     faults,
     headline,
     hot_links,
@@ -144,18 +145,19 @@ def _figures(exp: ExperimentRun, figures: Path) -> dict:
     figures.mkdir(exist_ok=True)
     for old in figures.glob("*.png"):
         old.unlink()
-    with plots.style():
-        out = {"fct_cdf": plots.fct_cdf(exp, figures / "fct_cdf.png"),
-               "slowdown": plots.slowdown_bins(exp, figures / "slowdown_bins.png"),
-               "goodput": plots.goodput_time(exp, figures / "goodput_time.png"),
-               "nics": plots.nic_load(exp, figures / "nic_load.png"),
-               "queues": plots_net.queue_backlog(exp, figures / "queue_backlog.png"),
-               "pfc_raster": plots_net.pfc_raster(exp, figures / "pfc_raster.png"),
-               "pfc_fraction": plots_net.paused_fraction(exp, figures / "pfc_paused_fraction.png"),
-               "heatmaps": plots_net.util_heatmaps(exp, figures),
-               "prefill_queue": plots.prefill_queue(exp, figures / "prefill_queue.png"),
-               "serving": serving.serving_figure(exp, figures / "serving.png"),
-               "calibration": serving.calibration_figure(calibration_of(exp), figures / "calibration.png")}
+    # the slowest first (drawing.draw shares them out in this order)
+    out = drawing.draw([("nics", plots.nic_load, (exp, figures / "nic_load.png")),
+                        ("heatmaps", plots_net.util_heatmaps, (exp, figures)),
+                        ("fct_cdf", plots.fct_cdf, (exp, figures / "fct_cdf.png")),
+                        ("queues", plots_net.queue_backlog, (exp, figures / "queue_backlog.png")),
+                        ("slowdown", plots.slowdown_bins, (exp, figures / "slowdown_bins.png")),
+                        ("serving", serving.serving_figure, (exp, figures / "serving.png")),
+                        ("goodput", plots.goodput_time, (exp, figures / "goodput_time.png")),
+                        ("pfc_raster", plots_net.pfc_raster, (exp, figures / "pfc_raster.png")),
+                        ("pfc_fraction", plots_net.paused_fraction, (exp, figures / "pfc_paused_fraction.png")),
+                        ("prefill_queue", plots.prefill_queue, (exp, figures / "prefill_queue.png")),
+                        ("calibration", serving.calibration_figure,
+                         (calibration_of(exp), figures / "calibration.png"))])
     out["topology"], notes = topology_and_cost.topology_pictures(exp, figures)
     exp.notes.extend(notes)
     return out

@@ -8,6 +8,7 @@ which optional files a run left behind.
 
 from __future__ import annotations
 
+import functools
 import shutil
 from pathlib import Path
 
@@ -28,9 +29,21 @@ def fabric_params(exp: ExperimentRun, fabric: str) -> dict:
 
 
 def _build(params: dict):
+    """The fabric model of ``params``, built once per report process: the topology pictures, the capex and the
+    breakdown's paths each ask for it (an n=16,384 ZCube takes ~20 s to build, five times was most of a report)."""
+    key = tuple(sorted(params.items()))
+    try:
+        hash(key)
+    except TypeError:  # a value the cache cannot key (a list): built each time, build_fabric says what is wrong
+        return _built.__wrapped__(key)
+    return _built(key)
+
+
+@functools.lru_cache(maxsize=4)
+def _built(params: tuple):
     from fabrics import build_fabric
 
-    return build_fabric(**params)
+    return build_fabric(**dict(params))
 
 
 def topology_pictures(exp: ExperimentRun, figures: Path) -> tuple[dict[str, Path], list[str]]:

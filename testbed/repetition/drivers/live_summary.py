@@ -10,6 +10,7 @@ from pathlib import Path
 from common import scale
 from fabrics import Fabric, addressing
 from fabrics.routing import forwarding_tables, links_on_path
+from fabrics.walks import Walks
 from testbed.backends.base import LinkSettings, ServingOutcome, ServingTraffic
 from testbed.repetition.writeup import ep_messages
 from traffic.model.breakdown import decode_step_breakdown, ttft_breakdown
@@ -47,10 +48,12 @@ def exchange_ideal_s(messages: list[dict], rate_bps: float, mtu: int, links: int
     return max(load.values()) * 8 / (ports * rate_bps) + (links - 1) * last_packet * 8 / rate_bps
 
 
-def longest_path(fabric: Fabric, messages: list[dict], tables=None, known: dict | None = None) -> int:
+def longest_path(fabric: Fabric, messages: list[dict], tables=None, known: dict | None = None,
+                 walks: Walks | None = None) -> int:
     """The most links any of ``messages`` crosses, over the NIC port pair it went over (the routing model's);
     ``known``: (src ip, dst ip) -> links, filled as paths are walked (a run's phases share their pairs: at n=512
-    walking them again for every phase took a minute of the write-up)."""
+    walking them again for every phase took a minute of the write-up); ``walks``: remembered walks over ``tables``
+    (pairs share their later switches' walks)."""
     tables = tables or forwarding_tables(fabric)
     known = {} if known is None else known
     out = 0
@@ -58,7 +61,7 @@ def longest_path(fabric: Fabric, messages: list[dict], tables=None, known: dict 
         n = known.get(pair)
         if n is None:
             src, dst = (addressing.parse_ip(ip) for ip in pair)
-            n = known[pair] = links_on_path(fabric, src, dst, tables)
+            n = known[pair] = links_on_path(fabric, src, dst, tables, walks)
         out = max(out, n)
     return out
 
@@ -72,8 +75,9 @@ def exchange_vs_ideal(messages: list[dict], rate_bps: float, mtu: int, fabric: F
             phases.setdefault((m.get("engine"), m["step"], m.get("kind")), []).append(m)
     tables = forwarding_tables(fabric) if phases else None
     known: dict = {}
+    walks = Walks(fabric, tables) if phases else None
     return [(max(m["end"] for m in ms) - min(m["start"] for m in ms))
-            / exchange_ideal_s(ms, rate_bps, mtu, longest_path(fabric, ms, tables, known), ports)
+            / exchange_ideal_s(ms, rate_bps, mtu, longest_path(fabric, ms, tables, known, walks), ports)
             for ms in phases.values()]
 
 

@@ -9,6 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from common.errors import TestbedError
 from testbed.report import fmt, headline, html, topology_and_cost
 
 
@@ -89,3 +90,17 @@ def test_cost_prefers_the_runs_plan_file_then_the_model(tmp_path):
     (tmp_path / "plan" / "cost.json").write_text("{broken")
     with pytest.raises(topology_and_cost.TestbedError, match=r"cost.json is not valid JSON .*: expected the capex"):
         topology_and_cost.cost(exp)
+
+
+def test_a_report_builds_each_fabric_model_once():
+    from fabrics import build_fabric
+
+    first = topology_and_cost._build({"kind": "zcube", "gpus": 32, "gpus_per_switch": 8})
+    again = topology_and_cost._build({"gpus_per_switch": 8, "gpus": 32, "kind": "zcube"})  # any key order
+    other = topology_and_cost._build({"kind": "roft", "gpus": 32})
+    assert again is first and other is not first
+    fresh = build_fabric(kind="zcube", gpus=32, gpus_per_switch=8)
+    assert first.describe() == fresh.describe() and first.attachment == fresh.attachment
+    assert {n: sw.ports for n, sw in first.switches.items()} == {n: sw.ports for n, sw in fresh.switches.items()}
+    with pytest.raises(TestbedError):  # a bad parameter still fails as build_fabric says, never from the cache
+        topology_and_cost._build({"kind": "mesh", "gpus": 32})

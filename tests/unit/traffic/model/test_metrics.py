@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from common.errors import TestbedError
@@ -9,6 +10,7 @@ from traffic.model.metrics import (
     FctRecord,
     binned_slowdowns,
     fct_slowdown,
+    fct_slowdowns,
     ideal_fct_s,
     percentile,
     percentiles,
@@ -95,3 +97,24 @@ def test_fct_txt_round_trip(tmp_path):
     path.write_text("1 2 3\n")
     with pytest.raises(TestbedError, match=r"fct.txt:1: '1 2 3' is not an fct line"):
         read_fct_txt(path)
+
+def test_slowdowns_of_many_are_the_scalar_floats_exactly():
+    rng = np.random.default_rng(3)
+    sizes = [int(x) for x in rng.integers(1, 50_000_000, 5000)] + [1, 2895, 2896, 2897, 10**12]
+    fcts = [float(x) for x in rng.random(len(sizes)) * 3]
+    for kwargs in ({}, {"mtu_payload": 2896, "header_bytes": 66}, {"overhead_s": 1e-5, "header_bytes": 40}):
+        many = fct_slowdowns(fcts, sizes, 3e6, **kwargs)
+        assert many == [fct_slowdown(f, b, 3e6, **kwargs) for f, b in zip(fcts, sizes)]  # ==, not approx
+        assert all(type(x) is float for x in many)
+    assert fct_slowdowns([], [], 3e6) == []
+
+
+@pytest.mark.parametrize("fcts,sizes", [([0.1, -0.5], [10, 10]), ([0.1, float("nan")], [10, 10]),
+                                        ([0.1, 0.2], [10, -1]), ([0.1, 0.2], [10, 2.5]), ([0.1, 0.2], [0, 0])])
+def test_a_bad_pair_among_many_raises_what_the_scalar_raises(fcts, sizes):
+    with pytest.raises(TestbedError) as scalar:
+        for f, b in zip(fcts, sizes):
+            fct_slowdown(f, b, 3e6)
+    with pytest.raises(TestbedError) as many:
+        fct_slowdowns(fcts, sizes, 3e6)
+    assert str(many.value) == str(scalar.value)
