@@ -416,11 +416,15 @@ def build_report(run_dir: Path, log: Log) -> bool | None:
         return False
 
 
-def finish(resolved: Resolved, run_dir: Path, outcomes: list[dict], log: Log) -> tuple[int, dict]:
-    """headline.json, the report; exit status 1 if a repetition failed, lost transfers or the report failed."""
+def finish(resolved: Resolved, run_dir: Path, outcomes: list[dict], log: Log,
+           elapsed_s: float | None = None) -> tuple[int, dict]:
+    """headline.json (``elapsed_s``: the repetitions' wall time from the first start to the last end, less than
+    their sum when several ran at once), the report; exit status 1 if a repetition failed, lost transfers or the
+    report failed."""
     exp = resolved.experiment
     heads = headline.fabric_headlines(run_dir, [t.as_dict() for t in targets(exp)])
-    (run_dir / "headline.json").write_text(json.dumps({"fabrics": heads, "outcomes": outcomes}, indent=1) + "\n")
+    doc = {"fabrics": heads, "outcomes": outcomes, "elapsed_s": None if elapsed_s is None else round(elapsed_s, 1)}
+    (run_dir / "headline.json").write_text(json.dumps(doc, indent=1) + "\n")
     report = build_report(run_dir, log)
     failed = [o for o in outcomes if o["status"] != "ok"]
     unverified = sum(h["unverified"] for h in heads.values())
@@ -449,10 +453,12 @@ def run_into(resolved: Resolved, run_dir: Path, backend: Backend, log: Log, vers
     try:
         rundir.start_run_dir(resolved, run_dir, versions, log, [t.as_dict() for t in targets(exp)],
                              estimate_s(exp, backend), {"served": served(exp)} | (extra or {}))
+        t0 = time.monotonic()
         outcomes = execute(resolved, run_dir, backend, log, progress)
+        elapsed_s = time.monotonic() - t0
         if between is not None:
             between()
-        result = finish(resolved, run_dir, outcomes, log)
+        result = finish(resolved, run_dir, outcomes, log, elapsed_s)
     except KeyboardInterrupt:
         rundir.mark_state(run_dir, "interrupted", "Ctrl-C or SIGTERM: the run stopped before it finished")
         raise

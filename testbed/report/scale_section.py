@@ -111,12 +111,15 @@ def cost(point_dir: Path) -> dict | None:
 
 
 def wall_s(point_dir: Path) -> float | None:
-    """The wall seconds the point's repetitions took (headline.json's outcomes), None when unknown."""
+    """The wall seconds the point's repetitions took (headline.json's ``elapsed_s``, else the sum of its
+    outcomes': the same when they ran one after the other), None when unknown."""
     try:
-        outcomes = json.loads((point_dir / "headline.json").read_text()).get("outcomes") or []
+        doc = json.loads((point_dir / "headline.json").read_text())
     except (OSError, ValueError):
         return None
-    took = [o.get("wall_s") for o in outcomes if isinstance(o.get("wall_s"), (int, float))]
+    if isinstance(doc.get("elapsed_s"), (int, float)):
+        return doc["elapsed_s"]
+    took = [o.get("wall_s") for o in doc.get("outcomes") or [] if isinstance(o.get("wall_s"), (int, float))]
     return round(sum(took), 1) if took else None
 
 

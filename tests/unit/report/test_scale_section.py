@@ -81,6 +81,9 @@ def test_intervals_cost_and_wall_time_of_a_point(tmp_path):
     assert p["cost"]["ratios"]["switches"] == 0.6667 and p["wall_s"] == 6.5
     html = scale_section.section(scale_section.doc(root), None)
     assert "Cost at each size" in html and "8 / 12 (0.67)" in html and "192 / 256 (0.75)" in html
+    (point / "headline.json").write_text(json.dumps({"outcomes": [{"wall_s": 2.5}, {"wall_s": 4.0}],
+                                                     "elapsed_s": 4.1}))  # two at once: their span, not the sum
+    assert scale_section.doc(root)["points"][0]["wall_s"] == 4.1
 
 
 def test_write_puts_json_figure_and_page_in_the_sweep(tmp_path):
