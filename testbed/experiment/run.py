@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from common.errors import EnvironmentProblem
+from common.errors import EnvironmentProblem, TestbedError
 from testbed.backends.base import Backend
 from testbed.experiment import pool, rundir, scale_live
 from testbed.experiment.schema import Resolved, repetition_spec, resolve
@@ -78,10 +78,17 @@ def _scale_live(resolved: Resolved, run_dir: Path, started: float, versions: dic
     path = run_dir / scale_result.FILE
     shipped = json.loads(path.read_text())
     mode = resolved.experiment.scale_live
-    live = resolve(resolved.source, scale_live.live_overrides(resolved, shipped))
-    need_s, left_s = estimate_s(live.experiment, live.backend), scale_live.BUDGET_S - (time.monotonic() - started)
     main_job = resolved.backend.realtime and not rundir.changed_workload_keys(resolved)
-    why = scale_live.why_shipped(mode, main_job, need_s, left_s, minutes)
+    why = scale_live.why_shipped(mode, main_job, 0.0, float("inf"), minutes)  # before anything is resolved
+    if why is None:
+        try:
+            live = resolve(resolved.source, scale_live.live_overrides(resolved, shipped))
+        except TestbedError as exc:  # the run's own overrides may not fit the live engine: say so, show the file
+            live, why = None, f"not computed live: {exc}"
+    if why is None:
+        need_s = estimate_s(live.experiment, live.backend)
+        left_s = scale_live.BUDGET_S - (time.monotonic() - started)
+        why = scale_live.why_shipped(mode, main_job, need_s, left_s, minutes)
     if why is None:
         exp, out = live.experiment, run_dir / scale_live.FOLDER
         log(f"at the seed's scale, live: {exp.gpus} GPUs on the {exp.backend} backend, {exp.repetitions} "

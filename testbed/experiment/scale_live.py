@@ -32,7 +32,8 @@ def live_overrides(resolved: Resolved, doc: dict) -> list[Override]:
     keys = {"backend": BACKEND, "gpus": doc["gpus"], "gpus_per_switch": "auto",
             "serving.concurrency": doc["concurrency"], "trace.duration_s": doc["duration_s"],
             "serving.warmup_s": doc["warmup_s"], "repetitions": LIVE_REPETITIONS,
-            "scale_result": None, "crosscheck_result": None, "sensitivity_result": None, "scale_live": "never"}
+            "scale_result": None, "crosscheck_result": None, "sensitivity_result": None, "scale_live": "never",
+            "hosts": None, "paths_from": None, "jobs": "auto"}  # one machine, the engine's own paths
     if doc.get("represents") is not None:
         keys["link.represents"] = doc["represents"]
     return list(resolved.overrides) + [Override(k, v, why) for k, v in keys.items()]

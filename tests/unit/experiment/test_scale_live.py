@@ -62,3 +62,28 @@ def test_never_shows_the_shipped_file(tmp_path):
     run_dir = run(tmp_path, "scale_live=never")
     doc = json.loads((run_dir / "scale_result.json").read_text())
     assert (doc["shown"], doc["why"]) == ("shipped", "scale_live: never") and not (run_dir / "scale").exists()
+
+
+def test_a_live_experiment_the_engine_refuses_falls_back_in_one_line(tmp_path, monkeypatch):
+    """The run's own overrides travel to the live run; what the fluid engine cannot take (here a size its wiring
+    cannot make) leaves the shipped file, with the refusal as the reason, and the run itself succeeds."""
+    real = scale_live.live_overrides
+    monkeypatch.setattr(scale_live, "live_overrides",
+                        lambda resolved, doc: real(resolved, doc) + [scale_live.Override("gpus", 30, "test")])
+    run_dir = run(tmp_path, "scale_live=always")
+    doc = json.loads((run_dir / "scale_result.json").read_text())
+    assert doc["shown"] == "shipped" and not (run_dir / "scale").exists()
+    assert doc["why"].startswith("not computed live: ") and "gpus" in doc["why"] and "\n" not in doc["why"]
+
+
+def test_the_live_run_is_on_one_machine_on_the_engines_own_paths():
+    """A main job spread over hosts, or following recorded paths, still computes its scale on this machine."""
+    from types import SimpleNamespace
+
+    from testbed.experiment.schema import Override
+
+    given = SimpleNamespace(overrides=[Override("hosts", "/x/hosts.yaml", "--hosts"),
+                                       Override("paths_from", "/x/run", "--set")])
+    keys = {o.key: o.value for o in scale_live.live_overrides(given, json.loads(SHIPPED.read_text()))}
+    assert keys["hosts"] is None and keys["paths_from"] is None and keys["backend"] == "fluid"
+    assert (keys["gpus"], keys["repetitions"], keys["scale_live"]) == (512, 5, "never")
