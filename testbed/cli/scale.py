@@ -5,47 +5,13 @@ progress bar over the repetitions while it runs (on a terminal), the table and t
 from __future__ import annotations
 
 import json
-import sys
-
-
-class _Bar:
-    """A rich progress bar over every repetition of every size on stderr, the log lines printed above it; plain
-    lines when stderr is not a terminal."""
-
-    def __init__(self) -> None:
-        self.bar = self.task = None
-
-    def log(self, message: str) -> None:
-        if self.bar is not None:
-            self.bar.console.print(message, markup=False, highlight=False)
-        else:
-            print(message, file=sys.stderr, flush=True)
-
-    def start(self, total: int) -> None:
-        if not sys.stderr.isatty():
-            return
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-        self.bar = Progress(TextColumn("scale"), BarColumn(), MofNCompleteColumn(), TextColumn("repetitions"),
-                            TimeElapsedColumn(), TextColumn("{task.description}"), console=Console(stderr=True))
-        self.task = self.bar.add_task("", total=total)
-        self.bar.start()
-
-    def step(self, t, outcome: dict) -> None:
-        if self.bar is not None:
-            self.bar.update(self.task, advance=1, description=f"last: {t.fabric} rep{t.rep} {outcome['status']}")
-
-    def stop(self) -> None:
-        if self.bar is not None:
-            self.bar.stop()
-            self.bar = None
 
 
 def cmd_scale(args) -> int:
     from testbed.cli.outputs import out_root as out_dir
     from testbed.cli.run import overrides_from_args
     from testbed.experiment import scale
+    from testbed.experiment.run import RepetitionBar
 
     out_root = out_dir(args.out)  # checked before anything is planned
     sizes = scale.parse_sizes(args.sizes)
@@ -57,7 +23,7 @@ def cmd_scale(args) -> int:
                          indent=1))
         return 0
     exp = points[0][1].experiment
-    bar = _Bar()
+    bar = RepetitionBar("scale")
     bar.start(len(points) * len(exp.fabrics) * exp.repetitions)
     try:
         status, _, doc = scale.run_scale(args.experiment, planned, out_root, log=bar.log,

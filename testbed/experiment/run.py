@@ -289,7 +289,9 @@ def _execute_at_once(exp, group: list[PlannedRepetition], backend: Backend, run_
     """``group`` with ``jobs`` repetitions at once (``testbed.experiment.pool``); outcomes in the group's order."""
     log(f"{len(group)} repetition(s), {jobs} at once (jobs {exp.jobs}: each in a process of its own)")
     outcomes: dict[int, dict] = {}
-    bar = None if progress is not None else _Bar.on_terminal(len(group))
+    bar = RepetitionBar("run")
+    if progress is not None or not bar.start(len(group)):
+        bar = None
 
     def ended(i: int, outcome: dict) -> None:
         outcomes[i] = outcome
@@ -299,7 +301,7 @@ def _execute_at_once(exp, group: list[PlannedRepetition], backend: Backend, run_
         if progress is not None:
             progress(t, outcome)
         if bar is not None:
-            bar.advance(f"{t.fabric} rep{t.rep} {outcome['status']}")
+            bar.step(t, outcome)
 
     def failed(i: int, why: str) -> dict:
         t = group[i]
@@ -323,30 +325,42 @@ def _execute_at_once(exp, group: list[PlannedRepetition], backend: Backend, run_
     return [outcomes[i] for i in range(len(group))]
 
 
-class _Bar:
-    """A progress bar over a group's repetitions on stderr when it is a terminal (log lines printed above it)."""
+class RepetitionBar:
+    """A rich progress bar over repetitions on stderr, the log lines printed above it, when stderr is a terminal;
+    plain lines on stderr otherwise (``scale``'s bar over every size, ``run``'s over repetitions at once)."""
 
-    def __init__(self, total: int) -> None:
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.bar = self.task = None
+
+    def log(self, message: str) -> None:
+        if self.bar is not None:
+            self.bar.console.print(message, markup=False, highlight=False)
+        else:
+            print(message, file=sys.stderr, flush=True)
+
+    def start(self, total: int) -> bool:
+        """Show the bar (only on a terminal); whether it shows."""
+        if not sys.stderr.isatty():
+            return False
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-        self.bar = Progress(TextColumn("repetitions"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                            TextColumn("{task.description}"), console=Console(stderr=True))
+        self.bar = Progress(TextColumn(self.label), BarColumn(), MofNCompleteColumn(), TextColumn("repetitions"),
+                            TimeElapsedColumn(), TextColumn("{task.description}"), console=Console(stderr=True))
         self.task = self.bar.add_task("", total=total)
         self.bar.start()
+        return True
 
-    @classmethod
-    def on_terminal(cls, total: int) -> "_Bar | None":
-        return cls(total) if sys.stderr.isatty() else None
-
-    def log(self, message: str) -> None:
-        self.bar.console.print(message, markup=False, highlight=False)
-
-    def advance(self, text: str) -> None:
-        self.bar.update(self.task, advance=1, description=f"last: {text}")
+    def step(self, t, outcome: dict) -> None:
+        """One more repetition ended (``Progress``'s signature)."""
+        if self.bar is not None:
+            self.bar.update(self.task, advance=1, description=f"last: {t.fabric} rep{t.rep} {outcome['status']}")
 
     def stop(self) -> None:
-        self.bar.stop()
+        if self.bar is not None:
+            self.bar.stop()
+            self.bar = None
 
 
 def _one_target(exp, t: PlannedRepetition, backend: Backend, run_dir: Path, log: Log, held) -> dict:

@@ -4,6 +4,7 @@ import json
 
 from testbed.cli import build_parser
 from testbed.cli import scale as scale_verb
+from testbed.experiment.run import RepetitionBar
 from tests.support import fake_runs
 
 
@@ -30,7 +31,7 @@ def test_the_verb_runs_the_curve_with_the_experiment_flags_and_prints_json(tmp_p
 
 
 def test_without_a_terminal_the_bar_is_plain_log_lines(capsys):
-    bar = scale_verb._Bar()
+    bar = RepetitionBar("scale")
     bar.start(4)  # stderr is captured, not a terminal: no rich display
     bar.log("a line")
     bar.step(None, {"status": "ok"})
