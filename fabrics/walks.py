@@ -79,15 +79,9 @@ class Walks:
                 raise _Broken
             return got
         self._from[key] = None
-        hop = self.tables[switch].get(dst_ip)
-        if hop is None:
-            raise _Broken
         out: list[Walk] = []
-        for port in hop.ports:
-            peer, peer_port = self.fabric.peer(switch, port)
-            if peer.startswith("gpu"):
-                if (peer, peer_port) != (target, dst[1]):
-                    raise _Broken
+        for port, peer in self._steps(switch, dst, dst_ip, target):
+            if peer is None:
                 out.append(((switch,), (port,)))
             else:
                 for hops, outs in self._walks(peer, dst, dst_ip, target):
@@ -96,6 +90,23 @@ class Walks:
                     out.append(((switch,) + hops, (port,) + outs))
         self._from[key] = out
         return out
+
+    def _steps(self, switch: str, dst: tuple[int, int], dst_ip: str, target: str) -> list[tuple[int, str | None]]:
+        """(output port, the next switch, None where the port delivers to ``dst``) for each port ``switch``'s
+        table sends ``dst_ip`` to, in the table's order; _Broken for a black hole or a wrong delivery."""
+        hop = self.tables[switch].get(dst_ip)
+        if hop is None:
+            raise _Broken
+        steps = []
+        for port in hop.ports:
+            peer, peer_port = self.fabric.peer(switch, port)
+            if peer.startswith("gpu"):
+                if (peer, peer_port) != (target, dst[1]):
+                    raise _Broken
+                steps.append((port, None))
+            else:
+                steps.append((port, peer))
+        return steps
 
     def ways(self, switch: str, dst_ip: str) -> int:
         """How many ports ``switch`` spreads traffic to ``dst_ip`` over (its ECMP group's size)."""
@@ -121,16 +132,9 @@ class Walks:
                 raise _Broken
             return got
         self._longest[key] = None
-        hop = self.tables[switch].get(dst_ip)
-        if hop is None:
-            raise _Broken
         deepest = 0
-        for port in hop.ports:
-            peer, peer_port = self.fabric.peer(switch, port)
-            if peer.startswith("gpu"):
-                if (peer, peer_port) != (target, dst[1]):
-                    raise _Broken
-            else:
+        for _, peer in self._steps(switch, dst, dst_ip, target):
+            if peer is not None:
                 deepest = max(deepest, self._depth(peer, dst, dst_ip, target))
         self._longest[key] = 1 + deepest
         return 1 + deepest
