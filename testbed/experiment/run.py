@@ -79,7 +79,7 @@ def _scale_live(resolved: Resolved, run_dir: Path, started: float, versions: dic
     shipped = json.loads(path.read_text())
     mode = resolved.experiment.scale_live
     main_job = resolved.backend.realtime and not rundir.changed_workload_keys(resolved)
-    why = scale_live.why_shipped(mode, main_job, 0.0, float("inf"), minutes)  # before anything is resolved
+    why = scale_live.why_shipped(mode, main_job)  # before anything is resolved
     if why is None:
         try:
             live = resolve(resolved.source, scale_live.live_overrides(resolved, shipped))

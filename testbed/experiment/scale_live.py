@@ -39,15 +39,17 @@ def live_overrides(resolved: Resolved, doc: dict) -> list[Override]:
     return list(resolved.overrides) + [Override(k, v, why) for k, v in keys.items()]
 
 
-def why_shipped(mode: str, main_job: bool, need_s: float, left_s: float, minutes: Callable[[float], str]) -> str | None:
+def why_shipped(mode: str, main_job: bool, need_s: float | None = None, left_s: float | None = None,
+                minutes: Callable[[float], str] = str) -> str | None:
     """Why the shipped result is shown rather than a live one (None: compute it live). ``main_job``: the run is
     the experiment as written on the emulated backend; ``auto`` computes it for that run only (a variant's
-    overrides are not the shipped result's workload, and a quick look on a simulator wants no minutes added)."""
+    overrides are not the shipped result's workload, and a quick look on a simulator wants no minutes added),
+    and only when the live run's estimate ``need_s`` fits the ``left_s`` of the budget (when they are given)."""
     if mode == "never":
         return "scale_live: never"
     if mode == "auto" and not main_job:
         return "scale_live auto computes it after the experiment as written on the emulated backend only"
-    if mode == "auto" and need_s > left_s:
+    if mode == "auto" and need_s is not None and need_s > left_s:
         return (f"not computed live: it needs ~{minutes(need_s)}, {minutes(max(left_s, 0))} of the main job's "
                 f"{BUDGET_S // 60} min left (scale_live: always computes it)")
     return None
